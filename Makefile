@@ -1,0 +1,27 @@
+# Every target runs from a clean checkout; `make test` is what CI runs.
+GO ?= go
+PKGS := ./...
+
+.PHONY: test test-short lint services demo bench fuzz chaos chaos-long
+
+## test: start the services the tests need, then vet, format-check and run every test with -race
+test: services lint
+	$(GO) test -race -count=1 -timeout 40m $(PKGS)
+
+## test-short: quick loop while coding (no race detector, long tests skipped)
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## services: start PostgreSQL and NATS if they are down (idempotent)
+services:
+	@bash scripts/services.sh
+
+demo:
+	$(GO) run ./cmd/mensageria demo
+
+bench: services
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...

@@ -1,0 +1,138 @@
+package mensageria
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+)
+
+// Election selects how replicas of one app share the relay.
+type Election string
+
+const (
+	// ElectionLeader keeps one active relay per app: a PostgreSQL advisory
+	// lock (SQLite: a lease row) elects it, and an epoch fences a deposed
+	// leader out of claiming.
+	ElectionLeader Election = "leader"
+	// ElectionNone lets every replica relay at once. Claims stay disjoint
+	// (row locks and leases) but per-key order is then only as good as the
+	// leases: prefer ElectionLeader for ordered routes.
+	ElectionNone Election = "none"
+)
+
+// Config configures a Client. The zero value of every field but App and
+// Registry takes the default written beside it.
+type Config struct {
+	// App names this application. Replicas of one app share one election;
+	// different apps may share one schema. Required.
+	App string
+	// Registry holds the Senders of the types this app may enqueue and
+	// relays. An empty registry is valid: the app enqueues nothing and its
+	// relay claims nothing (a pure receiver).
+	Registry *Registry
+
+	// BatchSize is how many messages one claim takes. Default 100.
+	BatchSize int
+	// Concurrency bounds deliveries in flight. Default 16.
+	Concurrency int
+	// Lease is how long a claimed batch is reserved before another relay
+	// may take it again; also the election lease. Default 30s.
+	Lease time.Duration
+	// MaxAttempts parks a message as dead after this many failed
+	// deliveries. Default 20.
+	MaxAttempts int
+	// BackoffBase is the delay after the first failure; it doubles per
+	// attempt, with jitter, up to BackoffMax. Default 1s.
+	BackoffBase time.Duration
+	// BackoffMax caps one retry delay. Default 10m.
+	BackoffMax time.Duration
+	// PollInterval is the longest the relay sleeps with no notification.
+	// Default 1s; in poll-only mode it is the latency floor.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY, for a PgBouncer in transaction mode
+	// (which cannot keep a LISTEN session). Default false.
+	PollOnly bool
+	// NotifyDebounce is the least time between two wake-up notifications
+	// sent by this client's enqueues. NOTIFY takes a global lock at commit,
+	// so one per enqueue would cap write throughput. Default 10ms.
+	NotifyDebounce time.Duration
+	// Election selects the replica policy. Default ElectionLeader.
+	Election Election
+	// DeliveredRetention keeps delivered rows this long before the purge.
+	// Default 24h.
+	DeliveredRetention time.Duration
+	// PurgeInterval is how often the active relay purges. Default 1m.
+	PurgeInterval time.Duration
+	// InboxWindow is the dedup window of this app's inboxes: inbox rows are
+	// kept this long and older messages are refused as stale. It must
+	// exceed the senders' retry horizon. Default 7 days.
+	InboxWindow time.Duration
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Hooks are optional observers (see Hook). Default none.
+	Hooks []Hook
+}
+
+var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
+
+// withDefaults returns a copy with every zero field set, or the first
+// invalid field.
+func (c *Config) withDefaults() (Config, error) {
+	if c == nil {
+		return Config{}, &ConfigError{Field: "Config", Reason: "nil config"}
+	}
+	out := *c
+	if !appName.MatchString(out.App) {
+		return out, &ConfigError{Field: "App", Reason: fmt.Sprintf("%q must be 1-100 letters, digits or ._:- and start with a letter or digit", out.App)}
+	}
+	if out.Registry == nil {
+		out.Registry = NewRegistry()
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defd := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&out.BatchSize, 100)
+	def(&out.Concurrency, 16)
+	def(&out.MaxAttempts, 20)
+	defd(&out.Lease, 30*time.Second)
+	defd(&out.BackoffBase, time.Second)
+	defd(&out.BackoffMax, 10*time.Minute)
+	defd(&out.PollInterval, time.Second)
+	defd(&out.NotifyDebounce, 10*time.Millisecond)
+	defd(&out.DeliveredRetention, 24*time.Hour)
+	defd(&out.PurgeInterval, time.Minute)
+	defd(&out.InboxWindow, 7*24*time.Hour)
+	if out.Election == "" {
+		out.Election = ElectionLeader
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	switch {
+	case out.BatchSize < 1 || out.BatchSize > 10000:
+		return out, &ConfigError{Field: "BatchSize", Reason: "must be 1..10000"}
+	case out.Concurrency < 1:
+		return out, &ConfigError{Field: "Concurrency", Reason: "must be at least 1"}
+	case out.MaxAttempts < 1:
+		return out, &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
+	case out.Lease < time.Second:
+		return out, &ConfigError{Field: "Lease", Reason: "must be at least 1s"}
+	case out.BackoffBase < 0 || out.BackoffMax < out.BackoffBase:
+		return out, &ConfigError{Field: "BackoffMax", Reason: "must be at least BackoffBase"}
+	case out.PollInterval < time.Millisecond:
+		return out, &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
+	case out.Election != ElectionLeader && out.Election != ElectionNone:
+		return out, &ConfigError{Field: "Election", Reason: fmt.Sprintf("unknown policy %q (use %q or %q)", out.Election, ElectionLeader, ElectionNone)}
+	case out.DeliveredRetention < 0 || out.InboxWindow < 0 || out.PurgeInterval < 0:
+		return out, &ConfigError{Field: "DeliveredRetention", Reason: "durations must not be negative"}
+	}
+	return out, nil
+}

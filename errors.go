@@ -1,0 +1,122 @@
+package mensageria
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// Sentinels to branch on with errors.Is.
+var (
+	// ErrNoSender: the message type has no Sender registered in this app.
+	// Returned (inside *NoSenderError) by Enqueue, which then writes nothing.
+	ErrNoSender = errors.New("mensageria: no sender registered for message type")
+	// ErrInvalidMessage: a message failed validation before anything was
+	// written (missing key, payload that is not JSON, ...).
+	ErrInvalidMessage = errors.New("mensageria: invalid message")
+	// ErrStale: the message is older than the receiver's dedup window, so
+	// the inbox can no longer tell whether it was applied. It is refused,
+	// never re-applied blindly.
+	ErrStale = errors.New("mensageria: message older than the dedup window")
+	// ErrClosed: the client was stopped.
+	ErrClosed = errors.New("mensageria: client stopped")
+	// ErrAlreadyStarted: Start was called twice.
+	ErrAlreadyStarted = errors.New("mensageria: relay already started")
+	// ErrConfig is wrapped by every *ConfigError.
+	ErrConfig = errors.New("mensageria: invalid config")
+)
+
+// NoSenderError names the type that has no Sender.
+type NoSenderError struct {
+	Type string
+	App  string
+}
+
+func (e *NoSenderError) Error() string {
+	return fmt.Sprintf("mensageria: app %q has no sender for message type %q; nothing was enqueued", e.App, e.Type)
+}
+
+// Is makes errors.Is(err, ErrNoSender) true.
+func (e *NoSenderError) Is(target error) bool { return target == ErrNoSender }
+
+// InvalidMessageError says which message of an Enqueue call is wrong.
+type InvalidMessageError struct {
+	Index  int
+	Field  string
+	Reason string
+}
+
+func (e *InvalidMessageError) Error() string {
+	return fmt.Sprintf("mensageria: message %d: %s: %s; nothing was enqueued", e.Index, e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidMessage) true.
+func (e *InvalidMessageError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// ConfigError names the Config field that is wrong.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("mensageria: config %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// TxTypeError is returned by EnqueueTx for a transaction the driver cannot
+// use; nothing is written.
+type TxTypeError = driver.TxTypeError
+
+// permanentError marks a delivery failure that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps a Sender error so the relay parks the message as dead at
+// once, with err as its reason, instead of retrying it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// retryAfterError carries a destination's requested delay.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter wraps a Sender error with the delay the destination asked for
+// (an HTTP Retry-After, say). The relay waits at least that long, still
+// within its backoff cap.
+func RetryAfter(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err, after: after}
+}
+
+// RetryAfterOf returns the delay requested through RetryAfter, if any.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}

@@ -1,0 +1,79 @@
+package mensageria
+
+import "time"
+
+// Hook is any value implementing one or more of the On* interfaces below;
+// the client calls the ones it implements. Hooks run on the relay's
+// goroutines and must not block: hand heavy work (exporters) elsewhere.
+type Hook any
+
+// Outcome of one delivery attempt.
+type Outcome string
+
+// The outcomes a delivery can have.
+const (
+	OutcomeDelivered Outcome = "delivered"
+	OutcomeRetry     Outcome = "retry"
+	OutcomeDead      Outcome = "dead"
+	// OutcomeFenced: the attempt finished but its lease had been lost, so
+	// its outcome was not recorded (another relay owns the row now).
+	OutcomeFenced Outcome = "fenced"
+)
+
+// DeliveryEvent describes one finished delivery attempt.
+type DeliveryEvent struct {
+	Type    string
+	Outcome Outcome
+	Attempt int
+	// Latency runs from the message's creation (database clock) to the end
+	// of the attempt, as seen by this process's clock.
+	Latency time.Duration
+	// Duration is the Sender's own time.
+	Duration time.Duration
+	Err      error
+}
+
+// OnDelivery is called after every delivery attempt is settled.
+type OnDelivery interface{ OnDelivery(DeliveryEvent) }
+
+// ClaimEvent describes one claim.
+type ClaimEvent struct {
+	Claimed  int
+	Duration time.Duration
+	Err      error
+}
+
+// OnClaim is called after every claim.
+type OnClaim interface{ OnClaim(ClaimEvent) }
+
+// ElectionEvent reports a change of leadership seen by this process.
+type ElectionEvent struct {
+	App    string
+	Leader bool
+	Epoch  int64
+}
+
+// OnElection is called when this process gains or loses leadership.
+type OnElection interface{ OnElection(ElectionEvent) }
+
+type hooks struct {
+	delivery []OnDelivery
+	claim    []OnClaim
+	election []OnElection
+}
+
+func splitHooks(hs []Hook) hooks {
+	var h hooks
+	for _, x := range hs {
+		if v, ok := x.(OnDelivery); ok {
+			h.delivery = append(h.delivery, v)
+		}
+		if v, ok := x.(OnClaim); ok {
+			h.claim = append(h.claim, v)
+		}
+		if v, ok := x.(OnElection); ok {
+			h.election = append(h.election, v)
+		}
+	}
+	return h
+}

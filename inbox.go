@@ -1,0 +1,127 @@
+package mensageria
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// Tx is the transaction an inbox effect runs in. Raw returns the backend's
+// own transaction (pgx.Tx for PostgreSQL, *sql.Tx for SQLite) for the
+// effect's statements.
+type Tx = driver.Tx
+
+// Effect applies one message inside the inbox transaction. Returning an
+// error rolls back the effect and the dedup record together, so a
+// redelivery applies it again.
+type Effect func(ctx context.Context, tx Tx, d *Delivery) error
+
+// InboxConfig configures an Inbox.
+type InboxConfig struct {
+	// Consumer names the effect being deduplicated (usually one per
+	// receiving handler). Required.
+	Consumer string
+	// Window is the dedup window: records are kept this long and a message
+	// created earlier than now-Window is refused with ErrStale. It must
+	// exceed the sender's retry horizon. Default 7 days; negative disables
+	// the staleness check.
+	Window time.Duration
+	// DedupKey derives the dedup key of a delivery. Default: its natural
+	// key. Ordered streams that carry many messages per key should include
+	// a version, or use the message id.
+	DedupKey func(*Delivery) string
+}
+
+// Inbox makes a receiver idempotent: each (consumer, dedup key) is applied
+// once, in the same transaction as its effect.
+type Inbox struct {
+	drv driver.Driver
+	cfg InboxConfig
+}
+
+// ApplyResult tells what Apply did.
+type ApplyResult struct {
+	// Duplicate is true when the effect had been applied already; nothing
+	// ran this time.
+	Duplicate bool
+	// FirstID is the message that applied the effect, when Duplicate.
+	FirstID uuid.UUID
+}
+
+// StaleError is returned (wrapping ErrStale) for a message older than the
+// dedup window.
+type StaleError struct {
+	Consumer  string
+	Key       string
+	CreatedAt time.Time
+	Window    time.Duration
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("mensageria: inbox %q: message for key %q created %s is older than the %s dedup window; refusing to apply it blindly",
+		e.Consumer, e.Key, e.CreatedAt.UTC().Format(time.RFC3339), e.Window)
+}
+
+// Is makes errors.Is(err, ErrStale) true.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// NewInbox returns an inbox on drv.
+func NewInbox(drv driver.Driver, cfg InboxConfig) (*Inbox, error) {
+	if drv == nil {
+		return nil, &ConfigError{Field: "driver", Reason: "nil driver"}
+	}
+	if cfg.Consumer == "" || len(cfg.Consumer) > 200 {
+		return nil, &ConfigError{Field: "Consumer", Reason: "must be 1-200 bytes"}
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 7 * 24 * time.Hour
+	}
+	if cfg.DedupKey == nil {
+		cfg.DedupKey = func(d *Delivery) string { return d.Key }
+	}
+	return &Inbox{drv: drv, cfg: cfg}, nil
+}
+
+// Consumer returns the inbox's consumer name.
+func (in *Inbox) Consumer() string { return in.cfg.Consumer }
+
+// Apply runs effect once per dedup key. A repeat returns Duplicate without
+// running it; a concurrent repeat waits for the first and then reports
+// Duplicate; a message older than the window returns a *StaleError.
+func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyResult, error) {
+	if d == nil || effect == nil {
+		return ApplyResult{}, errors.New("mensageria: Inbox.Apply needs a delivery and an effect")
+	}
+	key := in.cfg.DedupKey(d)
+	if key == "" {
+		return ApplyResult{}, &InvalidMessageError{Field: "Key", Reason: "empty dedup key"}
+	}
+	rec := driver.InboxRecord{Consumer: in.cfg.Consumer, Key: key, MessageID: d.ID}
+	if in.cfg.Window > 0 {
+		rec.CreatedAt, rec.Window = d.CreatedAt, in.cfg.Window
+	}
+	var res ApplyResult
+	err := in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		r, err := tx.InboxRecord(ctx, rec)
+		if err != nil {
+			return err
+		}
+		if r.Stale {
+			return &StaleError{Consumer: in.cfg.Consumer, Key: key, CreatedAt: d.CreatedAt, Window: in.cfg.Window}
+		}
+		if r.Duplicate {
+			res = ApplyResult{Duplicate: true, FirstID: r.FirstMessageID}
+			return nil
+		}
+		return effect(ctx, tx, d)
+	})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return res, nil
+}

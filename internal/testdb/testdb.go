@@ -1,0 +1,109 @@
+// Package testdb gives tests a real PostgreSQL: one pool per test binary and
+// a fresh schema per test, dropped when the test ends.
+//
+// The server is read from MENSAGERIA_TEST_DATABASE_URL (default: the local
+// trust-auth server, database test). When it cannot be reached a test
+// skips, except when CI is set: there a missing service is a failure.
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// EnvURL names the variable that points tests at PostgreSQL.
+const EnvURL = "MENSAGERIA_TEST_DATABASE_URL"
+
+// DefaultURL is used when EnvURL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns the configured test database URL.
+func URL() string {
+	if u := os.Getenv(EnvURL); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var (
+	once    sync.Once
+	pool    *pgxpool.Pool
+	poolErr error
+)
+
+// Unavailable skips or fails t (under CI) because a service is missing.
+func Unavailable(t testing.TB, service string, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is required when CI is set: %v", service, err)
+	}
+	t.Skipf("%s not reachable (%v); set CI=1 to make this a failure", service, err)
+}
+
+// Pool returns the shared pool, or skips/fails t when PostgreSQL is down.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cfg, err := pgxpool.ParseConfig(URL())
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 32
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err == nil {
+			err = p.Ping(ctx)
+		}
+		pool, poolErr = p, err
+	})
+	if poolErr != nil {
+		Unavailable(t, "PostgreSQL at "+URL(), poolErr)
+	}
+	return pool
+}
+
+// Schema creates an empty, uniquely named schema for t and drops it (with
+// everything in it) when t ends. It returns the schema's name.
+func Schema(t testing.TB) string {
+	t.Helper()
+	p := Pool(t)
+	name := fmt.Sprintf("mt_%s_%08x", sanitize(t.Name()), rand.Uint32())
+	ctx := context.Background()
+	if _, err := p.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatalf("create schema %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := p.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
+			t.Logf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 30 {
+			break
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,48 @@
+package mensageria
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Message is what a sender enqueues.
+type Message struct {
+	// Type names the message kind; the app must have registered a Sender
+	// for it. Required.
+	Type string
+	// Key is the natural key of the domain event (an order number, a
+	// closing's id). Receivers dedupe on it and ordered types keep its
+	// messages in enqueue order. Required.
+	Key string
+	// Payload is a JSON document; nil is stored as {}.
+	Payload json.RawMessage
+	// Headers travel with the message (request id, traceparent).
+	Headers map[string]string
+	// ID is assigned by Enqueue (a UUIDv7) when zero.
+	ID uuid.UUID
+}
+
+// Delivery is one attempt to deliver a message, as a Sender sees it.
+type Delivery struct {
+	// ID is the message id; stable across attempts.
+	ID      uuid.UUID
+	Type    string
+	Key     string
+	Payload json.RawMessage
+	Headers map[string]string
+	// CreatedAt is the database time at enqueue.
+	CreatedAt time.Time
+	// Attempt is 1 on the first delivery.
+	Attempt int
+	// Seq is the outbox row id: increasing in claim order, unique per
+	// outbox table.
+	Seq int64
+}
+
+// Header names the library sets or reads.
+const (
+	HeaderRequestID   = "X-Request-Id"
+	HeaderTraceparent = "traceparent"
+)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Starts the services the tests need, if they are not running. Safe to run
+# any number of times; used by `make test` and so by CI.
+set -euo pipefail
+
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+if ! pg_up; then
+  echo "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+fi
+pg_up || { echo "PostgreSQL did not start" >&2; exit 1; }
+# The tests' database; every test makes its own schema inside it.
+psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1 \
+  || psql -h 127.0.0.1 -U postgres -d postgres -c "CREATE DATABASE test"
+
+nats_up() { (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; }
+if ! nats_up; then
+  echo "starting NATS"
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  for _ in $(seq 1 30); do nats_up && break; sleep 0.5; done
+fi
+nats_up || { echo "NATS did not start" >&2; exit 1; }
+echo "services: PostgreSQL and NATS are up"

@@ -1,0 +1,131 @@
+package mensageria
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Sender delivers messages of one type to their destination. Send returns
+// nil only when the destination has the message. An error is retried later
+// with backoff unless it is wrapped with Permanent.
+//
+// A Sender must be safe for concurrent use.
+type Sender interface {
+	Send(ctx context.Context, d *Delivery) error
+}
+
+// BatchSender is implemented by Senders that can deliver many messages in
+// one exchange. SendBatch returns one error per delivery, in order; a nil
+// slice means all were delivered.
+type BatchSender interface {
+	Sender
+	SendBatch(ctx context.Context, ds []*Delivery) []error
+}
+
+// SenderFunc adapts a function to Sender.
+type SenderFunc func(ctx context.Context, d *Delivery) error
+
+// Send calls f.
+func (f SenderFunc) Send(ctx context.Context, d *Delivery) error { return f(ctx, d) }
+
+// Route is a registered type and how its messages travel.
+type Route struct {
+	Type   string
+	Sender Sender
+	// Ordered delivers the messages of one key in enqueue order; a failing
+	// message blocks only its own key.
+	Ordered bool
+}
+
+// RouteOption tunes a route at registration.
+type RouteOption func(*Route)
+
+// Ordered makes the route deliver per-key in enqueue order.
+func Ordered() RouteOption { return func(r *Route) { r.Ordered = true } }
+
+// Registry maps message types to their Senders. What it holds is exactly
+// what the app may enqueue and what its relay claims.
+type Registry struct {
+	mu     sync.RWMutex
+	routes map[string]Route
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{routes: map[string]Route{}} }
+
+// Register adds the Sender of a type. Registering a type twice or a nil
+// Sender is an error.
+func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
+	if err := validateType(typ); err != nil {
+		return err
+	}
+	if s == nil {
+		return &ConfigError{Field: "Registry", Reason: fmt.Sprintf("nil Sender for type %q", typ)}
+	}
+	rt := Route{Type: typ, Sender: s}
+	for _, o := range opts {
+		o(&rt)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.routes == nil {
+		r.routes = map[string]Route{}
+	}
+	if _, dup := r.routes[typ]; dup {
+		return &ConfigError{Field: "Registry", Reason: fmt.Sprintf("type %q registered twice", typ)}
+	}
+	r.routes[typ] = rt
+	return nil
+}
+
+// MustRegister is Register that panics, for program set-up.
+func (r *Registry) MustRegister(typ string, s Sender, opts ...RouteOption) *Registry {
+	if err := r.Register(typ, s, opts...); err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// Types returns the registered types, sorted.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.routes))
+	for t := range r.routes {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Route returns the route of a type.
+func (r *Registry) Route(typ string) (Route, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	rt, ok := r.routes[typ]
+	return rt, ok
+}
+
+func (r *Registry) orderedTypes() []string {
+	var out []string
+	for _, t := range r.Types() {
+		if rt, _ := r.Route(t); rt.Ordered {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+const maxTypeLen = 200
+
+func validateType(typ string) error {
+	if typ == "" {
+		return &ConfigError{Field: "Type", Reason: "empty message type"}
+	}
+	if len(typ) > maxTypeLen {
+		return &ConfigError{Field: "Type", Reason: fmt.Sprintf("message type longer than %d bytes", maxTypeLen)}
+	}
+	return nil
+}
