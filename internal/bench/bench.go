@@ -1,0 +1,57 @@
+// Package bench holds the benchmark scenarios of the project. The Go
+// benchmarks (go test -bench) and `mensageria bench` run the same code, so
+// the figures in docs/benchmarks.md can be reproduced either way.
+package bench
+
+import (
+	"encoding/json"
+	"io"
+	"sort"
+	"time"
+)
+
+// Result is the outcome of one scenario: named metrics in the units their
+// names say (msgs/s, p50-ms, raw-ratio, ...).
+type Result struct {
+	Scenario string             `json:"scenario"`
+	Metrics  map[string]float64 `json:"metrics"`
+	Notes    string             `json:"notes,omitempty"`
+}
+
+// Set records one metric.
+func (r *Result) Set(name string, v float64) {
+	if r.Metrics == nil {
+		r.Metrics = map[string]float64{}
+	}
+	r.Metrics[name] = v
+}
+
+// WriteJSON writes r as one JSON object on one line.
+func (r Result) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// Latencies collects durations and reports percentiles.
+type Latencies struct{ d []time.Duration }
+
+// Add records one latency.
+func (l *Latencies) Add(d time.Duration) { l.d = append(l.d, d) }
+
+// Len is the number of samples.
+func (l *Latencies) Len() int { return len(l.d) }
+
+// PercentileMs returns the p-th percentile (0-100) in milliseconds.
+func (l *Latencies) PercentileMs(p float64) float64 {
+	if len(l.d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), l.d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p / 100 * float64(len(s)-1))
+	return float64(s[i]) / float64(time.Millisecond)
+}
