@@ -1,0 +1,138 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// migrations returns the embedded migrations, numbered from the file names
+// (NNN_name.sql), with the schema filled in.
+func (d *Driver) migrations() ([]driver.Migration, error) {
+	entries, err := fs.ReadDir(files, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []driver.Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, rest, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("mensageria/postgres: migration file %q is not NNN_name.sql", name)
+		}
+		b, err := files.ReadFile(path.Join("migrations", name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, driver.Migration{Version: v, Name: rest, SQL: d.expand(string(b))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// MigrationSQL returns the migrations after version from. Each one, and the
+// bookkeeping row it needs, is what Migrate would run.
+func (d *Driver) MigrationSQL(from int) ([]driver.Migration, error) {
+	all, err := d.migrations()
+	if err != nil {
+		return nil, err
+	}
+	var out []driver.Migration
+	for _, m := range all {
+		if m.Version > from {
+			m.SQL = d.versionTableSQL() + "\n" + m.SQL + "\n" + fmt.Sprintf(
+				"INSERT INTO %s (version, name) VALUES (%d, '%s');\n", d.table("schema_migrations"), m.Version, m.Name)
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func (d *Driver) versionTableSQL() string {
+	return "CREATE SCHEMA IF NOT EXISTS " + d.schema + ";\n" +
+		"CREATE TABLE IF NOT EXISTS " + d.table("schema_migrations") +
+		" (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());"
+}
+
+// lockKey is the advisory lock that serializes migrations of one schema
+// across every process, so that two apps starting together never race to
+// create the same table.
+func (d *Driver) lockKey(purpose string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("mensageria\x00" + purpose + "\x00" + d.schema))
+	return int64(h.Sum64())
+}
+
+// Migrate applies or checks the migrations, under a transaction-scoped
+// advisory lock: concurrent callers wait, then find nothing left to do.
+func (d *Driver) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
+	all, err := d.migrations()
+	if err != nil {
+		return driver.MigrateResult{}, err
+	}
+	latest := all[len(all)-1].Version
+	var res driver.MigrateResult
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", d.lockKey("migrate")); err != nil {
+			return err
+		}
+		current, err := d.currentVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		res.From, res.To = current, current
+		if current > latest {
+			return fmt.Errorf("%w: database %s is at version %d, this build knows up to %d", driver.ErrSchemaAhead, d.schema, current, latest)
+		}
+		if mode == driver.MigrateCheck {
+			if current < latest {
+				return fmt.Errorf("%w: schema %s is at version %d, this build needs %d (run `mensageria migrate up`, or apply `mensageria migrate sql`)",
+					driver.ErrSchemaBehind, d.schema, current, latest)
+			}
+			return nil
+		}
+		if _, err := tx.Exec(ctx, d.versionTableSQL()); err != nil {
+			return err
+		}
+		for _, m := range all {
+			if m.Version <= current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("mensageria/postgres: migration %03d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+d.table("schema_migrations")+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+				return err
+			}
+			res.Applied = append(res.Applied, m.Version)
+			res.To = m.Version
+		}
+		return nil
+	})
+	return res, err
+}
+
+// currentVersion looks the table up first: a failed SELECT would abort the
+// surrounding transaction.
+func (d *Driver) currentVersion(ctx context.Context, tx pgx.Tx) (int, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", d.table("schema_migrations")).Scan(&exists); err != nil {
+		return 0, err
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+d.table("schema_migrations")).Scan(&v)
+	return v, err
+}

@@ -1,0 +1,74 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// ListMessages pages through rows in id order.
+func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]driver.Job, error) {
+	var where []string
+	var args []any
+	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
+	if f.State != "" {
+		where = append(where, "state = "+arg(string(f.State)))
+	}
+	if len(f.Types) > 0 {
+		where = append(where, "type = ANY("+arg(f.Types)+"::text[])")
+	}
+	if len(f.IDs) > 0 {
+		where = append(where, "id = ANY("+arg(f.IDs)+"::bigint[])")
+	}
+	if f.AfterID > 0 {
+		where = append(where, "id > "+arg(f.AfterID))
+	}
+	limit := f.Limit
+	if limit <= 0 || limit > 10000 {
+		limit = 100
+	}
+	q := "SELECT id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, coalesce(last_error, '') FROM " + d.table("outbox")
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id LIMIT " + arg(limit)
+	rows, err := d.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/postgres: list: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
+		var j driver.Job
+		var state string
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &j.DeliveredAt, &j.LastError)
+		j.State = driver.State(state)
+		return j, err
+	})
+}
+
+// Revive retries (back to pending, attempts reset, due now) or discards
+// dead rows, selected by ids or else by types.
+func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error) {
+	var cond string
+	var sel any
+	switch {
+	case len(p.IDs) > 0:
+		cond, sel = "id = ANY($1::bigint[])", p.IDs
+	case len(p.Types) > 0:
+		cond, sel = "type = ANY($1::text[])", p.Types
+	default:
+		return 0, fmt.Errorf("mensageria/postgres: revive needs ids or types")
+	}
+	q := "UPDATE " + d.table("outbox") + " SET state = 'pending', attempts = 0, available_at = now(), lease_token = NULL, lease_until = NULL WHERE state = 'dead' AND " + cond
+	if p.Discard {
+		q = "DELETE FROM " + d.table("outbox") + " WHERE state = 'dead' AND " + cond
+	}
+	tag, err := d.pool.Exec(ctx, q, sel)
+	if err != nil {
+		return 0, fmt.Errorf("mensageria/postgres: revive: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

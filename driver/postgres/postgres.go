@@ -1,0 +1,216 @@
+// Package postgres is the PostgreSQL driver of mensageria, through pgx v5.
+//
+// Callers enqueue inside their own transaction with either a pgx.Tx or a
+// *sql.Tx (database/sql, sqlx, GORM, ent and bun all expose one), so the
+// outbox row commits or rolls back with their business write.
+//
+// The relay's claim runs with a fresh plan every time (pgx's exec mode, an
+// unnamed statement): a plan cached while the outbox was empty keeps a
+// sequential scan once it is full, which drains a few hundred rows a second
+// (docs/adr/0004-claim-query.md).
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+//go:embed migrations/*.sql queries/*.sql
+var files embed.FS
+
+// Config configures the driver.
+type Config struct {
+	// Schema holds the mensageria tables. Default "mensageria". Several
+	// apps may share one schema; each relays only its own types.
+	Schema string
+}
+
+// Driver implements driver.Driver on a pgx pool.
+type Driver struct {
+	pool    *pgxpool.Pool
+	schema  string
+	channel string
+	q       queries
+
+	insertMu  sync.Mutex
+	insertSQL map[int]string
+}
+
+type queries struct {
+	claim, settleDelivered, settleRetry, settleDead, settleRelease string
+	inboxRecord, stats, purgeOutbox, purgeInbox                    string
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// New returns a driver on pool. The pool stays the caller's: Close does not
+// close it.
+func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("mensageria/postgres: nil pool")
+	}
+	schema := "mensageria"
+	if cfg != nil && cfg.Schema != "" {
+		schema = cfg.Schema
+	}
+	if !schemaName.MatchString(schema) {
+		return nil, fmt.Errorf("mensageria/postgres: schema %q must be a lower-case SQL identifier (a-z, 0-9, _)", schema)
+	}
+	d := &Driver{pool: pool, schema: schema, channel: schema + "_outbox", insertSQL: map[int]string{}}
+	load := func(name string) string {
+		b, err := files.ReadFile("queries/" + name + ".sql")
+		if err != nil {
+			panic(err) // embedded at build time; missing means a broken build
+		}
+		return d.expand(string(b))
+	}
+	d.q = queries{
+		claim:           load("claim"),
+		settleDelivered: load("settle_delivered"),
+		settleRetry:     load("settle_retry"),
+		settleDead:      load("settle_dead"),
+		settleRelease:   load("settle_release"),
+		inboxRecord:     load("inbox_record"),
+		stats:           load("stats"),
+		purgeOutbox:     load("purge_outbox"),
+		purgeInbox:      load("purge_inbox"),
+	}
+	return d, nil
+}
+
+// Schema returns the schema the driver works in.
+func (d *Driver) Schema() string { return d.schema }
+
+// Pool returns the pool the driver runs on.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Close releases nothing of the caller's; it exists for the interface.
+func (d *Driver) Close() error { return nil }
+
+func (d *Driver) expand(sql string) string { return strings.ReplaceAll(sql, "{{schema}}", d.schema) }
+
+func (d *Driver) table(name string) string { return d.schema + "." + name }
+
+// Insert writes rows, and the notification when asked, in one implicit
+// transaction and one round trip.
+func (d *Driver) Insert(ctx context.Context, p driver.InsertParams) error {
+	if len(p.Rows) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for start := 0; start < len(p.Rows); start += insertChunk {
+		rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
+		b.Queue(d.insertStatement(len(rows)), insertArgs(rows, false)...)
+	}
+	if p.Notify {
+		b.Queue("SELECT pg_notify($1, '')", d.channel)
+	}
+	if len(p.Rows) > insertChunk || p.Notify {
+		// A batch runs as one implicit transaction only without explicit
+		// BEGIN; several chunks must still be all-or-nothing.
+		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	}
+	return d.pool.SendBatch(ctx, b).Close()
+}
+
+// InsertTx writes rows in the caller's transaction: a pgx.Tx or a *sql.Tx
+// on a PostgreSQL connection (pgx's stdlib or lib/pq).
+func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) error {
+	if len(p.Rows) == 0 {
+		return nil
+	}
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		b := &pgx.Batch{}
+		for start := 0; start < len(p.Rows); start += insertChunk {
+			rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
+			b.Queue(d.insertStatement(len(rows)), insertArgs(rows, false)...)
+		}
+		if p.Notify {
+			b.Queue("SELECT pg_notify($1, '')", d.channel)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	case *sql.Tx:
+		for start := 0; start < len(p.Rows); start += insertChunk {
+			rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
+			if _, err := tx.ExecContext(ctx, d.insertStatement(len(rows)), insertArgs(rows, true)...); err != nil {
+				return err
+			}
+		}
+		if p.Notify {
+			if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, '')", d.channel); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		return &driver.TxTypeError{Driver: "postgres", Got: fmt.Sprintf("%T", tx), Want: []string{"pgx.Tx", "*sql.Tx"}}
+	}
+}
+
+// insertChunk keeps one statement well under PostgreSQL's 65535 parameters.
+const insertChunk = 1000
+
+// insertStatement is a multi-row VALUES insert with scalar parameters only,
+// so that it runs unchanged through pgx and through any database/sql
+// PostgreSQL driver.
+func (d *Driver) insertStatement(n int) string {
+	d.insertMu.Lock()
+	defer d.insertMu.Unlock()
+	if s, ok := d.insertSQL[n]; ok {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + d.table("outbox") + " (message_id, type, key, payload, headers) VALUES ")
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k := i * 5
+		fmt.Fprintf(&b, "($%d::uuid,$%d,$%d,$%d::json,$%d::json)", k+1, k+2, k+3, k+4, k+5)
+	}
+	s := b.String()
+	if n <= 100 { // the common sizes; odd ones are not worth keeping
+		d.insertSQL[n] = s
+	}
+	return s
+}
+
+func insertArgs(rows []driver.InsertRow, portable bool) []any {
+	args := make([]any, 0, len(rows)*5)
+	for _, r := range rows {
+		headers := r.Headers
+		if len(headers) == 0 {
+			headers = []byte("{}")
+		}
+		if portable {
+			args = append(args, uuidString(r.MessageID), r.Type, r.Key, string(r.Payload), string(headers))
+		} else {
+			args = append(args, r.MessageID, r.Type, r.Key, string(r.Payload), string(headers))
+		}
+	}
+	return args
+}
+
+func uuidString(u [16]byte) string {
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[b>>4], hex[b&0xf])
+	}
+	return string(out)
+}

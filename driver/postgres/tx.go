@@ -1,0 +1,74 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// InTx runs fn in a transaction; fn's tx.Raw() is a pgx.Tx.
+func (d *Driver) InTx(ctx context.Context, fn func(ctx context.Context, tx driver.Tx) error) error {
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		return fn(ctx, &pgTx{d: d, tx: tx})
+	})
+}
+
+type pgTx struct {
+	d  *Driver
+	tx pgx.Tx
+}
+
+func (t *pgTx) Raw() any { return t.tx }
+
+func (t *pgTx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.InboxResult, error) {
+	var created *time.Time
+	if !r.CreatedAt.IsZero() && r.Window > 0 {
+		created = &r.CreatedAt
+	}
+	tag, err := t.tx.Exec(ctx, t.d.q.inboxRecord, r.Consumer, r.Key, r.MessageID, created, r.Window)
+	if err != nil {
+		return driver.InboxResult{}, fmt.Errorf("mensageria/postgres: inbox: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return driver.InboxResult{}, nil
+	}
+	// Not inserted: either a record exists (duplicate) or the message was
+	// too old to be checked (stale). A record wins: it proves the effect.
+	var first [16]byte
+	err = t.tx.QueryRow(ctx, "SELECT message_id FROM "+t.d.table("inbox")+" WHERE consumer = $1 AND key = $2", r.Consumer, r.Key).Scan(&first)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return driver.InboxResult{Stale: true}, nil
+	}
+	if err != nil {
+		return driver.InboxResult{}, fmt.Errorf("mensageria/postgres: inbox: %w", err)
+	}
+	return driver.InboxResult{Duplicate: true, FirstMessageID: first}, nil
+}
+
+func (t *pgTx) Offset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
+	var pos int64
+	err := t.tx.QueryRow(ctx, "SELECT position FROM "+t.d.table("offsets")+" WHERE consumer = $1 AND source = $2 AND partition = $3",
+		consumer, source, partition).Scan(&pos)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("mensageria/postgres: offset: %w", err)
+	}
+	return pos, true, nil
+}
+
+func (t *pgTx) SetOffset(ctx context.Context, consumer, source string, partition int32, offset int64) error {
+	_, err := t.tx.Exec(ctx, `INSERT INTO `+t.d.table("offsets")+` (consumer, source, partition, position) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (consumer, source, partition) DO UPDATE SET position = excluded.position, updated_at = now()`,
+		consumer, source, partition, offset)
+	if err != nil {
+		return fmt.Errorf("mensageria/postgres: set offset: %w", err)
+	}
+	return nil
+}
