@@ -1,0 +1,27 @@
+// Package m2mhttp carries mensageria messages between applications over
+// HTTP: a Sender the relay uses to POST each message as a JSON envelope,
+// and a Receiver (an http.Handler) that authenticates the request, decodes
+// the envelope strictly and applies it through a mensageria.Inbox, so a
+// redelivered message has no second effect.
+//
+// The wire contract is docs/openapi.yaml. In short:
+//
+//	POST <URL exactly as configured>
+//	Authorization: Bearer <token>
+//	Content-Type: application/json
+//	X-Request-Id: <message header X-Request-Id, else the message id>
+//	Idempotency-Key: <natural key, when it is printable ASCII>
+//	traceparent: <when the message carries one>
+//
+//	{"id":"<uuid>","type":"...","key":"...","created_at":"<RFC 3339>",
+//	 "attempt":1,"payload":<JSON>,"headers":{"...":"..."}}
+//
+// The receiver answers 200 {"status":"applied"} or 200
+// {"status":"duplicate"}; every refusal is an RFC 9457 problem document.
+// The Sender maps the status to the relay's outcome:
+//
+//	2xx                          delivered
+//	408, 425, 429, 5xx, network  retried (Retry-After honoured)
+//	3xx                          dead: redirects are never followed
+//	409 and other 4xx            dead, with the problem's detail as reason
+package m2mhttp

@@ -1,0 +1,244 @@
+package m2mhttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria"
+)
+
+// Envelope is the JSON body of one delivery.
+type Envelope struct {
+	ID        uuid.UUID         `json:"id"`
+	Type      string            `json:"type"`
+	Key       string            `json:"key"`
+	CreatedAt time.Time         `json:"created_at"`
+	Attempt   int               `json:"attempt"`
+	Payload   json.RawMessage   `json:"payload"`
+	Headers   map[string]string `json:"headers"`
+}
+
+// Limits of the envelope's fields. They mirror what mensageria.Enqueue
+// accepts, so anything the outbox can hold fits the wire.
+const (
+	maxTypeLen   = 200
+	maxKeyLen    = 1000
+	maxAttempt   = math.MaxInt32
+	maxHeaders   = 64
+	maxHeaderLen = 8 << 10
+)
+
+// EnvelopeError says which field of an envelope is wrong and why.
+type EnvelopeError struct {
+	Field  string // "" when the document as a whole is wrong
+	Reason string
+}
+
+func (e *EnvelopeError) Error() string {
+	if e.Field == "" {
+		return "envelope: " + e.Reason
+	}
+	return "envelope: " + e.Field + ": " + e.Reason
+}
+
+var envelopeFields = map[string]bool{
+	"id": true, "type": true, "key": true, "created_at": true,
+	"attempt": true, "payload": true, "headers": true,
+}
+
+// headers is optional so that senders in other languages may leave it out
+// when the message has none; everything else must be present.
+var requiredFields = []string{"id", "type", "key", "created_at", "attempt", "payload"}
+
+// DecodeEnvelope parses b strictly: one JSON object, valid UTF-8, no
+// unknown or repeated fields, every required field present with its type,
+// nothing after the object. Lenient decoding would let a sender's bug (a
+// renamed field, a null key) be applied as an empty value and then deduped
+// forever; refusing it makes the sender's message dead with a reason.
+func DecodeEnvelope(b []byte) (*Envelope, error) {
+	bad := func(field, format string, a ...any) error {
+		return &EnvelopeError{Field: field, Reason: fmt.Sprintf(format, a...)}
+	}
+	if !utf8.Valid(b) {
+		return nil, bad("", "body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, bad("", "not a JSON document: %v", jsonErr(err))
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, bad("", "must be a JSON object")
+	}
+	raw := make(map[string]json.RawMessage, len(envelopeFields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, bad("", "not a JSON document: %v", jsonErr(err))
+		}
+		name, _ := tok.(string) // inside an object, keys are strings
+		if !envelopeFields[name] {
+			return nil, bad(name, "unknown field")
+		}
+		if _, dup := raw[name]; dup {
+			return nil, bad(name, "field repeated")
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, bad("", "not a JSON document: %v", jsonErr(err))
+		}
+		raw[name] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, bad("", "not a JSON document: %v", jsonErr(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad("", "data after the JSON object")
+	}
+	for _, f := range requiredFields {
+		if _, ok := raw[f]; !ok {
+			return nil, bad(f, "required field missing")
+		}
+	}
+
+	var e Envelope
+	s, err := jsonString(raw["id"])
+	if err != nil {
+		return nil, bad("id", "%v", err)
+	}
+	// uuid.Parse also takes braces, urn: and 32-hex forms; only the
+	// canonical one is part of the contract.
+	if len(s) != 36 {
+		return nil, bad("id", "must be a UUID in its canonical 36-character form")
+	}
+	if e.ID, err = uuid.Parse(s); err != nil || e.ID == uuid.Nil {
+		return nil, bad("id", "must be a non-nil UUID")
+	}
+	if e.Type, err = jsonString(raw["type"]); err != nil {
+		return nil, bad("type", "%v", err)
+	}
+	if e.Type == "" || len(e.Type) > maxTypeLen {
+		return nil, bad("type", "must be 1-%d bytes", maxTypeLen)
+	}
+	if e.Key, err = jsonString(raw["key"]); err != nil {
+		return nil, bad("key", "%v", err)
+	}
+	if e.Key == "" || len(e.Key) > maxKeyLen {
+		return nil, bad("key", "must be 1-%d bytes", maxKeyLen)
+	}
+	if s, err = jsonString(raw["created_at"]); err != nil {
+		return nil, bad("created_at", "%v", err)
+	}
+	if e.CreatedAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
+		return nil, bad("created_at", "must be an RFC 3339 date-time")
+	}
+	a := raw["attempt"]
+	n, err := strconv.ParseInt(string(a), 10, 64)
+	if err != nil || n < 1 || n > maxAttempt {
+		return nil, bad("attempt", "must be an integer from 1 to %d", maxAttempt)
+	}
+	e.Attempt = int(n)
+	e.Payload = raw["payload"]
+	if h, ok := raw["headers"]; ok {
+		if e.Headers, err = decodeHeaders(h); err != nil {
+			return nil, bad("headers", "%v", err)
+		}
+	}
+	return &e, nil
+}
+
+func jsonErr(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of input"
+	}
+	return err.Error()
+}
+
+func jsonString(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", errors.New("must be a string")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", errors.New("must be a string")
+	}
+	return s, nil
+}
+
+func decodeHeaders(raw json.RawMessage) (map[string]string, error) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, errors.New("must be an object of strings")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, errors.New("must be an object of strings")
+	}
+	if len(m) > maxHeaders {
+		return nil, fmt.Errorf("at most %d headers", maxHeaders)
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		s, err := jsonString(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q must be a string", k)
+		}
+		if k == "" || len(k)+len(s) > maxHeaderLen {
+			return nil, fmt.Errorf("names must be non-empty and a header at most %d bytes", maxHeaderLen)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// Delivery returns the envelope as the inbox and effects see it.
+func (e *Envelope) Delivery() *mensageria.Delivery {
+	return &mensageria.Delivery{
+		ID:        e.ID,
+		Type:      e.Type,
+		Key:       e.Key,
+		Payload:   e.Payload,
+		Headers:   e.Headers,
+		CreatedAt: e.CreatedAt,
+		Attempt:   e.Attempt,
+	}
+}
+
+// EncodeEnvelope renders d as the wire envelope. A payload that is not
+// valid JSON (a row inserted by hand, say) is an error no retry can fix.
+func EncodeEnvelope(d *mensageria.Delivery) ([]byte, error) {
+	payload := d.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	headers := d.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(payload) + 256)
+	enc := json.NewEncoder(&buf)
+	// The payload is the sender's document: leave its <, > and & alone.
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(Envelope{
+		ID:        d.ID,
+		Type:      d.Type,
+		Key:       d.Key,
+		CreatedAt: d.CreatedAt.UTC(),
+		Attempt:   d.Attempt,
+		Payload:   payload,
+		Headers:   headers,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

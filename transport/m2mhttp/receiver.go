@@ -1,0 +1,338 @@
+package m2mhttp
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/xadm/mensageria"
+)
+
+// Handler applies the messages of one type: Effect runs through Inbox, in
+// one transaction with the dedup record.
+//
+// The effect's error decides the answer: nil → 200 applied;
+// mensageria.Permanent(err) → 422 (the sender parks the message as dead
+// with err as reason); mensageria.RetryAfter(err, d) → 503 with
+// Retry-After; any other error → 500, retried. A panic is a 500 too.
+type Handler struct {
+	Inbox  *mensageria.Inbox
+	Effect mensageria.Effect
+}
+
+// ReceiverConfig configures a Receiver.
+type ReceiverConfig struct {
+	// Tokens are the accepted bearer tokens; any one of them is valid, so
+	// a new token can be rolled out to senders before the old one is
+	// dropped. At least one is required.
+	Tokens []string
+	// Handlers maps each message type this receiver takes to its Handler.
+	// A type not listed is refused with 422 (a permanent refusal: the
+	// sender parks the message as dead rather than retry it forever).
+	Handlers map[string]Handler
+	// MaxBodyBytes bounds a request body; larger ones get 413. Default
+	// 1 MiB.
+	MaxBodyBytes int64
+	// MaxInFlight bounds the messages being applied at once; beyond it the
+	// receiver sheds load with 503 and Retry-After instead of queueing
+	// until the senders time out. Default 0: no bound.
+	MaxInFlight int
+	// Logger receives the receiver's logs, each with the request id.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// LogPayloads adds the message payload to the logs of failed
+	// deliveries. Default false: payloads may carry personal data. The
+	// bearer token is never logged.
+	LogPayloads bool
+}
+
+// Receiver is the http.Handler of one receiving endpoint.
+type Receiver struct {
+	tokens   [][sha256.Size]byte
+	handlers map[string]Handler
+	maxBody  int64
+	inflight chan struct{}
+	log      *slog.Logger
+	payloads bool
+}
+
+// NewReceiver validates cfg and returns its Receiver.
+func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
+	if len(cfg.Tokens) == 0 {
+		return nil, &mensageria.ConfigError{Field: "Tokens", Reason: "at least one bearer token is required"}
+	}
+	rc := &Receiver{handlers: make(map[string]Handler, len(cfg.Handlers)), maxBody: cfg.MaxBodyBytes, payloads: cfg.LogPayloads}
+	for i, t := range cfg.Tokens {
+		if t == "" || !validHeaderValue(t) {
+			return nil, &mensageria.ConfigError{Field: "Tokens", Reason: fmt.Sprintf("token %d must be non-empty printable ASCII", i)}
+		}
+		// Comparing digests keeps the comparison constant-time in the
+		// token's length too, which subtle.ConstantTimeCompare is not.
+		rc.tokens = append(rc.tokens, sha256.Sum256([]byte(t)))
+	}
+	if len(cfg.Handlers) == 0 {
+		return nil, &mensageria.ConfigError{Field: "Handlers", Reason: "at least one message type is required"}
+	}
+	for typ, h := range cfg.Handlers {
+		if typ == "" || h.Inbox == nil || h.Effect == nil {
+			return nil, &mensageria.ConfigError{Field: "Handlers", Reason: fmt.Sprintf("type %q needs a name, an Inbox and an Effect", typ)}
+		}
+		rc.handlers[typ] = h
+	}
+	if rc.maxBody == 0 {
+		rc.maxBody = 1 << 20
+	}
+	if rc.maxBody < 0 {
+		return nil, &mensageria.ConfigError{Field: "MaxBodyBytes", Reason: "must not be negative"}
+	}
+	if cfg.MaxInFlight < 0 {
+		return nil, &mensageria.ConfigError{Field: "MaxInFlight", Reason: "must not be negative"}
+	}
+	if cfg.MaxInFlight > 0 {
+		rc.inflight = make(chan struct{}, cfg.MaxInFlight)
+	}
+	l := cfg.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	// Not wrapped with NewLogHandler: the receiver's own lines carry the
+	// request id as an attribute already.
+	rc.log = l
+	return rc, nil
+}
+
+type ctxKey int
+
+const (
+	keyRequestID ctxKey = iota
+	keyLogger
+)
+
+// RequestID returns the request id the Receiver put into the context of
+// the effect it runs: the request's X-Request-Id, else the message's own
+// X-Request-Id header, else the message id.
+func RequestID(ctx context.Context) string {
+	s, _ := ctx.Value(keyRequestID).(string)
+	return s
+}
+
+// Logger returns the receiver's logger for the message being applied, with
+// its request id, type, key and id attached; slog.Default() outside one.
+func Logger(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(keyLogger).(*slog.Logger); ok {
+		return l
+	}
+	return slog.Default()
+}
+
+// NewLogHandler wraps h so that every record logged with a context the
+// Receiver made (logger.InfoContext(ctx, ...)) carries "request_id". Wrap
+// the application's own handler with it to correlate its logs with the
+// sender's.
+func NewLogHandler(h slog.Handler) slog.Handler {
+	if _, ok := h.(*logHandler); ok {
+		return h
+	}
+	return &logHandler{h}
+}
+
+type logHandler struct{ slog.Handler }
+
+func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		r = r.Clone()
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h *logHandler) WithGroup(name string) slog.Handler {
+	return &logHandler{h.Handler.WithGroup(name)}
+}
+
+// panicError carries a recovered panic out of the effect, so that the
+// inbox transaction rolls back through its ordinary error path.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("effect panicked: %v", e.value) }
+
+// ServeHTTP takes one envelope. See docs/openapi.yaml for every answer.
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := r.Header.Get(mensageria.HeaderRequestID)
+	if !validRequestID(reqID) {
+		reqID = ""
+	}
+	refuse := func(status int, typ, title, detail string, retryAfter time.Duration) {
+		writeProblem(w, Problem{Type: typ, Title: title, Status: status, Detail: detail, RequestID: reqID}, retryAfter)
+	}
+	defer func() {
+		// The effect's panics are caught inside the transaction; this
+		// catches the rest (a driver, a hook) so the sender still gets a
+		// retryable answer instead of a reset connection.
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			rc.log.Error("receiver panicked", "request_id", reqID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			refuse(http.StatusInternalServerError, ProblemInternal, "Internal error", "the receiver failed; the message was not applied", 0)
+		}
+	}()
+
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		refuse(http.StatusMethodNotAllowed, ProblemMethod, "Method not allowed", "deliveries are POSTed", 0)
+		return
+	}
+	if !rc.authorized(r.Header.Get(headerAuthorization)) {
+		errParam := ""
+		if r.Header.Get(headerAuthorization) != "" {
+			errParam = `, error="invalid_token"`
+		}
+		w.Header().Set(headerWWWAuthenticate, `Bearer realm="mensageria"`+errParam)
+		refuse(http.StatusUnauthorized, ProblemUnauthorized, "Unauthorized", "a valid bearer token is required", 0)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get(headerContentType)); err != nil || mt != contentTypeJSON {
+		refuse(http.StatusUnsupportedMediaType, ProblemMediaType, "Unsupported media type", "the envelope must be sent as application/json", 0)
+		return
+	}
+	if r.ContentLength > rc.maxBody {
+		refuse(http.StatusRequestEntityTooLarge, ProblemTooLarge, "Body too large", fmt.Sprintf("the limit is %d bytes", rc.maxBody), 0)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			refuse(http.StatusRequestEntityTooLarge, ProblemTooLarge, "Body too large", fmt.Sprintf("the limit is %d bytes", rc.maxBody), 0)
+			return
+		}
+		// The sender went away or the stream broke: nobody may read this,
+		// but a retryable answer is right if someone does.
+		refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the body could not be read", 0)
+		return
+	}
+	env, err := DecodeEnvelope(body)
+	if err != nil {
+		refuse(http.StatusBadRequest, ProblemMalformed, "Malformed envelope", err.Error(), 0)
+		return
+	}
+	if ik := r.Header.Get(headerIdempotencyKey); ik != "" && ik != env.Key {
+		refuse(http.StatusBadRequest, ProblemMalformed, "Malformed envelope", "the Idempotency-Key header differs from the envelope's key", 0)
+		return
+	}
+	if reqID == "" {
+		reqID = env.Headers[mensageria.HeaderRequestID]
+		if !validRequestID(reqID) {
+			reqID = env.ID.String()
+		}
+	}
+	h, ok := rc.handlers[env.Type]
+	if !ok {
+		refuse(http.StatusUnprocessableEntity, ProblemUnknownType, "Unknown message type", fmt.Sprintf("this receiver takes no messages of type %q", truncate(env.Type)), 0)
+		return
+	}
+	if rc.inflight != nil {
+		select {
+		case rc.inflight <- struct{}{}:
+			defer func() { <-rc.inflight }()
+		default:
+			refuse(http.StatusServiceUnavailable, ProblemOverloaded, "Overloaded", "too many messages in flight; retry later", time.Second)
+			return
+		}
+	}
+
+	log := rc.log.With("request_id", reqID, "type", env.Type, "key", env.Key, "id", env.ID.String(), "attempt", env.Attempt)
+	ctx := context.WithValue(r.Context(), keyRequestID, reqID)
+	ctx = context.WithValue(ctx, keyLogger, log)
+	d := env.Delivery()
+	res, err := h.Inbox.Apply(ctx, d, guard(h.Effect))
+	if err == nil {
+		w.Header().Set(headerContentType, contentTypeJSON)
+		w.WriteHeader(http.StatusOK)
+		if res.Duplicate {
+			log.DebugContext(ctx, "duplicate delivery absorbed", "first_id", res.FirstID.String())
+			_, _ = w.Write(bodyDuplicate)
+		} else {
+			log.DebugContext(ctx, "message applied")
+			_, _ = w.Write(bodyApplied)
+		}
+		return
+	}
+	if rc.payloads {
+		log = log.With("payload", string(env.Payload))
+	}
+	var pe *panicError
+	var ra time.Duration
+	switch {
+	case errors.As(err, &pe):
+		log.ErrorContext(ctx, "effect panicked; rolled back", "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
+		refuse(http.StatusInternalServerError, ProblemInternal, "Internal error", "the effect failed; the message was not applied", 0)
+	case errors.Is(err, mensageria.ErrStale):
+		log.WarnContext(ctx, "stale message refused", "err", err)
+		refuse(http.StatusConflict, ProblemStale, "Message older than the dedup window", err.Error(), 0)
+	case mensageria.IsPermanent(err), errors.Is(err, mensageria.ErrInvalidMessage):
+		log.WarnContext(ctx, "message refused by its effect", "err", err)
+		refuse(http.StatusUnprocessableEntity, ProblemRefused, "Message refused", strings.TrimPrefix(err.Error(), "permanent: "), 0)
+	case r.Context().Err() != nil:
+		log.InfoContext(ctx, "sender went away before the message was applied", "err", err)
+		refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the request ended before the message was applied", 0)
+	default:
+		if d, ok := mensageria.RetryAfterOf(err); ok {
+			ra = max(d, time.Second)
+		}
+		log.ErrorContext(ctx, "effect failed; rolled back", "err", err)
+		if ra > 0 {
+			refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the message was not applied; retry later", ra)
+			return
+		}
+		// The error text may hold SQL or internals: it stays in the log.
+		refuse(http.StatusInternalServerError, ProblemInternal, "Internal error", "the effect failed; the message was not applied", 0)
+	}
+}
+
+func guard(effect mensageria.Effect) mensageria.Effect {
+	return func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = &panicError{value: p, stack: debug.Stack()}
+			}
+		}()
+		return effect(ctx, tx, d)
+	}
+}
+
+// authorized checks the bearer token against every configured one without
+// stopping at a match, so the time taken does not tell which matched.
+func (rc *Receiver) authorized(header string) bool {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
+	match := 0
+	for i := range rc.tokens {
+		match |= subtle.ConstantTimeCompare(sum[:], rc.tokens[i][:])
+	}
+	return match == 1
+}

@@ -1,0 +1,312 @@
+package m2mhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xadm/mensageria"
+)
+
+// SenderConfig configures one destination.
+type SenderConfig struct {
+	// URL receives the POST exactly as written: no path is appended.
+	// Required; http or https.
+	URL string
+	// Token is sent as "Authorization: Bearer <Token>". Required: the
+	// receiver refuses anonymous deliveries.
+	Token string
+	// Timeout bounds one request, from dial to the end of the response.
+	// Default 10s.
+	Timeout time.Duration
+	// MaxConcurrent bounds the requests in flight to this destination, so
+	// one slow receiver cannot take every relay slot's connection. Default
+	// 16.
+	MaxConcurrent int
+	// Client is the HTTP client to use. Default: one whose transport keeps
+	// MaxConcurrent idle connections alive for reuse. Redirects are never
+	// followed, whichever client: a 3xx is reported as a permanent error,
+	// because re-POSTing a message to wherever a Location points would
+	// hand the bearer token and payload to an address nobody configured.
+	Client *http.Client
+}
+
+// Sender delivers messages of one route to one HTTP receiver. It
+// implements mensageria.Sender and is safe for concurrent use.
+type Sender struct {
+	url    string
+	auth   string
+	client *http.Client
+	sem    chan struct{}
+	// timeout bounds one request; kept off http.Client.Timeout so that a
+	// caller's Client with its own Timeout keeps it.
+	timeout time.Duration
+}
+
+// NewSender validates cfg and returns its Sender.
+func NewSender(cfg SenderConfig) (*Sender, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &mensageria.ConfigError{Field: "URL", Reason: fmt.Sprintf("%q is not an absolute http(s) URL", cfg.URL)}
+	}
+	if u.User != nil {
+		return nil, &mensageria.ConfigError{Field: "URL", Reason: "must not carry credentials; use Token"}
+	}
+	if cfg.Token == "" || !validHeaderValue(cfg.Token) {
+		return nil, &mensageria.ConfigError{Field: "Token", Reason: "required, printable ASCII"}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Timeout < 0 {
+		return nil, &mensageria.ConfigError{Field: "Timeout", Reason: "must not be negative"}
+	}
+	if cfg.MaxConcurrent == 0 {
+		cfg.MaxConcurrent = 16
+	}
+	if cfg.MaxConcurrent < 0 {
+		return nil, &mensageria.ConfigError{Field: "MaxConcurrent", Reason: "must be at least 1"}
+	}
+	var c http.Client
+	if cfg.Client != nil {
+		c = *cfg.Client
+	} else {
+		c.Transport = newTransport(cfg.MaxConcurrent)
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Sender{
+		url:     cfg.URL,
+		auth:    "Bearer " + cfg.Token,
+		client:  &c,
+		sem:     make(chan struct{}, cfg.MaxConcurrent),
+		timeout: cfg.Timeout,
+	}, nil
+}
+
+// newTransport keeps as many idle connections as requests may be in
+// flight: the default of 2 per host would close and redial most of them
+// under load.
+func newTransport(maxConns int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxConns * 2
+	t.MaxIdleConnsPerHost = maxConns
+	t.MaxConnsPerHost = maxConns
+	t.IdleConnTimeout = 90 * time.Second
+	return t
+}
+
+// Send POSTs one envelope and classifies the answer (see the package doc).
+func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
+	body, err := EncodeEnvelope(d)
+	if err != nil {
+		return mensageria.Permanent(err)
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.sem }()
+
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return mensageria.Permanent(fmt.Errorf("build request: %w", err))
+	}
+	h := req.Header
+	h.Set(headerContentType, contentTypeJSON)
+	h.Set("Accept", contentTypeJSON+", "+contentTypeProblem)
+	h.Set(headerAuthorization, s.auth)
+	h.Set(mensageria.HeaderRequestID, requestIDOf(d))
+	// The key in the body is authoritative; the header is a convenience
+	// for proxies and logs, so a key that cannot be a header value is
+	// simply not repeated there.
+	if validHeaderValue(d.Key) {
+		h.Set(headerIdempotencyKey, d.Key)
+	}
+	if tp := d.Headers[mensageria.HeaderTraceparent]; tp != "" && validHeaderValue(tp) {
+		h.Set(mensageria.HeaderTraceparent, tp)
+	}
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("POST %s: no answer within %s: %w", s.url, s.timeout, err)
+		}
+		return fmt.Errorf("POST %s: %w", s.url, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	return classify(resp, time.Now())
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func requestIDOf(d *mensageria.Delivery) string {
+	if id := d.Headers[mensageria.HeaderRequestID]; id != "" && validRequestID(id) {
+		return id
+	}
+	return d.ID.String()
+}
+
+// StatusError is the error of a delivery the receiver refused or could not
+// take; the relay records its text as the message's last error.
+type StatusError struct {
+	StatusCode int
+	// Problem is the receiver's problem document, when it sent one.
+	Problem *Problem
+	// Text is the start of a body that was not a problem document.
+	Text     string
+	Location string // of a redirect
+}
+
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "http %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	switch {
+	case e.StatusCode >= 300 && e.StatusCode < 400:
+		b.WriteString(": redirect not followed")
+		if e.Location != "" {
+			fmt.Fprintf(&b, " (Location: %s)", e.Location)
+		}
+	case e.Problem != nil:
+		if e.Problem.Title != "" {
+			b.WriteString(": " + e.Problem.Title)
+		}
+		if e.Problem.Detail != "" {
+			b.WriteString(": " + e.Problem.Detail)
+		}
+		if e.Problem.RequestID != "" {
+			b.WriteString(" (request " + e.Problem.RequestID + ")")
+		}
+	case e.Text != "":
+		b.WriteString(": " + e.Text)
+	}
+	return b.String()
+}
+
+// Retryable reports whether the status is one the Sender retries.
+func Retryable(status int) bool {
+	switch {
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly,
+		status == http.StatusTooManyRequests, status >= 500:
+		return true
+	}
+	return false
+}
+
+// classify turns a response into the relay's outcome: nil (delivered), an
+// error (retry, with the receiver's Retry-After), or a permanent error.
+func classify(resp *http.Response, now time.Time) error {
+	st := resp.StatusCode
+	if st >= 200 && st < 300 {
+		// Drain a little so the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxProblemBodyBytes))
+		return nil
+	}
+	se := &StatusError{StatusCode: st}
+	if st >= 300 && st < 400 {
+		se.Location = truncate(resp.Header.Get("Location"))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxProblemBodyBytes))
+		return mensageria.Permanent(se)
+	}
+	readReason(resp, se)
+	if Retryable(st) {
+		if d, ok := parseRetryAfter(resp.Header.Get(headerRetryAfter), now); ok {
+			return mensageria.RetryAfter(se, d)
+		}
+		return se
+	}
+	// 1xx cannot reach here (the client handles them), so what is left is
+	// 4xx and unassigned codes: the receiver understood and refused, and
+	// the same request would be refused again.
+	return mensageria.Permanent(se)
+}
+
+func readReason(resp *http.Response, se *StatusError) {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBodyBytes))
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get(headerContentType))
+	if mt == contentTypeProblem || mt == contentTypeJSON {
+		var p Problem
+		if json.Unmarshal(b, &p) == nil && (p.Title != "" || p.Detail != "") {
+			p.Title, p.Detail = truncate(p.Title), truncate(p.Detail)
+			se.Problem = &p
+			return
+		}
+	}
+	se.Text = truncate(strings.TrimSpace(string(b)))
+}
+
+// truncate keeps a peer's text from filling the outbox's last_error.
+func truncate(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxReasonFromPeerLength {
+		s = s[:maxReasonFromPeerLength] + "…"
+	}
+	return s
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
+// A date in the past means "now", which still leaves the relay's backoff.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		if n > int64(365*24*time.Hour/time.Second) {
+			n = int64(365 * 24 * time.Hour / time.Second)
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	return d, true
+}
+
+// validHeaderValue accepts visible ASCII and inner spaces: what every
+// proxy passes through unchanged.
+func validHeaderValue(s string) bool {
+	if s == "" || s[0] == ' ' || s[len(s)-1] == ' ' || len(s) > maxHeaderLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func validRequestID(s string) bool { return len(s) <= 200 && validHeaderValue(s) }
+
+var _ mensageria.Sender = (*Sender)(nil)
