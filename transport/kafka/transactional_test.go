@@ -1,0 +1,263 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/xadm/mensageria"
+)
+
+func newTxSender(t testing.TB, c *kfake.Cluster, id string) *TransactionalSender {
+	t.Helper()
+	s, err := NewTransactionalSender(testCtx(t), TransactionalConfig{
+		Brokers:         c.ListenAddrs(),
+		TransactionalID: id,
+		Topic:           "orders",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func mustSend(t testing.TB, s *TransactionalSender, ds []*mensageria.Delivery) {
+	t.Helper()
+	if errs := s.SendBatch(testCtx(t), ds); errs != nil {
+		t.Fatalf("SendBatch: %v", errors.Join(errs...))
+	}
+}
+
+// The relay commits two batches to Kafka and dies before marking them
+// delivered in the database. After the lease the rows are claimed again,
+// by the same process (settle failed) and by a restarted one; neither
+// produces them twice.
+func TestTransactionalCrashBetweenCommitAndSettle(t *testing.T) {
+	c := newCluster(t, "orders")
+	b1, b2, b3 := deliveries("order", 1, 50), deliveries("order", 51, 50), deliveries("order", 101, 10)
+
+	a := newTxSender(t, c, "relay-app")
+	mustSend(t, a, b1)
+	mustSend(t, a, b2)
+	// Settle lost in the same process: the rows come back to the same
+	// sender after their lease.
+	mustSend(t, a, b1)
+	if got := a.Reconciled(); got != 50 {
+		t.Fatalf("same process reconciled %d rows, want 50", got)
+	}
+	a.Close() // the crash: nothing settled
+
+	b := newTxSender(t, c, "relay-app")
+	// The restarted relay claims both batches again, in another grouping,
+	// mixed with new rows.
+	mixed := append(append(append([]*mensageria.Delivery{}, b2[25:]...), b1...), b2[:25]...)
+	mustSend(t, b, mixed)
+	mustSend(t, b, b3)
+	if got := b.Reconciled(); got != 100 {
+		t.Fatalf("restarted relay reconciled %d rows, want 100", got)
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2, b3)
+}
+
+// A batch with a record the brokers refuse is aborted as a whole: no record
+// of it is visible to a read_committed consumer, though some reached the
+// log; the retry commits it once.
+func TestTransactionalAbortedNeverVisible(t *testing.T) {
+	c := newCluster(t, "orders")
+	s := newTxSender(t, c, "relay-app")
+	ok := deliveries("order", 1, 20)
+	mustSend(t, s, ok)
+
+	bad := deliveries("order", 21, 30)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Partitions: []int32{1}, Err: kerr.InvalidRecord})
+	errs := s.SendBatch(testCtx(t), bad)
+	h.Remove()
+	if errs == nil {
+		t.Fatal("SendBatch with a refused record returned no error")
+	}
+	var permanent, aborted int
+	for _, err := range errs {
+		var ae *AbortedError
+		switch {
+		case mensageria.IsPermanent(err):
+			permanent++
+		case errors.As(err, &ae):
+			aborted++
+		default:
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	if permanent == 0 || aborted == 0 {
+		t.Fatalf("permanent=%d aborted=%d; want the refused records permanent and the rest aborted", permanent, aborted)
+	}
+	if s.Aborted() != 1 {
+		t.Fatalf("aborted transactions = %d, want 1", s.Aborted())
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), ok)
+	if n := len(consumeAll(t, c.ListenAddrs(), "orders", false)); n <= len(ok) {
+		t.Fatalf("read_uncommitted saw %d records: the aborted batch never reached the log, so the test proves nothing", n)
+	}
+
+	// The relay retries what was not permanent; here, everything.
+	mustSend(t, s, bad)
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), ok, bad)
+}
+
+// A second producer with the same transactional id fences the first: the
+// zombie's open transaction is aborted and its later batches are refused.
+func TestTransactionalZombieFenced(t *testing.T) {
+	c := newCluster(t, "orders")
+	zombie := newTxSender(t, c, "relay-app")
+	b1 := deliveries("order", 1, 10)
+	mustSend(t, zombie, b1)
+
+	// The zombie is paused after producing its second batch and before
+	// committing it; meanwhile the new leader starts.
+	b2 := deliveries("order", 11, 10)
+	var leader *TransactionalSender
+	zombie.beforeCommit = func() { leader = newTxSender(t, c, "relay-app") }
+	errs := zombie.SendBatch(testCtx(t), b2)
+	zombie.beforeCommit = nil
+	if errs == nil || !errors.Is(errs[0], ErrFenced) {
+		t.Fatalf("zombie commit after fencing: %v, want ErrFenced", errs)
+	}
+	var fe *FencedError
+	if !errors.As(errs[0], &fe) || fe.TransactionalID != "relay-app" {
+		t.Fatalf("error %v is not a *FencedError naming the id", errs[0])
+	}
+	// It stays fenced rather than taking the id back.
+	if errs := zombie.SendBatch(testCtx(t), deliveries("order", 100, 1)); errs == nil || !errors.Is(errs[0], ErrFenced) {
+		t.Fatalf("fenced sender produced again: %v", errs)
+	}
+
+	// The new leader re-claims b2 (never settled) and b1 (settled lost).
+	mustSend(t, leader, b1)
+	mustSend(t, leader, b2)
+	if leader.Reconciled() != 10 {
+		t.Fatalf("leader reconciled %d, want the 10 rows of b1", leader.Reconciled())
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2)
+	if errs := mustFail(zombie.SendBatch(testCtx(t), b1)); !errors.Is(errs, ErrFenced) {
+		t.Fatal("zombie not fenced")
+	}
+}
+
+func mustFail(errs []error) error {
+	if errs == nil {
+		return nil
+	}
+	return errs[0]
+}
+
+// The commit request reaches the coordinator and commits, but the reply is
+// lost. The sender cannot tell from the error; it reopens and reads the
+// position record, which says the batch committed.
+func TestTransactionalCommitReplyLost(t *testing.T) {
+	c := newCluster(t, "orders")
+	s := newTxSender(t, c, "relay-app")
+	fwd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fwd.Close()
+
+	var forwarding, intercepted atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if forwarding.Load() || intercepted.Load() {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		intercepted.Store(true)
+		forwarding.Store(true)
+		var ferr error
+		c.SleepControl(func() {
+			_, ferr = fwd.Request(context.Background(), r)
+		})
+		forwarding.Store(false)
+		if ferr != nil {
+			t.Errorf("forwarding EndTxn: %v", ferr)
+		}
+		return nil, errors.New("reply lost"), true // closes the connection
+	})
+
+	b := deliveries("order", 1, 20)
+	errs := s.SendBatch(testCtx(t), b)
+	if !intercepted.Load() {
+		t.Fatal("EndTxn never intercepted")
+	}
+	t.Logf("SendBatch after a lost commit reply: %v (reconciled %d)", mustFail(errs), s.Reconciled())
+	if errs != nil {
+		// The relay would retry after backoff.
+		mustSend(t, s, b)
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
+}
+
+// The coordinator answers the commit with an error without committing.
+func TestTransactionalCommitRefused(t *testing.T) {
+	c := newCluster(t, "orders")
+	s := newTxSender(t, c, "relay-app")
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.UnknownServerError, When: func(r kmsg.Request) bool {
+		return r.(*kmsg.EndTxnRequest).Commit
+	}})
+	b := deliveries("order", 1, 20)
+	errs := s.SendBatch(testCtx(t), b)
+	h.Remove()
+	var ae *AbortedError
+	if errs == nil || !errors.As(errs[0], &ae) {
+		t.Fatalf("refused commit: %v, want *AbortedError", errs)
+	}
+	if got := consumeAll(t, c.ListenAddrs(), "orders", true); len(got) != 0 {
+		t.Fatalf("read_committed saw %d records of a refused commit", len(got))
+	}
+	mustSend(t, s, b)
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
+}
+
+func TestPositionsWindow(t *testing.T) {
+	p := newPositions(2)
+	p = p.with([]int64{1, 2, 3, 7})
+	p = p.with([]int64{4, 5})
+	p = p.with([]int64{9})
+	if p.has(1) || !p.has(4) || !p.has(9) {
+		t.Fatalf("window kept %v", p.batches)
+	}
+	q, err := decodePositions(2, p.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int64{4, 5, 9} {
+		if !q.has(s) {
+			t.Fatalf("decoded window lost %d: %s", s, p.encode())
+		}
+	}
+	if q.has(6) || q.has(1) {
+		t.Fatalf("decoded window has rows it never held: %s", p.encode())
+	}
+	if _, err := decodePositions(2, []byte(`{"v":9}`)); err == nil {
+		t.Fatal("unknown version accepted")
+	}
+}
+
+func TestTransactionalConfig(t *testing.T) {
+	for _, cfg := range []TransactionalConfig{
+		{Topic: "t", TransactionalID: "x"},
+		{Brokers: []string{"x:1"}, Topic: "t"},
+		{Brokers: []string{"x:1"}, TransactionalID: "x"},
+		{Brokers: []string{"x:1"}, TransactionalID: "x", Topic: "t", Window: -1},
+	} {
+		if _, err := NewTransactionalSender(context.Background(), cfg); !errors.Is(err, mensageria.ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig", cfg, err)
+		}
+	}
+}
