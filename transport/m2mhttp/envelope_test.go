@@ -1,0 +1,170 @@
+package m2mhttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria"
+)
+
+const goodEnvelope = `{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"order.closed","key":"order-1","created_at":"2026-11-30T12:00:00.123456Z","attempt":2,"payload":{"n":1,"s":"<&>"},"headers":{"X-Request-Id":"r-1"}}`
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	d := &mensageria.Delivery{
+		ID:        uuid.Must(uuid.NewV7()),
+		Type:      "order.closed",
+		Key:       "pedido/ção 1",
+		Payload:   json.RawMessage(`{"a":[1,2,{"b":"<x>&"}]}`),
+		Headers:   map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		CreatedAt: time.Date(2026, 11, 30, 9, 0, 0, 123456000, time.FixedZone("BRT", -3*3600)),
+		Attempt:   3,
+	}
+	b, err := EncodeEnvelope(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"<x>&"`)) {
+		t.Errorf("payload was HTML-escaped: %s", b)
+	}
+	e, err := DecodeEnvelope(b)
+	if err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	got := e.Delivery()
+	if got.ID != d.ID || got.Type != d.Type || got.Key != d.Key || got.Attempt != d.Attempt ||
+		!got.CreatedAt.Equal(d.CreatedAt) || !reflect.DeepEqual(got.Headers, d.Headers) || string(got.Payload) != string(d.Payload) {
+		t.Fatalf("round trip changed the delivery:\n got %+v\nwant %+v", got, d)
+	}
+	// No payload and no headers still make a valid envelope.
+	b, err = EncodeEnvelope(&mensageria.Delivery{ID: d.ID, Type: "t", Key: "k", Attempt: 1, CreatedAt: d.CreatedAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeEnvelope(b); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	if _, err := EncodeEnvelope(&mensageria.Delivery{ID: d.ID, Type: "t", Key: "k", Attempt: 1, Payload: json.RawMessage(`{nope`)}); err == nil {
+		t.Fatal("a payload that is not JSON must not encode")
+	}
+}
+
+func TestDecodeEnvelopeRejects(t *testing.T) {
+	with := func(field, value string) string { // replace one field's value
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(goodEnvelope), &m)
+		if value == "" {
+			delete(m, field)
+		} else {
+			m[field] = json.RawMessage(value)
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	cases := []struct{ name, body, field string }{
+		{"empty", ``, ""},
+		{"not json", `hello`, ""},
+		{"truncated", goodEnvelope[:40], ""},
+		{"array", `[` + goodEnvelope + `]`, ""},
+		{"null", `null`, ""},
+		{"trailing data", goodEnvelope + `{}`, ""},
+		{"invalid utf-8", strings.Replace(goodEnvelope, "order-1", "order-\xff", 1), ""},
+		{"unknown field", strings.Replace(goodEnvelope, `"attempt"`, `"extra":1,"attempt"`, 1), "extra"},
+		{"repeated field", strings.Replace(goodEnvelope, `"attempt":2`, `"attempt":2,"attempt":3`, 1), "attempt"},
+		{"field case differs", strings.Replace(goodEnvelope, `"type"`, `"Type"`, 1), "Type"},
+		{"missing id", with("id", ""), "id"},
+		{"missing type", with("type", ""), "type"},
+		{"missing key", with("key", ""), "key"},
+		{"missing created_at", with("created_at", ""), "created_at"},
+		{"missing attempt", with("attempt", ""), "attempt"},
+		{"missing payload", with("payload", ""), "payload"},
+		{"id number", with("id", `12`), "id"},
+		{"id not uuid", with("id", `"not-a-uuid"`), "id"},
+		{"id braces", with("id", `"{0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90}"`), "id"},
+		{"id nil", with("id", `"00000000-0000-0000-0000-000000000000"`), "id"},
+		{"type null", with("type", `null`), "type"},
+		{"type empty", with("type", `""`), "type"},
+		{"type number", with("type", `7`), "type"},
+		{"type too long", with("type", `"`+strings.Repeat("t", 201)+`"`), "type"},
+		{"key empty", with("key", `""`), "key"},
+		{"key array", with("key", `["k"]`), "key"},
+		{"created_at not a date", with("created_at", `"yesterday"`), "created_at"},
+		{"created_at no zone", with("created_at", `"2026-11-30T12:00:00"`), "created_at"},
+		{"created_at number", with("created_at", `1764504000`), "created_at"},
+		{"attempt zero", with("attempt", `0`), "attempt"},
+		{"attempt fraction", with("attempt", `1.5`), "attempt"},
+		{"attempt exponent", with("attempt", `1e0`), "attempt"},
+		{"attempt string", with("attempt", `"1"`), "attempt"},
+		{"attempt huge", with("attempt", `99999999999`), "attempt"},
+		{"headers array", with("headers", `["a"]`), "headers"},
+		{"headers null", with("headers", `null`), "headers"},
+		{"header value number", with("headers", `{"a":1}`), "headers"},
+		{"header value null", with("headers", `{"a":null}`), "headers"},
+		{"header empty name", with("headers", `{"":"x"}`), "headers"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := DecodeEnvelope([]byte(c.body))
+			var ee *EnvelopeError
+			if !errors.As(err, &ee) {
+				t.Fatalf("decoded %q as %+v, err %v; want an EnvelopeError", c.body, e, err)
+			}
+			if ee.Field != c.field {
+				t.Errorf("error %q names field %q, want %q", err, ee.Field, c.field)
+			}
+		})
+	}
+	if _, err := DecodeEnvelope([]byte(with("headers", ""))); err != nil {
+		t.Errorf("headers is optional: %v", err)
+	}
+	if _, err := DecodeEnvelope([]byte(with("payload", `null`))); err != nil {
+		t.Errorf("any JSON payload is accepted: %v", err)
+	}
+}
+
+// FuzzDecodeEnvelope: the decoder never panics, and whatever it accepts
+// survives a round trip through the encoder unchanged.
+func FuzzDecodeEnvelope(f *testing.F) {
+	f.Add([]byte(goodEnvelope))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"k","created_at":"2026-01-01T00:00:00Z","attempt":1,"payload":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := DecodeEnvelope(b)
+		if err != nil {
+			var ee *EnvelopeError
+			if !errors.As(err, &ee) {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		if e.ID == uuid.Nil || e.Type == "" || e.Key == "" || e.Attempt < 1 || !json.Valid(e.Payload) {
+			t.Fatalf("accepted an envelope breaking its invariants: %+v", e)
+		}
+		enc, err := EncodeEnvelope(e.Delivery())
+		if err != nil {
+			t.Fatalf("cannot re-encode accepted envelope %q: %v", b, err)
+		}
+		e2, err := DecodeEnvelope(enc)
+		if err != nil {
+			t.Fatalf("re-encoded envelope %s rejected: %v", enc, err)
+		}
+		var p1, p2 bytes.Buffer
+		_ = json.Compact(&p1, e.Payload)
+		_ = json.Compact(&p2, e2.Payload)
+		if e2.ID != e.ID || e2.Type != e.Type || e2.Key != e.Key || e2.Attempt != e.Attempt ||
+			!e2.CreatedAt.Equal(e.CreatedAt) || p1.String() != p2.String() || len(e2.Headers) != len(e.Headers) {
+			t.Fatalf("round trip changed the envelope:\n%+v\n%+v", e, e2)
+		}
+		for k, v := range e.Headers {
+			if e2.Headers[k] != v {
+				t.Fatalf("header %q changed: %q -> %q", k, v, e2.Headers[k])
+			}
+		}
+	})
+}

@@ -1,0 +1,109 @@
+package m2mhttp
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/testdb"
+)
+
+const openAPIPath = "../../docs/openapi.yaml"
+
+var (
+	contractOnce sync.Once
+	contractDoc  *openapi3.T
+	contractErr  error
+)
+
+// contract loads docs/openapi.yaml once per test binary.
+func contract(t testing.TB) (*openapi3.T, *routers.Route) {
+	t.Helper()
+	contractOnce.Do(func() {
+		l := openapi3.NewLoader()
+		contractDoc, contractErr = l.LoadFromFile(openAPIPath)
+		if contractErr == nil {
+			contractErr = contractDoc.Validate(context.Background())
+		}
+	})
+	if contractErr != nil {
+		t.Fatalf("docs/openapi.yaml: %v", contractErr)
+	}
+	item := contractDoc.Webhooks["delivery"]
+	if item == nil || item.Post == nil {
+		t.Fatal("docs/openapi.yaml has no webhooks.delivery.post")
+	}
+	return contractDoc, &routers.Route{Spec: contractDoc, Path: "delivery", PathItem: item, Method: http.MethodPost, Operation: item.Post}
+}
+
+// conforms wraps h so that every exchange it serves is checked against
+// the contract: each response always, and the request whenever the
+// receiver accepted it (a refused request is wrong on purpose).
+func conforms(t testing.TB, h http.Handler) http.Handler {
+	_, route := contract(t)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		checkExchange(t, route, r, body, rec.Code, rec.Header(), rec.Body.Bytes())
+	})
+}
+
+func checkExchange(t testing.TB, route *routers.Route, r *http.Request, reqBody []byte, status int, header http.Header, respBody []byte) {
+	t.Helper()
+	req := r.Clone(context.Background())
+	req.Body = io.NopCloser(bytes.NewReader(reqBody))
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
+	in := &openapi3filter.RequestValidationInput{Request: req, Route: route, Options: opts}
+	if status == http.StatusOK {
+		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+			t.Errorf("accepted request does not conform to docs/openapi.yaml: %v\nbody: %s", err, reqBody)
+		}
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: status, Header: header, Options: opts}
+	out.SetBodyBytes(respBody)
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Errorf("response %d does not conform to docs/openapi.yaml: %v\nbody: %s", status, err, respBody)
+	}
+}
+
+// pg returns a migrated PostgreSQL driver in a fresh schema.
+func pg(t testing.TB) (*postgres.Driver, *pgxpool.Pool, string) {
+	t.Helper()
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t)
+	drv, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.Migrate(context.Background(), driver.MigrateUp); err != nil {
+		t.Fatal(err)
+	}
+	return drv, pool, schema
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}

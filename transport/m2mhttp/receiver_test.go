@@ -1,0 +1,341 @@
+package m2mhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xadm/mensageria"
+)
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type receiverFixture struct {
+	url     string
+	logs    *syncBuffer
+	applied atomic.Int32
+	effect  atomic.Value // mensageria.Effect override
+	schema  string
+	count   func(sql string) int
+	lastRID atomic.Value
+}
+
+// newReceiverFixture serves a Receiver for type "order.closed" whose
+// effect inserts the key into <schema>.effects, checked against the
+// contract on every exchange.
+func newReceiverFixture(t *testing.T, window time.Duration, mutate func(*ReceiverConfig)) *receiverFixture {
+	drv, pool, schema := pg(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".effects (key text NOT NULL, payload text)"); err != nil {
+		t.Fatal(err)
+	}
+	f := &receiverFixture{logs: &syncBuffer{}, schema: schema}
+	f.count = func(sql string) int { return count(t, pool, strings.ReplaceAll(sql, "{s}", schema)) }
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "billing", Window: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+		f.lastRID.Store(RequestID(ctx))
+		Logger(ctx).InfoContext(ctx, "effect ran")
+		if e, ok := f.effect.Load().(mensageria.Effect); ok && e != nil {
+			if err := e(ctx, tx, d); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+schema+".effects (key, payload) VALUES ($1, $2)", d.Key, string(d.Payload))
+		if err == nil {
+			f.applied.Add(1)
+		}
+		return err
+	}
+	cfg := ReceiverConfig{
+		Tokens:   []string{"old-token", "new-token"},
+		Handlers: map[string]Handler{"order.closed": {Inbox: inbox, Effect: effect}},
+		Logger:   slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	rc, err := NewReceiver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(conforms(t, rc))
+	t.Cleanup(srv.Close)
+	f.url = srv.URL + "/m2m"
+	return f
+}
+
+type answer struct {
+	status  int
+	header  http.Header
+	body    []byte
+	problem Problem
+}
+
+func post(t *testing.T, url string, header map[string]string, body string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", "test-rid") // the contract requires it of senders
+	for k, v := range header {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	a.status, a.header = resp.StatusCode, resp.Header
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	a.body = buf.Bytes()
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), contentTypeProblem) {
+		if err := json.Unmarshal(a.body, &a.problem); err != nil {
+			t.Fatalf("problem body %s: %v", a.body, err)
+		}
+	}
+	return a
+}
+
+func envelopeFor(key string, created time.Time, payload string) string {
+	b, _ := EncodeEnvelope(&mensageria.Delivery{
+		ID: uuid.Must(uuid.NewV7()), Type: "order.closed", Key: key,
+		Payload: json.RawMessage(payload), CreatedAt: created, Attempt: 1,
+	})
+	return string(b)
+}
+
+var auth = map[string]string{"Authorization": "Bearer new-token"}
+
+// TestReceiverRefusesBadInput: each kind of bad request gets its
+// documented problem answer, and nothing reaches the inbox or the effect.
+func TestReceiverRefusesBadInput(t *testing.T) {
+	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxBodyBytes = 4096 })
+	good := envelopeFor("k-1", time.Now(), `{"n":1}`)
+	unknownType := strings.Replace(good, `"order.closed"`, `"invoice.paid"`, 1)
+	cases := []struct {
+		name    string
+		header  map[string]string
+		body    string
+		status  int
+		problem string
+	}{
+		{"no token", map[string]string{"Authorization": ""}, good, 401, ProblemUnauthorized},
+		{"wrong token", map[string]string{"Authorization": "Bearer nope"}, good, 401, ProblemUnauthorized},
+		{"token prefix", map[string]string{"Authorization": "Bearer new-toke"}, good, 401, ProblemUnauthorized},
+		{"basic scheme", map[string]string{"Authorization": "Basic bmV3LXRva2Vu"}, good, 401, ProblemUnauthorized},
+		{"not json media type", map[string]string{"Authorization": "Bearer new-token", "Content-Type": "text/plain"}, good, 415, ProblemMediaType},
+		{"malformed json", auth, `{"id":`, 400, ProblemMalformed},
+		{"not an object", auth, `[1,2]`, 400, ProblemMalformed},
+		{"missing key", auth, strings.Replace(good, `"key":"k-1",`, ``, 1), 400, ProblemMalformed},
+		{"mistyped attempt", auth, strings.Replace(good, `"attempt":1`, `"attempt":"1"`, 1), 400, ProblemMalformed},
+		{"mistyped id", auth, strings.Replace(good, `"id":"`, `"id":"x`, 1), 400, ProblemMalformed},
+		{"unknown field", auth, strings.Replace(good, `"attempt":1`, `"attempt":1,"priority":9`, 1), 400, ProblemMalformed},
+		{"idempotency key differs", map[string]string{"Authorization": "Bearer new-token", "Idempotency-Key": "other"}, good, 400, ProblemMalformed},
+		{"oversize body", auth, envelopeFor("k-1", time.Now(), `{"s":"`+strings.Repeat("x", 5000)+`"}`), 413, ProblemTooLarge},
+		{"unknown type", auth, unknownType, 422, ProblemUnknownType},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := post(t, f.url, c.header, c.body)
+			if a.status != c.status || a.problem.Type != c.problem || a.problem.Status != c.status || a.problem.Title == "" {
+				t.Fatalf("got %d %s, want %d %s", a.status, a.body, c.status, c.problem)
+			}
+			if c.status == 401 && !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer ") {
+				t.Errorf("401 without a Bearer challenge: %v", a.header)
+			}
+		})
+	}
+	// Not a POST.
+	resp, err := http.Get(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("GET: %d %v", resp.StatusCode, resp.Header)
+	}
+	if n := f.count("SELECT count(*) FROM {s}.inbox") + f.count("SELECT count(*) FROM {s}.effects"); n != 0 || f.applied.Load() != 0 {
+		t.Fatalf("bad input stored %d rows, ran the effect %d times", n, f.applied.Load())
+	}
+	if logs := f.logs.String(); strings.Contains(logs, "new-token") || strings.Contains(logs, "bmV3LXRva2Vu") {
+		t.Errorf("a token reached the logs:\n%s", logs)
+	}
+}
+
+// TestReceiverAppliesOnce: applied, then duplicate; both tokens of a
+// rotation work; the request id reaches the effect's context and logs;
+// neither token nor payload is logged.
+func TestReceiverAppliesOnce(t *testing.T) {
+	f := newReceiverFixture(t, 0, nil)
+	body := envelopeFor("order-7", time.Now(), `{"secret":"cpf-123"}`)
+	a := post(t, f.url, map[string]string{"Authorization": "Bearer old-token", "X-Request-Id": "rid-1"}, body)
+	if a.status != 200 || string(a.body) != `{"status":"applied"}` {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	if got := f.lastRID.Load(); got != "rid-1" {
+		t.Errorf("RequestID in the effect = %v", got)
+	}
+	for range 3 {
+		a = post(t, f.url, auth, body)
+		if a.status != 200 || string(a.body) != `{"status":"duplicate"}` {
+			t.Fatalf("repeat: %d %s", a.status, a.body)
+		}
+	}
+	// A new message of the same natural key is a duplicate as well.
+	a = post(t, f.url, auth, envelopeFor("order-7", time.Now(), `{}`))
+	if string(a.body) != `{"status":"duplicate"}` {
+		t.Fatalf("same key, new id: %s", a.body)
+	}
+	if n := f.count("SELECT count(*) FROM {s}.effects"); n != 1 {
+		t.Fatalf("effect applied %d times", n)
+	}
+	logs := f.logs.String()
+	if !strings.Contains(logs, `"msg":"effect ran"`) || !strings.Contains(logs, `"request_id":"rid-1"`) {
+		t.Errorf("the effect's log line lacks the request id:\n%s", logs)
+	}
+	for _, secret := range []string{"old-token", "new-token", "cpf-123"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("%q reached the logs:\n%s", secret, logs)
+		}
+	}
+}
+
+// TestReceiverEffectOutcomes: panics and errors roll back and answer as
+// documented; the next delivery then applies.
+func TestReceiverEffectOutcomes(t *testing.T) {
+	f := newReceiverFixture(t, time.Hour, nil)
+	cases := []struct {
+		name    string
+		effect  mensageria.Effect
+		status  int
+		problem string
+		ra      string
+	}{
+		{"panic", func(context.Context, mensageria.Tx, *mensageria.Delivery) error { panic("boom") }, 500, ProblemInternal, ""},
+		{"error", func(context.Context, mensageria.Tx, *mensageria.Delivery) error { return errors.New("db down: secret") }, 500, ProblemInternal, ""},
+		{"permanent", func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
+			return mensageria.Permanent(errors.New("order does not exist"))
+		}, 422, ProblemRefused, ""},
+		{"retry after", func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
+			return mensageria.RetryAfter(errors.New("busy"), 30*time.Second)
+		}, 503, ProblemUnavailable, "30"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f.effect.Store(c.effect)
+			body := envelopeFor(fmt.Sprintf("k-%d", i), time.Now(), `{"secret":"cpf-123"}`)
+			a := post(t, f.url, auth, body)
+			if a.status != c.status || a.problem.Type != c.problem || a.header.Get("Retry-After") != c.ra {
+				t.Fatalf("got %d %v %s", a.status, a.header, a.body)
+			}
+			if c.name == "permanent" && !strings.Contains(a.problem.Detail, "order does not exist") {
+				t.Errorf("permanent refusal lacks its reason: %s", a.body)
+			}
+			if strings.Contains(string(a.body), "secret") {
+				t.Errorf("internal error text leaked to the peer: %s", a.body)
+			}
+			f.effect.Store(mensageria.Effect(nil))
+			if a = post(t, f.url, auth, body); string(a.body) != `{"status":"applied"}` {
+				t.Fatalf("after rollback, redelivery: %d %s", a.status, a.body)
+			}
+		})
+	}
+	if n := f.count("SELECT count(*) FROM {s}.effects"); n != len(cases) {
+		t.Fatalf("%d effects, want %d", n, len(cases))
+	}
+	logs := f.logs.String()
+	if !strings.Contains(logs, "effect panicked") || strings.Contains(logs, "cpf-123") {
+		t.Errorf("panic log missing or payload logged:\n%s", logs)
+	}
+
+	// Older than the window: refused with 409, not applied.
+	a := post(t, f.url, auth, envelopeFor("k-old", time.Now().Add(-2*time.Hour), `{}`))
+	if a.status != 409 || a.problem.Type != ProblemStale {
+		t.Fatalf("stale: %d %s", a.status, a.body)
+	}
+	if n := f.count("SELECT count(*) FROM {s}.effects WHERE key = 'k-old'"); n != 0 {
+		t.Fatal("stale message applied")
+	}
+}
+
+func TestReceiverLogPayloadsOptIn(t *testing.T) {
+	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.LogPayloads = true })
+	f.effect.Store(mensageria.Effect(func(context.Context, mensageria.Tx, *mensageria.Delivery) error { return errors.New("x") }))
+	post(t, f.url, auth, envelopeFor("k", time.Now(), `{"visible":"yes"}`))
+	if !strings.Contains(f.logs.String(), "visible") {
+		t.Errorf("LogPayloads did not log the payload:\n%s", f.logs.String())
+	}
+}
+
+func TestReceiverSheds(t *testing.T) {
+	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxInFlight = 1 })
+	hold, entered := make(chan struct{}), make(chan struct{})
+	f.effect.Store(mensageria.Effect(func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
+		close(entered)
+		<-hold
+		return nil
+	}))
+	done := make(chan answer)
+	go func() { done <- post(t, f.url, auth, envelopeFor("k-1", time.Now(), `{}`)) }()
+	<-entered
+	a := post(t, f.url, auth, envelopeFor("k-2", time.Now(), `{}`))
+	close(hold)
+	if a.status != 503 || a.header.Get("Retry-After") == "" || a.problem.Type != ProblemOverloaded {
+		t.Fatalf("over the limit: %d %v %s", a.status, a.header, a.body)
+	}
+	if a = <-done; a.status != 200 {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+}
+
+func TestNewReceiverValidates(t *testing.T) {
+	h := map[string]Handler{"t": {Inbox: &mensageria.Inbox{}, Effect: func(context.Context, mensageria.Tx, *mensageria.Delivery) error { return nil }}}
+	for _, c := range []ReceiverConfig{
+		{Handlers: h},
+		{Tokens: []string{""}, Handlers: h},
+		{Tokens: []string{"a"}},
+		{Tokens: []string{"a"}, Handlers: map[string]Handler{"t": {}}},
+		{Tokens: []string{"a"}, Handlers: h, MaxBodyBytes: -1},
+	} {
+		if _, err := NewReceiver(c); !errors.Is(err, mensageria.ErrConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
