@@ -1,0 +1,192 @@
+// Package cli is the mensageria command: every sub-command, testable with
+// buffers in place of the terminal. cmd/mensageria is a thin main over Run.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // a runtime failure: database down, delivery failed, ...
+	ExitUsage   = 2 // bad flags, bad config, a type with no route
+)
+
+// IO is where a command reads and writes, and how it sees its environment.
+type IO struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+	// Env looks a variable up; nil means os.LookupEnv.
+	Env func(string) (string, bool)
+}
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErr makes a usage error (exit code 2).
+func usageErr(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// failErr makes a runtime failure (exit code 1).
+func failErr(format string, args ...any) error {
+	return &exitError{code: ExitFailure, err: fmt.Errorf(format, args...)}
+}
+
+// silentExit ends with code without printing anything more: the command
+// already told the user why.
+type silentExit int
+
+func (s silentExit) Error() string { return fmt.Sprintf("exit %d", int(s)) }
+
+// Run executes the command line args (without the program name) and
+// returns the process exit code.
+func Run(ctx context.Context, args []string, stdio IO) int {
+	if stdio.In == nil {
+		stdio.In = strings.NewReader("")
+	}
+	if stdio.Out == nil {
+		stdio.Out = io.Discard
+	}
+	if stdio.Err == nil {
+		stdio.Err = io.Discard
+	}
+	if stdio.Env == nil {
+		stdio.Env = os.LookupEnv
+	}
+	a := &app{io: stdio}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var s silentExit
+	if errors.As(err, &s) {
+		return int(s)
+	}
+	code := ExitUsage // errors cobra raises itself: flags, args, unknown command
+	var ee *exitError
+	var ce *ConfigError
+	var me multiError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case errors.As(err, &ce), errors.As(err, &me):
+		code = ExitUsage
+	}
+	fmt.Fprintln(stdio.Err, "mensageria: "+err.Error())
+	if code == ExitUsage && ee == nil && ce == nil && me == nil {
+		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
+	}
+	return code
+}
+
+// app holds what the sub-commands share.
+type app struct {
+	io         IO
+	configPath string
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "mensageria",
+		Short: "Guaranteed machine-to-machine delivery: outbox, relay, idempotent inbox",
+		Long: `mensageria runs the relay of a transactional outbox beside apps written in
+any language, and operates its queues.
+
+Start with the demo, which needs no set-up:
+
+  mensageria demo
+
+Every other command reads a YAML config (--config, default mensageria.yaml,
+or $MENSAGERIA_CONFIG); 'mensageria explain' shows what it guarantees.
+
+Exit codes: 0 ok, 1 runtime failure, 2 usage or config error (or a message
+type with no route).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	def := "mensageria.yaml"
+	if v, ok := a.io.Env("MENSAGERIA_CONFIG"); ok && v != "" {
+		def = v
+	}
+	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", def, "config file (env MENSAGERIA_CONFIG)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErr("%v (see '%s --help')", err, c.CommandPath())
+	})
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.AddCommand(
+		a.migrateCommand(),
+		a.relayCommand(),
+		a.enqueueCommand(),
+		a.statusCommand(),
+		a.deadCommand(),
+		a.explainCommand(),
+		a.benchCommand(),
+		a.demoCommand(),
+	)
+	return root
+}
+
+// runE adapts a command body so that its plain errors are runtime
+// failures (exit 1), while typed ones keep their code.
+func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := f(cmd, args)
+		if err == nil {
+			return nil
+		}
+		var ee *exitError
+		var ce *ConfigError
+		var me multiError
+		var s silentExit
+		if errors.As(err, &ee) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
+			return err
+		}
+		return &exitError{code: ExitFailure, err: err}
+	}
+}
+
+// loadConfig reads the --config file.
+func (a *app) loadConfig() (*Config, error) {
+	if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
+		return nil, usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
+	}
+	return LoadConfig(a.configPath, a.io.Env)
+}
+
+// exactArgs is cobra.ExactArgs with a usage exit code.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErr("%s takes %d argument(s), got %d (see '%s --help')", cmd.Name(), n, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErr("%s takes no arguments, got %q (see '%s --help')", cmd.Name(), args, cmd.CommandPath())
+	}
+	return nil
+}

@@ -1,0 +1,729 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/xadm/mensageria"
+)
+
+// Config is a validated config file.
+type Config struct {
+	// Database is a postgres:// (or postgresql://) URL, or sqlite:PATH.
+	Database string
+	Schema   string
+	App      string
+	Routes   []Route
+	Relay    RelayConfig
+}
+
+// Route is one message type this app sends, and how.
+type Route struct {
+	Type string
+	// Transport is the one transport block present ("http").
+	Transport string
+	HTTP      *HTTPRoute
+	Ordered   bool
+	Line      int
+}
+
+// HTTPRoute is an http: block.
+type HTTPRoute struct {
+	URL           string
+	Token         string
+	Timeout       time.Duration
+	MaxConcurrent int
+}
+
+// RelayConfig is the relay: block; zero values take the library defaults.
+type RelayConfig struct {
+	Batch        int
+	Concurrency  int
+	Lease        time.Duration
+	MaxAttempts  int
+	Election     mensageria.Election
+	PollOnly     bool
+	PollInterval time.Duration
+	BackoffBase  time.Duration
+	BackoffMax   time.Duration
+}
+
+// Backend returns "postgres" or "sqlite".
+func (c *Config) Backend() string {
+	if strings.HasPrefix(c.Database, "sqlite:") {
+		return "sqlite"
+	}
+	return "postgres"
+}
+
+// SQLitePath is the file of a sqlite: database.
+func (c *Config) SQLitePath() string { return strings.TrimPrefix(c.Database, "sqlite:") }
+
+// Route returns the route of a type.
+func (c *Config) Route(typ string) (Route, bool) {
+	for _, r := range c.Routes {
+		if r.Type == typ {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+// Types lists the routed types in file order.
+func (c *Config) Types() []string {
+	out := make([]string, len(c.Routes))
+	for i, r := range c.Routes {
+		out[i] = r.Type
+	}
+	return out
+}
+
+// ClientConfig is the library config the file describes (without the
+// registry, which needs the transports).
+func (c *Config) ClientConfig() mensageria.Config {
+	return mensageria.Config{
+		App:          c.App,
+		BatchSize:    c.Relay.Batch,
+		Concurrency:  c.Relay.Concurrency,
+		Lease:        c.Relay.Lease,
+		MaxAttempts:  c.Relay.MaxAttempts,
+		Election:     c.Relay.Election,
+		PollOnly:     c.Relay.PollOnly,
+		PollInterval: c.Relay.PollInterval,
+		BackoffBase:  c.Relay.BackoffBase,
+		BackoffMax:   c.Relay.BackoffMax,
+	}
+}
+
+// ConfigError is a config file mistake, located by line.
+type ConfigError struct {
+	File  string
+	Line  int    // 0 when the file as a whole is wrong
+	Field string // the dotted path of the field, e.g. routes[0].http.url
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// The file's shape. Every leaf is a string so that ${ENV} may stand for any
+// value (a number or a duration too); the strings are parsed after the
+// expansion, each error located through the node tree.
+type rawConfig struct {
+	Database string     `yaml:"database"`
+	Schema   string     `yaml:"schema"`
+	App      string     `yaml:"app"`
+	Routes   []rawRoute `yaml:"routes"`
+	Relay    *rawRelay  `yaml:"relay"`
+}
+
+type rawRoute struct {
+	Type     string   `yaml:"type"`
+	HTTP     *rawHTTP `yaml:"http"`
+	Ordering string   `yaml:"ordering"`
+}
+
+type rawHTTP struct {
+	URL           string `yaml:"url"`
+	Token         string `yaml:"token"`
+	Timeout       string `yaml:"timeout"`
+	MaxConcurrent string `yaml:"max_concurrent"`
+}
+
+type rawRelay struct {
+	Batch        string `yaml:"batch"`
+	Concurrency  string `yaml:"concurrency"`
+	Lease        string `yaml:"lease"`
+	MaxAttempts  string `yaml:"max_attempts"`
+	Election     string `yaml:"election"`
+	PollOnly     string `yaml:"poll_only"`
+	PollInterval string `yaml:"poll_interval"`
+	BackoffBase  string `yaml:"backoff_base"`
+	BackoffMax   string `yaml:"backoff_max"`
+}
+
+// sections names each block type for unknown-key messages.
+var sections = map[string]reflect.Type{
+	"rawConfig": reflect.TypeFor[rawConfig](),
+	"rawRoute":  reflect.TypeFor[rawRoute](),
+	"rawHTTP":   reflect.TypeFor[rawHTTP](),
+	"rawRelay":  reflect.TypeFor[rawRelay](),
+}
+
+// LoadConfig reads and validates a config file; env looks variables up
+// (os.LookupEnv when nil).
+func LoadConfig(path string, env func(string) (string, bool)) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Msg: err.Error()}
+	}
+	return ParseConfig(path, b, env)
+}
+
+// ParseConfig decodes and validates the bytes of a config file named name.
+func ParseConfig(name string, data []byte, env func(string) (string, bool)) (*Config, error) {
+	if env == nil {
+		env = os.LookupEnv
+	}
+	p := &parser{name: name, env: env, nonce: fmt.Sprintf("%08x", rand.Uint32())}
+	data = p.protect(data)
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, p.yamlErr(err)
+	}
+	if root.Kind == 0 || len(root.Content) == 0 {
+		return nil, &ConfigError{File: name, Msg: "the file is empty; it needs at least database, app and routes"}
+	}
+	p.root = root.Content[0]
+	if p.root.Kind != yaml.MappingNode {
+		return nil, &ConfigError{File: name, Line: p.root.Line, Msg: "the file must be a mapping (database:, app:, routes:, ...)"}
+	}
+	var raw rawConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&raw); err != nil {
+		return nil, p.yamlErr(err)
+	}
+	// A second document would be silently ignored; refuse it.
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &ConfigError{File: name, Line: extra.Line, Msg: "only one YAML document is allowed"}
+	}
+	return p.build(&raw)
+}
+
+type parser struct {
+	name  string
+	env   func(string) (string, bool)
+	root  *yaml.Node
+	nonce string
+}
+
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+\.(\w+)$`)
+
+// yamlErr rewrites yaml.v3's messages in the form every other config error
+// has: file:line: field: message.
+func (p *parser) yamlErr(err error) error {
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	var out []*ConfigError
+	for _, m := range msgs {
+		ce := &ConfigError{File: p.name, Msg: strings.TrimPrefix(m, "yaml: ")}
+		defer func() { ce.Msg, ce.Field = p.unprotect(ce.Msg), p.unprotect(ce.Field) }()
+		if g := yamlLine.FindStringSubmatch(ce.Msg); g != nil {
+			ce.Line, _ = strconv.Atoi(g[1])
+			ce.Msg = g[2]
+			if u := unknownField.FindStringSubmatch(ce.Msg); u != nil {
+				ce.Field = p.pathAt(ce.Line, u[1])
+				ce.Msg = fmt.Sprintf("unknown key %q (known keys here: %s)", u[1], strings.Join(knownKeys(sections[u[2]]), ", "))
+			} else if strings.Contains(ce.Msg, "cannot unmarshal") {
+				ce.Field = p.pathAt(ce.Line, "")
+				ce.Msg = friendlyUnmarshal(ce.Msg)
+			}
+		}
+		out = append(out, ce)
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return multiError(out)
+}
+
+// multiError joins several located errors, one per line.
+type multiError []*ConfigError
+
+func (m multiError) Error() string {
+	s := make([]string, len(m))
+	for i, e := range m {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+func (m multiError) Unwrap() []error {
+	out := make([]error, len(m))
+	for i, e := range m {
+		out[i] = e
+	}
+	return out
+}
+
+func friendlyUnmarshal(msg string) string {
+	switch {
+	case strings.Contains(msg, "into []cli.rawRoute"):
+		return "routes must be a list (each item starting with '- type: ...')"
+	case strings.Contains(msg, "!!seq into"):
+		return "expected a single value or a mapping here, found a list"
+	case strings.Contains(msg, "!!map into"):
+		return "expected a single value or a list here, found a mapping"
+	case strings.Contains(msg, "into cli.raw"):
+		return "expected a mapping (key: value lines) here"
+	}
+	return msg
+}
+
+func knownKeys(t reflect.Type) []string {
+	if t == nil {
+		return nil
+	}
+	var out []string
+	for f := range t.Fields() {
+		if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag != "" {
+			out = append(out, tag)
+		}
+	}
+	return out
+}
+
+// pathAt finds the dotted path of the key named key on line (or of the
+// value on line, when key is empty), for messages.
+func (p *parser) pathAt(line int, key string) string {
+	var found string
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if found != "" || n == nil {
+			return
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				sub := join(path, k.Value)
+				if k.Line == line && (key == "" || k.Value == key) {
+					found = sub
+					return
+				}
+				if key == "" && v.Line == line {
+					found = sub
+					return
+				}
+				walk(v, sub)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				if key == "" && c.Line == line && c.Kind == yaml.ScalarNode {
+					found = fmt.Sprintf("%s[%d]", path, i)
+					return
+				}
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	walk(p.root, "")
+	if found == "" {
+		return key
+	}
+	return found
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// node returns the value node at a path of keys and indices, or nil.
+func (p *parser) node(path ...any) *yaml.Node {
+	n := p.root
+	for _, step := range path {
+		if n == nil {
+			return nil
+		}
+		switch s := step.(type) {
+		case string:
+			var next *yaml.Node
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == s {
+						next = n.Content[i+1]
+					}
+				}
+			}
+			n = next
+		case int:
+			if n.Kind != yaml.SequenceNode || s >= len(n.Content) {
+				return nil
+			}
+			n = n.Content[s]
+		}
+	}
+	return n
+}
+
+// keyLine is the line of the last key of path, or of its nearest present
+// parent, so a missing field is reported where it belongs.
+func (p *parser) keyLine(path ...any) int {
+	for len(path) > 0 {
+		parent := p.node(path[:len(path)-1]...)
+		if k, ok := path[len(path)-1].(string); ok && parent != nil && parent.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(parent.Content); i += 2 {
+				if parent.Content[i].Value == k {
+					return parent.Content[i].Line
+				}
+			}
+		}
+		if i, ok := path[len(path)-1].(int); ok && parent != nil && parent.Kind == yaml.SequenceNode && i < len(parent.Content) {
+			return parent.Content[i].Line
+		}
+		path = path[:len(path)-1]
+	}
+	if p.root != nil {
+		return p.root.Line
+	}
+	return 0
+}
+
+func fieldName(path []any) string {
+	var b strings.Builder
+	for _, s := range path {
+		switch v := s.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(v)
+		case int:
+			fmt.Fprintf(&b, "[%d]", v)
+		}
+	}
+	return b.String()
+}
+
+func (p *parser) errAt(path []any, format string, args ...any) *ConfigError {
+	line := 0
+	if n := p.node(path...); n != nil {
+		line = n.Line
+	} else {
+		line = p.keyLine(path...)
+	}
+	return &ConfigError{File: p.name, Line: line, Field: fieldName(path), Msg: fmt.Sprintf(format, args...)}
+}
+
+var envRef = regexp.MustCompile(`\$\$|\$\{([^}]*)\}`)
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// protect replaces each ${NAME} of the file with a placeholder made of
+// letters, on the same line, before YAML sees it: in a flow mapping such as
+// http: {token: ${TOKEN}} the braces would otherwise be read as structure.
+// The placeholder carries a random nonce, so no text of the file can pose
+// as one.
+func (p *parser) protect(data []byte) []byte {
+	return envRef.ReplaceAllFunc(data, func(m []byte) []byte {
+		if string(m) == "$$" {
+			return m
+		}
+		name := m[2 : len(m)-1]
+		if !envName.Match(name) {
+			return m
+		}
+		return []byte(p.placeholder(string(name)))
+	})
+}
+
+func (p *parser) placeholder(name string) string {
+	return "__menv" + p.nonce + "_" + name + "__"
+}
+
+// unprotect shows placeholders in messages as the ${NAME} the user wrote.
+func (p *parser) unprotect(s string) string {
+	if p.nonce == "" || !strings.Contains(s, "__menv"+p.nonce) {
+		return s
+	}
+	re := regexp.MustCompile(`__menv` + p.nonce + `_([A-Za-z_][A-Za-z0-9_]*?)__`)
+	return re.ReplaceAllString(s, "$${$1}")
+}
+
+// expand replaces ${NAME} with the variable's value; $$ is a literal $. Only
+// values are expanded, after parsing, so a secret can never change the
+// file's structure.
+func (p *parser) expand(s string, path ...any) (string, error) {
+	if !strings.Contains(s, "$") && !strings.Contains(s, "__menv") {
+		return s, nil
+	}
+	re := regexp.MustCompile(`\$\$|\$\{[^}]*\}|__menv` + p.nonce + `_([A-Za-z_][A-Za-z0-9_]*?)__`)
+	var err error
+	out := re.ReplaceAllStringFunc(s, func(m string) string {
+		if err != nil {
+			return ""
+		}
+		if m == "$$" {
+			return "$"
+		}
+		if strings.HasPrefix(m, "${") {
+			err = p.errAt(path, "%q is not a valid environment variable reference (use ${NAME}, or $$ for a literal $)", m)
+			return ""
+		}
+		name := re.FindStringSubmatch(m)[1]
+		v, ok := p.env(name)
+		if !ok {
+			err = p.errAt(path, "environment variable %s is not set", name)
+			return ""
+		}
+		return v
+	})
+	return out, err
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (p *parser) build(raw *rawConfig) (*Config, error) {
+	c := &Config{}
+	var err error
+	str := func(dst *string, v string, path ...any) {
+		if err != nil {
+			return
+		}
+		*dst, err = p.expand(v, path...)
+	}
+	str(&c.Database, raw.Database, "database")
+	str(&c.Schema, raw.Schema, "schema")
+	str(&c.App, raw.App, "app")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c.Database == "":
+		return nil, p.errAt([]any{"database"}, "required: a postgres://user@host/db URL or sqlite:/path/file.db")
+	case strings.HasPrefix(c.Database, "sqlite:"):
+		if strings.TrimPrefix(c.Database, "sqlite:") == "" {
+			return nil, p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/mensageria.db")
+		}
+	case strings.HasPrefix(c.Database, "postgres://"), strings.HasPrefix(c.Database, "postgresql://"):
+		if u, perr := url.Parse(c.Database); perr != nil || u.Host == "" {
+			return nil, p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
+		}
+	default:
+		return nil, p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact(c.Database))
+	}
+	if c.Schema == "" {
+		c.Schema = "mensageria"
+	} else if !schemaName.MatchString(c.Schema) {
+		return nil, p.errAt([]any{"schema"}, "%q must be a lower-case SQL identifier (a-z, 0-9, _; at most 63)", c.Schema)
+	}
+	if c.App == "" {
+		return nil, p.errAt([]any{"app"}, "required: the name of this application (replicas of one app share it)")
+	}
+	if len(raw.Routes) == 0 {
+		return nil, p.errAt([]any{"routes"}, "no routes: list at least one message type this app sends (routes: - type: ... http: {url: ...})")
+	}
+	seen := map[string]int{}
+	for i, rr := range raw.Routes {
+		r, rerr := p.route(i, rr)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if first, dup := seen[r.Type]; dup {
+			return nil, p.errAt([]any{"routes", i, "type"}, "type %q is already routed by routes[%d]", r.Type, first)
+		}
+		seen[r.Type] = i
+		c.Routes = append(c.Routes, r)
+	}
+	if raw.Relay != nil {
+		if err := p.relay(raw.Relay, &c.Relay); err != nil {
+			return nil, err
+		}
+	}
+	if c.Relay.Election == "" {
+		c.Relay.Election = mensageria.ElectionLeader
+	}
+	// The library's own validation catches the remaining limits (app name,
+	// batch range); report them against the file too.
+	cc := c.ClientConfig()
+	if _, nerr := mensageria.New(nopDriver{}, &cc); nerr != nil {
+		var ce *mensageria.ConfigError
+		if errors.As(nerr, &ce) {
+			return nil, p.errAt(libFieldPath(ce.Field), "%s", ce.Reason)
+		}
+		return nil, &ConfigError{File: p.name, Msg: nerr.Error()}
+	}
+	return c, nil
+}
+
+func libFieldPath(f string) []any {
+	switch f {
+	case "App":
+		return []any{"app"}
+	case "BatchSize":
+		return []any{"relay", "batch"}
+	case "Concurrency":
+		return []any{"relay", "concurrency"}
+	case "MaxAttempts":
+		return []any{"relay", "max_attempts"}
+	case "Lease":
+		return []any{"relay", "lease"}
+	case "BackoffMax", "BackoffBase":
+		return []any{"relay", "backoff_max"}
+	case "PollInterval":
+		return []any{"relay", "poll_interval"}
+	case "Election":
+		return []any{"relay", "election"}
+	}
+	return []any{"relay"}
+}
+
+// redact hides a password in a URL shown in a message.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func (p *parser) route(i int, rr rawRoute) (Route, error) {
+	r := Route{Line: p.keyLine("routes", i)}
+	var err error
+	if r.Type, err = p.expand(rr.Type, "routes", i, "type"); err != nil {
+		return r, err
+	}
+	if r.Type == "" {
+		return r, p.errAt([]any{"routes", i, "type"}, "required: the message type this route sends")
+	}
+	if len(r.Type) > 200 {
+		return r, p.errAt([]any{"routes", i, "type"}, "longer than 200 bytes")
+	}
+	ord, err := p.expand(rr.Ordering, "routes", i, "ordering")
+	if err != nil {
+		return r, err
+	}
+	switch ord {
+	case "", "none":
+	case "key":
+		r.Ordered = true
+	default:
+		return r, p.errAt([]any{"routes", i, "ordering"}, "unknown ordering %q (use key, or leave it out)", ord)
+	}
+	if rr.HTTP == nil {
+		return r, p.errAt([]any{"routes", i}, "route %q has no transport: add http: {url: ...}", r.Type)
+	}
+	r.Transport = "http"
+	h := &HTTPRoute{}
+	base := []any{"routes", i, "http"}
+	at := func(k string) []any { return append(append([]any{}, base...), k) }
+	if h.URL, err = p.expand(rr.HTTP.URL, at("url")...); err != nil {
+		return r, err
+	}
+	if h.URL == "" {
+		return r, p.errAt(at("url"), "required: the receiver's URL (http://host:port/path)")
+	}
+	u, perr := url.Parse(h.URL)
+	if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return r, p.errAt(at("url"), "%q is not an absolute http:// or https:// URL", h.URL)
+	}
+	if h.Token, err = p.expand(rr.HTTP.Token, at("token")...); err != nil {
+		return r, err
+	}
+	if h.Timeout, err = p.duration(rr.HTTP.Timeout, at("timeout")...); err != nil {
+		return r, err
+	}
+	if h.MaxConcurrent, err = p.int(rr.HTTP.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
+		return r, err
+	}
+	r.HTTP = h
+	return r, nil
+}
+
+func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
+	var err error
+	do := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	do(func() (e error) { out.Batch, e = p.int(rr.Batch, 1, "relay", "batch"); return })
+	do(func() (e error) { out.Concurrency, e = p.int(rr.Concurrency, 1, "relay", "concurrency"); return })
+	do(func() (e error) { out.Lease, e = p.duration(rr.Lease, "relay", "lease"); return })
+	do(func() (e error) { out.MaxAttempts, e = p.int(rr.MaxAttempts, 1, "relay", "max_attempts"); return })
+	do(func() (e error) { out.PollInterval, e = p.duration(rr.PollInterval, "relay", "poll_interval"); return })
+	do(func() (e error) { out.BackoffBase, e = p.duration(rr.BackoffBase, "relay", "backoff_base"); return })
+	do(func() (e error) { out.BackoffMax, e = p.duration(rr.BackoffMax, "relay", "backoff_max"); return })
+	do(func() error {
+		v, e := p.expand(rr.PollOnly, "relay", "poll_only")
+		if e != nil || v == "" {
+			return e
+		}
+		b, perr := strconv.ParseBool(v)
+		if perr != nil {
+			return p.errAt([]any{"relay", "poll_only"}, "%q is not true or false", v)
+		}
+		out.PollOnly = b
+		return nil
+	})
+	do(func() error {
+		v, e := p.expand(rr.Election, "relay", "election")
+		if e != nil {
+			return e
+		}
+		switch v {
+		case "", "advisory":
+			out.Election = mensageria.ElectionLeader
+		case "none":
+			out.Election = mensageria.ElectionNone
+		default:
+			return p.errAt([]any{"relay", "election"}, "unknown election %q (use advisory: one active relay per app, or none: every replica relays)", v)
+		}
+		return nil
+	})
+	return err
+}
+
+func (p *parser) duration(s string, path ...any) (time.Duration, error) {
+	v, err := p.expand(s, path...)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	d, perr := time.ParseDuration(v)
+	if perr != nil {
+		return 0, p.errAt(path, "%q is not a duration (use a number with a unit: 500ms, 5s, 2m, 1h)", v)
+	}
+	if d <= 0 {
+		return 0, p.errAt(path, "%q must be positive", v)
+	}
+	return d, nil
+}
+
+func (p *parser) int(s string, min int, path ...any) (int, error) {
+	v, err := p.expand(s, path...)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	n, perr := strconv.Atoi(v)
+	if perr != nil {
+		return 0, p.errAt(path, "%q is not a whole number", v)
+	}
+	if n < min {
+		return 0, p.errAt(path, "%d must be at least %d", n, min)
+	}
+	return n, nil
+}

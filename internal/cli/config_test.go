@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xadm/mensageria"
+)
+
+const goodConfig = `# the issue's own example
+database: postgres://app:${DB_PASSWORD}@127.0.0.1:5432/app
+schema: mensageria
+app: pedidos
+routes:
+  - type: pedido.criado
+    http: {url: http://127.0.0.1:8081/m2m/pedido.criado, token: ${FATURAMENTO_TOKEN}, timeout: 5s}
+    ordering: key
+  - type: pedido.cancelado
+    http:
+      url: https://faturamento.internal/m2m
+      max_concurrent: ${MAXC}
+relay: {batch: 100, concurrency: 16, lease: 30s, max_attempts: 20, election: advisory}
+`
+
+func envOf(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+var fullEnv = envOf("DB_PASSWORD", "s3cr3t", "FATURAMENTO_TOKEN", "tok, with: {yaml} chars", "MAXC", "4")
+
+func TestParseConfigGood(t *testing.T) {
+	c, err := ParseConfig("m.yaml", []byte(goodConfig), fullEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.App != "pedidos" || c.Schema != "mensageria" || c.Backend() != "postgres" {
+		t.Fatalf("top level: %+v", c)
+	}
+	if !strings.Contains(c.Database, "s3cr3t") {
+		t.Fatalf("database not expanded: %q", c.Database)
+	}
+	if len(c.Routes) != 2 {
+		t.Fatalf("routes: %+v", c.Routes)
+	}
+	r := c.Routes[0]
+	if r.Type != "pedido.criado" || !r.Ordered || r.HTTP.Timeout != 5*time.Second || r.Line != 6 {
+		t.Fatalf("route 0: %+v %+v", r, r.HTTP)
+	}
+	// A secret with YAML syntax in it stays one value: expansion happens
+	// after parsing.
+	if r.HTTP.Token != "tok, with: {yaml} chars" {
+		t.Fatalf("token: %q", r.HTTP.Token)
+	}
+	if c.Routes[1].HTTP.MaxConcurrent != 4 || c.Routes[1].Ordered {
+		t.Fatalf("route 1: %+v", c.Routes[1].HTTP)
+	}
+	want := RelayConfig{Batch: 100, Concurrency: 16, Lease: 30 * time.Second, MaxAttempts: 20, Election: mensageria.ElectionLeader}
+	if c.Relay != want {
+		t.Fatalf("relay: %+v", c.Relay)
+	}
+}
+
+func TestParseConfigDefaultsAndSQLite(t *testing.T) {
+	c, err := ParseConfig("m.yaml", []byte("database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p'}\nrelay: {election: none, poll_only: true}\n"), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Backend() != "sqlite" || c.SQLitePath() != "/tmp/x.db" || c.Schema != "mensageria" || c.Relay.Election != mensageria.ElectionNone || !c.Relay.PollOnly {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestParseConfigDollarEscape(t *testing.T) {
+	c, err := ParseConfig("m.yaml", []byte("database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p', token: 'a$$b$${NOT}'}\n"), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Routes[0].HTTP.Token; got != "a$b${NOT}" {
+		t.Fatalf("token %q", got)
+	}
+}
+
+// Every mistake names the field and the line it is on.
+func TestParseConfigErrors(t *testing.T) {
+	base := func(routes string) string {
+		return "database: sqlite:/tmp/x.db\napp: pedidos\n" + routes
+	}
+	route := "routes:\n  - type: pedido.criado\n    http: {url: http://h:1/m, timeout: 5s}\n"
+	cases := []struct {
+		name, yaml string
+		line       int
+		field      string
+		msg        string
+	}{
+		{"unknown top-level key", base(route) + "relays: {batch: 1}\n", 6, "relays", `unknown key "relays"`},
+		{"unknown key in route", base("routes:\n  - type: t\n    htp: {url: http://h/}\n"), 5, "routes[0].htp", `unknown key "htp"`},
+		{"unknown key in http", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      tokn: x\n"), 7, "routes[0].http.tokn", `unknown key "tokn" (known keys here: url, token, timeout, max_concurrent)`},
+		{"unknown key in relay", base(route) + "relay:\n  batch: 10\n  leese: 3s\n", 8, "relay.leese", `unknown key "leese"`},
+		{"no routes key", base(""), 1, "routes", "no routes"},
+		{"empty routes", base("routes: []\n"), 3, "routes", "no routes"},
+		{"bad URL", base("routes:\n  - type: t\n    http: {url: 'ftp://h/x'}\n"), 5, "routes[0].http.url", `"ftp://h/x" is not an absolute http:// or https:// URL`},
+		{"relative URL", base("routes:\n  - type: t\n    http: {url: /m2m/x}\n"), 5, "routes[0].http.url", "not an absolute"},
+		{"missing URL", base("routes:\n  - type: t\n    http: {token: x}\n"), 5, "routes[0].http.url", "required"},
+		{"bad duration", base("routes:\n  - type: t\n    http: {url: http://h/, timeout: 5 seconds}\n"), 5, "routes[0].http.timeout", `"5 seconds" is not a duration`},
+		{"bad relay duration", base(route) + "relay:\n  lease: 30\n", 7, "relay.lease", `"30" is not a duration`},
+		{"negative duration", base(route) + "relay: {lease: -1s}\n", 6, "relay.lease", "must be positive"},
+		{"missing env var", base("routes:\n  - type: t\n    http: {url: http://h/, token: '${NOPE_TOKEN}'}\n"), 5, "routes[0].http.token", "environment variable NOPE_TOKEN is not set"},
+		{"missing env var unquoted in flow", base("routes:\n  - type: t\n    http: {url: http://h/, token: ${NOPE_TOKEN}}\n"), 5, "routes[0].http.token", "environment variable NOPE_TOKEN is not set"},
+		{"missing env var in database", "database: ${NO_DB_URL}\napp: a\n" + route, 1, "database", "environment variable NO_DB_URL is not set"},
+		{"bad env reference", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      token: '${1X}'\n"), 7, "routes[0].http.token", "not a valid environment variable reference"},
+		{"unknown election", base(route) + "relay: {election: raft}\n", 6, "relay.election", `unknown election "raft"`},
+		{"bad int", base(route) + "relay:\n  batch: lots\n", 7, "relay.batch", `"lots" is not a whole number`},
+		{"batch out of library range", base(route) + "relay:\n  batch: 20000\n", 7, "relay.batch", "1..10000"},
+		{"zero concurrency", base(route) + "relay: {concurrency: 0}\n", 6, "relay.concurrency", "at least 1"},
+		{"bad bool", base(route) + "relay: {poll_only: maybe}\n", 6, "relay.poll_only", "not true or false"},
+		{"no transport", base("routes:\n  - type: t\n    ordering: key\n"), 4, "routes[0]", "has no transport"},
+		{"no type", base("routes:\n  - http: {url: http://h/}\n"), 4, "routes[0].type", "required"},
+		{"duplicate type", base(route + "  - type: pedido.criado\n    http: {url: http://h/}\n"), 6, "routes[1].type", "already routed by routes[0]"},
+		{"bad ordering", base("routes:\n  - type: t\n    ordering: fifo\n    http: {url: http://h/}\n"), 5, "routes[0].ordering", `unknown ordering "fifo"`},
+		{"no database", "app: a\n" + route, 1, "database", "required"},
+		{"bad database scheme", "database: mysql://x/y\napp: a\n" + route, 1, "database", "unsupported database"},
+		{"bad schema", base(route) + "schema: Bad-Name\n", 6, "schema", "lower-case SQL identifier"},
+		{"no app", "database: sqlite:/x\n" + route, 1, "app", "required"},
+		{"bad app", "database: sqlite:/x\napp: '-x'\n" + route, 2, "app", "must be 1-100"},
+		{"routes not a list", base("routes: {type: t}\n"), 3, "routes", "routes must be a list"},
+		{"scalar where mapping", base("routes:\n  - type: t\n    http: http://h/\n"), 5, "routes[0].http", "expected a mapping"},
+		{"syntax error", base("routes:\n  - type: [t\n"), 3, "", "did not find expected"},
+		{"duplicate key", base(route) + "app: again\n", 6, "", `"app" already defined`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("m.yaml", []byte(tc.yaml), envOf())
+			if err == nil {
+				t.Fatalf("no error for:\n%s", tc.yaml)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T %v is not a *ConfigError", err, err)
+			}
+			if ce.Line != tc.line || ce.Field != tc.field || !strings.Contains(ce.Msg, tc.msg) {
+				t.Fatalf("got line %d field %q msg %q (%v)\nwant line %d field %q msg containing %q", ce.Line, ce.Field, ce.Msg, err, tc.line, tc.field, tc.msg)
+			}
+			want := "m.yaml:"
+			if !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("message %q does not start with %q", err, want)
+			}
+		})
+	}
+}
+
+func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
+	for _, in := range []string{"", "# only a comment\n", "- a\n- b\n", "database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/}\n---\napp: b\n"} {
+		if _, err := ParseConfig("m.yaml", []byte(in), envOf()); err == nil {
+			t.Errorf("no error for %q", in)
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// DeadMessage is one dead letter as `dead list|show --json` print it.
+type DeadMessage struct {
+	ID        int64             `json:"id"`
+	MessageID string            `json:"message_id"`
+	Type      string            `json:"type"`
+	Key       string            `json:"key"`
+	Attempts  int               `json:"attempts"`
+	CreatedAt time.Time         `json:"created_at"`
+	LastError string            `json:"last_error"`
+	Payload   json.RawMessage   `json:"payload,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+}
+
+func deadOf(j driver.Job, full bool) DeadMessage {
+	d := DeadMessage{ID: j.ID, MessageID: uuid.UUID(j.MessageID).String(), Type: j.Type, Key: j.Key, Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), LastError: j.LastError}
+	if full {
+		if json.Valid(j.Payload) {
+			d.Payload = j.Payload
+		}
+		if len(j.Headers) > 0 {
+			_ = json.Unmarshal(j.Headers, &d.Headers)
+		}
+	}
+	return d
+}
+
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		for _, f := range strings.Split(a, ",") {
+			if f == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(f, 10, 64)
+			if err != nil || id <= 0 {
+				return nil, usageErr("%q is not a message id (the number 'dead list' shows in its ID column)", f)
+			}
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n-1] + "…"
+	}
+	return s
+}
+
+func (a *app) deadCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List, show, retry or discard dead letters",
+		Long: `dead operates the messages the relay parked as dead (refused permanently by
+the destination, or out of attempts), each with its last error.
+
+  dead list [--type T]            one line per dead message
+  dead show ID                    everything about one, payload included
+  dead retry ID... | --type T     back to pending, attempts from zero
+  dead discard ID... | --type T   delete them
+
+Retrying or discarding more than one message asks for confirmation on
+standard input unless --yes is given.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("dead needs a sub-command: list, show, retry or discard (see 'mensageria dead --help')")
+		},
+	}
+
+	var listTypes []string
+	var listJSON bool
+	var limit int
+	var after int64
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead messages",
+		Args:  noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(cmd.Context()); err != nil {
+				return err
+			}
+			jobs, err := b.drv.ListMessages(cmd.Context(), driver.ListFilter{State: driver.StateDead, Types: listTypes, AfterID: after, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				out := make([]DeadMessage, len(jobs))
+				for i, j := range jobs {
+					out[i] = deadOf(j, false)
+				}
+				return json.NewEncoder(a.io.Out).Encode(out)
+			}
+			if len(jobs) == 0 {
+				fmt.Fprintln(a.io.Out, "no dead messages")
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
+			for _, j := range jobs {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339), oneLine(j.LastError, 100))
+			}
+			_ = tw.Flush()
+			if len(jobs) == limit {
+				fmt.Fprintf(a.io.Out, "(first %d; next page: --after %d)\n", limit, jobs[len(jobs)-1].ID)
+			}
+			return nil
+		}),
+	}
+	list.Flags().StringSliceVarP(&listTypes, "type", "t", nil, "only these types (repeatable)")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
+	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead message in full",
+		Args:  exactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(cmd.Context()); err != nil {
+				return err
+			}
+			jobs, err := b.drv.ListMessages(cmd.Context(), driver.ListFilter{IDs: ids, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(jobs) == 0 {
+				return failErr("no message with id %d in schema %s", ids[0], c.Schema)
+			}
+			j := jobs[0]
+			if j.State != driver.StateDead {
+				fmt.Fprintf(a.io.Err, "note: message %d is %s, not dead\n", j.ID, j.State)
+			}
+			d := deadOf(j, true)
+			if showJSON {
+				enc := json.NewEncoder(a.io.Out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(d)
+			}
+			w := a.io.Out
+			fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
+				d.ID, d.MessageID, d.Type, d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
+			for k, v := range d.Headers {
+				fmt.Fprintf(w, "header      %s: %s\n", k, v)
+			}
+			fmt.Fprintf(w, "last error  %s\npayload     %s\n", d.LastError, string(j.Payload))
+			return nil
+		}),
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+
+	cmd.AddCommand(list, show, a.reviveCommand(false), a.reviveCommand(true))
+	return cmd
+}
+
+// reviveCommand builds `dead retry` and `dead discard`.
+func (a *app) reviveCommand(discard bool) *cobra.Command {
+	verb, done := "retry", "back to pending"
+	short := "Move dead messages back to pending, attempts from zero"
+	if discard {
+		verb, done = "discard", "deleted"
+		short = "Delete dead messages"
+	}
+	var types []string
+	var yes, asJSON bool
+	cmd := &cobra.Command{
+		Use:   verb + " ID... | --type T",
+		Short: short,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 && len(types) == 0 {
+				return usageErr("dead %s needs message ids or --type (see 'mensageria dead %s --help')", verb, verb)
+			}
+			if len(ids) > 0 && len(types) > 0 {
+				return usageErr("dead %s takes message ids or --type, not both", verb)
+			}
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(cmd.Context()); err != nil {
+				return err
+			}
+			if len(ids) > 1 || len(types) > 0 {
+				what := fmt.Sprintf("%d dead messages (%s)", len(ids), joinIDs(ids))
+				if len(types) > 0 {
+					n, err := countDead(cmd, b.drv, types)
+					if err != nil {
+						return err
+					}
+					what = fmt.Sprintf("all %d dead messages of type %s", n, strings.Join(types, ", "))
+				}
+				if !yes {
+					ok, err := confirm(a, fmt.Sprintf("%s %s in schema %s?", strings.ToUpper(verb[:1])+verb[1:], what, c.Schema))
+					if err != nil {
+						return err
+					}
+					if !ok {
+						fmt.Fprintln(a.io.Err, "nothing changed")
+						return silentExit(ExitFailure)
+					}
+				}
+			}
+			n, err := b.drv.Revive(cmd.Context(), driver.ReviveParams{IDs: ids, Types: types, Discard: discard})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "changed": n})
+			}
+			fmt.Fprintf(a.io.Out, "%d dead message(s) %s\n", n, done)
+			if len(ids) > 0 && n < len(ids) {
+				fmt.Fprintf(a.io.Err, "note: %d of the ids were not dead messages and were left alone\n", len(ids)-n)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringSliceVarP(&types, "type", "t", nil, "every dead message of these types")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, 0, len(ids))
+	for i, id := range ids {
+		if i == 10 {
+			s = append(s, "…")
+			break
+		}
+		s = append(s, strconv.FormatInt(id, 10))
+	}
+	return strings.Join(s, ", ")
+}
+
+func countDead(cmd *cobra.Command, drv driver.Driver, types []string) (int64, error) {
+	stats, err := drv.Stats(cmd.Context())
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, s := range stats {
+		for _, t := range types {
+			if s.Type == t {
+				n += s.Dead
+			}
+		}
+	}
+	return n, nil
+}
+
+// confirm asks on standard input; anything but y/yes is a no, and so is
+// end of input, so a script without --yes changes nothing.
+func confirm(a *app, question string) (bool, error) {
+	fmt.Fprintf(a.io.Err, "%s [y/N] ", question)
+	line, err := bufio.NewReader(a.io.In).ReadString('\n')
+	if err != nil && line == "" {
+		fmt.Fprintln(a.io.Err)
+		return false, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, nil
+}

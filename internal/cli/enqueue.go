@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria"
+)
+
+// maxPayload matches the library's limit, checked here so a huge file is
+// refused before it is read whole.
+const maxPayload = 16 << 20
+
+// parsePayloadArg turns a --payload value into a JSON document: inline
+// JSON, @file, or @- for standard input. Whatever it returns is valid JSON.
+func parsePayloadArg(arg string, readFile func(string) ([]byte, error), stdin io.Reader) (json.RawMessage, error) {
+	var b []byte
+	switch {
+	case arg == "":
+		return json.RawMessage("{}"), nil
+	case arg == "@-":
+		var err error
+		b, err = io.ReadAll(io.LimitReader(stdin, maxPayload+1))
+		if err != nil {
+			return nil, fmt.Errorf("--payload @-: reading standard input: %w", err)
+		}
+	case strings.HasPrefix(arg, "@"):
+		if len(arg) == 1 {
+			return nil, errors.New("--payload @ needs a file name (@payload.json) or - for standard input")
+		}
+		var err error
+		b, err = readFile(arg[1:])
+		if err != nil {
+			return nil, fmt.Errorf("--payload %s: %w", arg, err)
+		}
+	default:
+		b = []byte(arg)
+	}
+	if len(b) > maxPayload {
+		return nil, fmt.Errorf("--payload is larger than %d bytes", maxPayload)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, errors.New("--payload is empty: give a JSON document, e.g. '{\"id\": 42}'")
+	}
+	if !json.Valid(b) {
+		var v any
+		err := json.Unmarshal(b, &v)
+		return nil, fmt.Errorf("--payload is not valid JSON: %v", err)
+	}
+	return json.RawMessage(b), nil
+}
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var typ, key, payload string
+	var headers []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
+		Short: "Enqueue one message (for operators and tests)",
+		Long: `enqueue writes one message into the outbox, as an app would inside its
+business transaction. The type must be one of the config's routes: a type
+with no route fails at once with exit code 2 and writes nothing, because no
+relay of this app would ever deliver it.
+
+Apps in other languages enqueue with a plain INSERT instead:
+  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			if typ == "" || key == "" {
+				return usageErr("enqueue needs --type and --key")
+			}
+			if _, ok := c.Route(typ); !ok {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("app %q has no route for type %q, so nothing was enqueued (routes: %s); add it to %s or use the owning app's config",
+					c.App, typ, strings.Join(c.Types(), ", "), a.configPath)}
+			}
+			body, err := parsePayloadArg(payload, os.ReadFile, a.io.In)
+			if err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			}
+			msg := mensageria.Message{Type: typ, Key: key, Payload: body}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return usageErr("--header %q: use NAME=VALUE", h)
+				}
+				if msg.Headers == nil {
+					msg.Headers = map[string]string{}
+				}
+				msg.Headers[k] = v
+			}
+			b, cl, err := connect(cmd.Context(), c, func(cc *mensageria.Config) { cc.PollOnly = true })
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(cmd.Context()); err != nil {
+				return err
+			}
+			ids, err := cl.Enqueue(cmd.Context(), msg)
+			if errors.Is(err, mensageria.ErrNoSender) || errors.Is(err, mensageria.ErrInvalidMessage) {
+				return &exitError{code: ExitUsage, err: err}
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(a.io.Out).Encode(map[string]string{"id": ids[0].String(), "type": typ, "key": key})
+			}
+			fmt.Fprintf(a.io.Out, "enqueued %s (type %s, key %s)\n", ids[0], typ, key)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVarP(&typ, "type", "t", "", "message type (must be routed by the config)")
+	f.StringVarP(&key, "key", "k", "", "natural key (receivers dedupe on it)")
+	f.StringVarP(&payload, "payload", "p", "", "JSON document, @file, or @- for standard input (default {})")
+	f.StringArrayVarP(&headers, "header", "H", nil, "header NAME=VALUE (repeatable)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+)
+
+// metrics observes the relay (as a mensageria hook) and reads the outbox
+// at scrape time, so gauges are never staler than the scrape.
+type metrics struct {
+	reg        *prometheus.Registry
+	deliveries *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	duration   *prometheus.HistogramVec
+	deadTotal  *prometheus.CounterVec
+	leader     prometheus.Gauge
+	epoch      prometheus.Gauge
+}
+
+func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog.Logger) *metrics {
+	constLabels := prometheus.Labels{"app": app}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mensageria_deliveries_total", Help: "Delivery attempts by type and outcome (delivered, retry, dead, fenced).", ConstLabels: constLabels,
+		}, []string{"type", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "mensageria_delivery_latency_seconds", Help: "From enqueue (database clock) to the end of the delivery attempt.", ConstLabels: constLabels,
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}, []string{"type", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "mensageria_send_duration_seconds", Help: "Time the Sender took for one attempt.", ConstLabels: constLabels,
+			Buckets: prometheus.DefBuckets,
+		}, []string{"type"}),
+		deadTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mensageria_dead_letters_total", Help: "Messages this relay parked as dead.", ConstLabels: constLabels,
+		}, []string{"type"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mensageria_relay_leader", Help: "1 while this process holds its app's relay election (always 1 with election none).", ConstLabels: constLabels,
+		}),
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mensageria_relay_epoch", Help: "Fence epoch of this process's leadership.", ConstLabels: constLabels,
+		}),
+	}
+	m.reg.MustRegister(m.deliveries, m.latency, m.duration, m.deadTotal, m.leader, m.epoch,
+		&outboxCollector{app: app, drv: drv, elector: elector, log: log},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// OnDelivery implements mensageria.OnDelivery.
+func (m *metrics) OnDelivery(ev mensageria.DeliveryEvent) {
+	m.deliveries.WithLabelValues(ev.Type, string(ev.Outcome)).Inc()
+	m.latency.WithLabelValues(ev.Type, string(ev.Outcome)).Observe(ev.Latency.Seconds())
+	m.duration.WithLabelValues(ev.Type).Observe(ev.Duration.Seconds())
+	if ev.Outcome == mensageria.OutcomeDead {
+		m.deadTotal.WithLabelValues(ev.Type).Inc()
+	}
+}
+
+// OnElection implements mensageria.OnElection.
+func (m *metrics) OnElection(ev mensageria.ElectionEvent) {
+	if ev.Leader {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
+	m.epoch.Set(float64(ev.Epoch))
+}
+
+var (
+	descPending   = prometheus.NewDesc("mensageria_outbox_pending", "Pending messages (in flight included) by type.", []string{"app", "type"}, nil)
+	descInFlight  = prometheus.NewDesc("mensageria_outbox_in_flight", "Messages leased to a relay right now, by type.", []string{"app", "type"}, nil)
+	descDead      = prometheus.NewDesc("mensageria_outbox_dead", "Dead letters waiting for an operator, by type.", []string{"app", "type"}, nil)
+	descDelivered = prometheus.NewDesc("mensageria_outbox_delivered_last_hour", "Messages delivered in the last hour, by type.", []string{"app", "type"}, nil)
+	descOldest    = prometheus.NewDesc("mensageria_outbox_oldest_pending_seconds", "Age of the oldest pending message, by type.", []string{"app", "type"}, nil)
+	descHolder    = prometheus.NewDesc("mensageria_election_holder", "1 for the process that holds the app's relay election, as the database knows it.", []string{"app", "holder"}, nil)
+	descUp        = prometheus.NewDesc("mensageria_outbox_stats_up", "1 when the last read of the outbox statistics succeeded.", []string{"app"}, nil)
+)
+
+type outboxCollector struct {
+	app     string
+	drv     driver.Driver
+	elector driver.Elector // nil with election none
+	log     *slog.Logger
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPending, descInFlight, descDead, descDelivered, descOldest, descHolder, descUp} {
+		ch <- d
+	}
+}
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := c.drv.Stats(ctx)
+	if err != nil {
+		c.log.Warn("metrics: outbox stats failed", "err", err)
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0, c.app)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 1, c.app)
+	for _, s := range stats {
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), c.app, s.Type)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), c.app, s.Type)
+		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), c.app, s.Type)
+		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHr), c.app, s.Type)
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), c.app, s.Type)
+	}
+	if c.elector != nil {
+		if h, err := c.elector.Holder(ctx); err == nil && h.Holder != "" {
+			ch <- prometheus.MustNewConstMetric(descHolder, prometheus.GaugeValue, 1, c.app, h.Holder)
+		}
+	}
+}
+
+// serveMux is the relay's HTTP surface: liveness, readiness and metrics.
+func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// readiness is set once the relay runs and cleared when it stops.
+type readiness struct{ on atomic.Bool }

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+func (a *app) migrateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply, verify or print the schema migrations",
+		Long: `migrate manages the mensageria tables in the configured schema.
+
+  migrate up      apply every missing migration (safe to run from several
+                  processes at once: they serialize on a database lock)
+  migrate check   verify the schema is current without changing it; exits 1
+                  when it is behind (for apps that do not own the schema)
+  migrate sql     print the DDL, for a team's own migration tool (Flyway,
+                  goose, Liquibase)`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("migrate needs a sub-command: up, check or sql (see 'mensageria migrate --help')")
+		},
+	}
+	var asJSON bool
+	run := func(mode driver.MigrateMode) func(*cobra.Command, []string) error {
+		return runE(func(cmd *cobra.Command, _ []string) error {
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(cmd.Context()); err != nil {
+				return err
+			}
+			res, err := b.drv.Migrate(cmd.Context(), mode)
+			behind := errors.Is(err, driver.ErrSchemaBehind)
+			if err != nil && !behind {
+				return fmt.Errorf("migrate: %w", err)
+			}
+			if asJSON {
+				_ = json.NewEncoder(a.io.Out).Encode(map[string]any{
+					"schema": c.Schema, "from": res.From, "to": res.To, "applied": nonNil(res.Applied), "current": !behind,
+				})
+			} else {
+				switch {
+				case behind:
+					fmt.Fprintf(a.io.Out, "schema %s is behind: version %d, this build needs %d; run 'mensageria migrate up' (or apply 'mensageria migrate sql')\n", c.Schema, res.From, res.To)
+				case mode == driver.MigrateCheck:
+					fmt.Fprintf(a.io.Out, "schema %s is current (version %d)\n", c.Schema, res.To)
+				case len(res.Applied) == 0:
+					fmt.Fprintf(a.io.Out, "schema %s already at version %d; nothing to apply\n", c.Schema, res.To)
+				default:
+					fmt.Fprintf(a.io.Out, "schema %s migrated from version %d to %d (applied %v)\n", c.Schema, res.From, res.To, res.Applied)
+				}
+			}
+			if behind {
+				return silentExit(ExitFailure)
+			}
+			return nil
+		})
+	}
+	up := &cobra.Command{Use: "up", Short: "Apply every missing migration", Args: noArgs, RunE: run(driver.MigrateUp)}
+	check := &cobra.Command{Use: "check", Short: "Verify the schema version without changing anything (exit 1 when behind)", Args: noArgs, RunE: run(driver.MigrateCheck)}
+	for _, c := range []*cobra.Command{up, check} {
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	var from int
+	sql := &cobra.Command{
+		Use:   "sql",
+		Short: "Print the DDL of the migrations, for your own migration tool",
+		Args:  noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			ms, err := b.drv.MigrationSQL(from)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(a.io.Out).Encode(ms)
+			}
+			for _, m := range ms {
+				fmt.Fprintf(a.io.Out, "-- mensageria migration %04d: %s (schema %s)\n%s\n\n", m.Version, m.Name, c.Schema, m.SQL)
+			}
+			return nil
+		}),
+	}
+	sql.Flags().IntVar(&from, "from", 0, "print only the migrations after this version")
+	sql.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(up, check, sql)
+	return cmd
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

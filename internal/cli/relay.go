@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+)
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErr("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageErr("--log-format %q: use text or json", format)
+}
+
+func (a *app) relayCommand() *cobra.Command {
+	var listen, logFormat, logLevel string
+	var shutdown time.Duration
+	var migrate bool
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Run the relay of this app's routes until SIGTERM or SIGINT",
+		Long: `relay delivers the outbox messages of the config's routes, and only those:
+rows of other types in the same schema are left to their own apps. It runs
+until SIGTERM or SIGINT, then stops claiming, lets the deliveries in flight
+finish within --shutdown-timeout and releases the rest for the next relay.
+
+With election advisory, replicas of one app elect one active relay; the
+others stand by and take over when it dies.
+
+It serves, on --listen:
+  /healthz   the process is alive
+  /readyz    the relay runs and the database answers
+  /metrics   Prometheus: pending and oldest age by type, deliveries by
+             outcome, delivery latency, dead letters, election holder
+
+The schema must be current ('mensageria migrate up', or --migrate).`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(a.io.Err, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			reg, err := registry(c)
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(ctx, c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(ctx); err != nil {
+				return err
+			}
+			mode := driver.MigrateCheck
+			if migrate {
+				mode = driver.MigrateUp
+			}
+			res, err := b.drv.Migrate(ctx, mode)
+			if errors.Is(err, driver.ErrSchemaBehind) {
+				return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the relay with --migrate", c.Schema, res.From, res.To)
+			}
+			if err != nil {
+				return fmt.Errorf("schema check: %w", err)
+			}
+			if len(res.Applied) > 0 {
+				log.Info("schema migrated", "schema", c.Schema, "from", res.From, "to", res.To)
+			}
+			cc := c.ClientConfig()
+			cc.Registry = reg
+			cc.Logger = log
+			var el driver.Elector
+			if c.Relay.Election != mensageria.ElectionNone {
+				lease := cc.Lease
+				if lease == 0 {
+					lease = 30 * time.Second
+				}
+				if el, err = b.drv.Elector(c.App, lease); err != nil {
+					return err
+				}
+			}
+			m := newMetrics(c.App, b.drv, el, log)
+			if c.Relay.Election == mensageria.ElectionNone {
+				m.leader.Set(1)
+			}
+			cc.Hooks = append(cc.Hooks, m)
+			cl, err := mensageria.New(b.drv, &cc)
+			if err != nil {
+				return err
+			}
+			var ready readiness
+			readyFn := func(ctx context.Context) error {
+				if !ready.on.Load() {
+					return errors.New("relay not running")
+				}
+				if b.pool != nil {
+					return b.pool.Ping(ctx)
+				}
+				_, err := b.drv.Stats(ctx)
+				return err
+			}
+			var srv *http.Server
+			srvDone := make(chan error, 1)
+			if listen != "" {
+				ln, err := net.Listen("tcp", listen)
+				if err != nil {
+					return usageErr("--listen %s: %v", listen, err)
+				}
+				srv = &http.Server{Handler: serveMux(m, readyFn), ReadHeaderTimeout: 10 * time.Second}
+				log.Info("serving health and metrics", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics")
+				go func() { srvDone <- srv.Serve(ln) }()
+			}
+			if err := cl.Start(ctx); err != nil {
+				return err
+			}
+			ready.on.Store(true)
+			log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", electionName(c.Relay.Election))
+			var serveErr error
+			select {
+			case <-ctx.Done():
+				log.Info("stopping: finishing deliveries in flight", "timeout", shutdown)
+			case serveErr = <-srvDone:
+				log.Error("health server failed; stopping", "err", serveErr)
+			}
+			ready.on.Store(false)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
+			defer cancel()
+			stopErr := cl.Stop(sctx)
+			if stopErr != nil {
+				log.Warn("stop timed out; unfinished deliveries were released for the next relay", "err", stopErr)
+			}
+			if srv != nil {
+				_ = srv.Shutdown(sctx)
+			}
+			log.Info("relay stopped", "app", c.App)
+			if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+				return serveErr
+			}
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:9464", "address of /healthz, /readyz and /metrics (empty: do not serve)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long a stop waits for deliveries in flight")
+	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
+	return cmd
+}

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// StatusType is one type's line of `status --json`.
+type StatusType struct {
+	Type             string  `json:"type"`
+	Routed           bool    `json:"routed"` // by this config's app
+	Pending          int64   `json:"pending"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	DeliveredLastHr  int64   `json:"delivered_last_hour"`
+	OldestPendingSec float64 `json:"oldest_pending_seconds"`
+}
+
+// StatusElection is the election part of `status --json`.
+type StatusElection struct {
+	Mode   string     `json:"mode"`
+	Holder string     `json:"holder"`
+	Epoch  int64      `json:"epoch"`
+	Since  *time.Time `json:"since,omitempty"`
+}
+
+// Status is the output of `status --json`.
+type Status struct {
+	App      string         `json:"app"`
+	Schema   string         `json:"schema"`
+	At       time.Time      `json:"at"`
+	Election StatusElection `json:"election"`
+	Types    []StatusType   `json:"types"`
+}
+
+func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, error) {
+	stats, err := drv.Stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	st := &Status{App: c.App, Schema: c.Schema, At: time.Now().UTC(), Election: StatusElection{Mode: electionName(c.Relay.Election)}}
+	seen := map[string]bool{}
+	for _, s := range stats {
+		_, routed := c.Route(s.Type)
+		seen[s.Type] = true
+		st.Types = append(st.Types, StatusType{
+			Type: s.Type, Routed: routed, Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead,
+			DeliveredLastHr: s.DeliveredLastHr, OldestPendingSec: s.OldestPending.Seconds(),
+		})
+	}
+	// A routed type with no rows yet still gets its line: "0 pending" is
+	// an answer an operator wants to see.
+	for _, t := range c.Types() {
+		if !seen[t] {
+			st.Types = append(st.Types, StatusType{Type: t, Routed: true})
+		}
+	}
+	slices.SortFunc(st.Types, func(a, b StatusType) int {
+		if a.Routed != b.Routed {
+			if a.Routed {
+				return -1
+			}
+			return 1
+		}
+		if a.Type < b.Type {
+			return -1
+		}
+		if a.Type > b.Type {
+			return 1
+		}
+		return 0
+	})
+	if c.Relay.Election != "none" {
+		lease := c.Relay.Lease
+		if lease == 0 {
+			lease = 30 * time.Second
+		}
+		el, err := drv.Elector(c.App, lease)
+		if err == nil {
+			var h driver.Leader
+			if h, err = el.Holder(ctx); err == nil {
+				st.Election.Holder, st.Election.Epoch = h.Holder, h.Epoch
+				if !h.Since.IsZero() && h.Holder != "" {
+					since := h.Since.UTC()
+					st.Election.Since = &since
+				}
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("status: election: %w", err)
+		}
+	}
+	return st, nil
+}
+
+func writeStatus(w io.Writer, st *Status) {
+	fmt.Fprintf(w, "app %s  schema %s  at %s\n", st.App, st.Schema, st.At.Format(time.RFC3339))
+	switch {
+	case st.Election.Mode == "none":
+		fmt.Fprintln(w, "election: none (every replica relays)")
+	case st.Election.Holder == "":
+		fmt.Fprintln(w, "election: advisory, no holder (no relay of this app is running)")
+	default:
+		since := ""
+		if st.Election.Since != nil {
+			since = fmt.Sprintf(", for %s", time.Since(*st.Election.Since).Round(time.Second))
+		}
+		fmt.Fprintf(w, "election: advisory, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TYPE\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
+	for _, t := range st.Types {
+		name := t.Type
+		if !t.Routed {
+			name += " (other app)"
+		}
+		oldest := "-"
+		if t.Pending > 0 {
+			oldest = (time.Duration(t.OldestPendingSec * float64(time.Second))).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", name, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
+	}
+	_ = tw.Flush()
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	var asJSON, watch bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the outbox per type: pending, in flight, dead, delivered, oldest age, election holder",
+		Args:  noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(cmd.Context()); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			for first := true; ; first = false {
+				st, err := collectStatus(ctx, c, b.drv)
+				if err != nil {
+					if ctx.Err() != nil && !first {
+						return nil
+					}
+					return err
+				}
+				if asJSON {
+					if err := json.NewEncoder(a.io.Out).Encode(st); err != nil {
+						return err
+					}
+				} else {
+					if watch && isTerminal(a.io.Out) {
+						fmt.Fprint(a.io.Out, "\x1b[H\x1b[2J")
+					} else if !first {
+						fmt.Fprintln(a.io.Out)
+					}
+					writeStatus(a.io.Out, st)
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (one object per refresh with --watch)")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval with --watch")
+	return cmd
+}

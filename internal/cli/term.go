@@ -1,0 +1,17 @@
+package cli
+
+import (
+	"io"
+	"os"
+)
+
+// isTerminal reports whether w is a character device, so screen-control
+// sequences and progress redraws go only to people, never into files.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

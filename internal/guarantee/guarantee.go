@@ -1,0 +1,187 @@
+// Package guarantee is the guarantee map of mensageria as data: for each
+// transport, what holds on each hop from the business transaction to the
+// receiver's effect, and where idempotency still has to defend. `mensageria
+// explain` prints it for a config, and docs can be checked against it, so
+// the claims live in one place.
+package guarantee
+
+import "slices"
+
+// Level names how many times something happens.
+type Level string
+
+// The levels, weakest first.
+const (
+	// AtLeastOnce: never zero times, possibly more than once.
+	AtLeastOnce Level = "at-least-once"
+	// EffectivelyOnce: may be delivered many times, but the effect is
+	// applied once (deduplicated where the effect commits).
+	EffectivelyOnce Level = "effectively-once"
+	// ExactlyOnce: happens once, inside a stated boundary.
+	ExactlyOnce Level = "exactly-once"
+)
+
+// Hop is one step of a message's path and the level that holds on it.
+type Hop struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Level Level  `json:"level"`
+	// Why is what makes the level hold, or what breaks the stronger one.
+	Why string `json:"why"`
+	// Requires is what the user must do for the level to hold; empty when
+	// it holds by construction.
+	Requires string `json:"requires,omitempty"`
+}
+
+// Map is the guarantee map of one route.
+type Map struct {
+	Transport string `json:"transport"`
+	Hops      []Hop  `json:"hops"`
+	// EndToEnd is the strongest level from commit to effect when every
+	// requirement is met, and Boundary is where it stops holding.
+	EndToEnd Level  `json:"end_to_end"`
+	Boundary string `json:"boundary"`
+	// Defend lists where duplicates can still reach a side effect, so
+	// idempotency has to be built there.
+	Defend []string `json:"defend"`
+	// Ordering describes the per-key order, when the route asks for it.
+	Ordering string `json:"ordering,omitempty"`
+}
+
+// Transports lists the transports the map describes.
+func Transports() []string {
+	out := make([]string, 0, len(maps))
+	for t := range maps {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Options describe a route beyond its transport.
+type Options struct {
+	// Ordered: the route delivers each key's messages in enqueue order.
+	Ordered bool
+	// NoElection: replicas relay concurrently (election none).
+	NoElection bool
+}
+
+// For returns the map of a transport; ok is false for one it does not know.
+func For(transport string, o Options) (Map, bool) {
+	m, ok := maps[transport]
+	if !ok {
+		return Map{}, false
+	}
+	// Copy the slices so callers cannot change the shared data.
+	m.Hops = slices.Clone(m.Hops)
+	m.Defend = slices.Clone(m.Defend)
+	if o.Ordered {
+		m.Ordering = orderedText
+		if o.NoElection {
+			m.Ordering += " " + orderedNoElection
+		}
+	}
+	return m, true
+}
+
+const orderedText = "per key, in enqueue order: only the oldest unsettled message of a key is claimed, so a failing message blocks its own key and no other; a redelivery repeats a message but never overtakes it."
+
+const orderedNoElection = "With election none, concurrent relays keep the order only as long as the leases hold: a relay paused past its lease can deliver late; prefer election advisory for ordered routes."
+
+// enqueueHop is the first hop of every route: the outbox row and the
+// business write share one transaction.
+var enqueueHop = Hop{
+	From:     "business transaction",
+	To:       "outbox",
+	Level:    ExactlyOnce,
+	Why:      "the message row commits in the caller's transaction: rolled back, no message; committed, exactly one row",
+	Requires: "enqueue with EnqueueTx (or a plain INSERT) inside the business transaction; Enqueue outside it is a separate commit",
+}
+
+var maps = map[string]Map{
+	"http": {
+		Transport: "http",
+		Hops: []Hop{
+			enqueueHop,
+			{
+				From:  "outbox",
+				To:    "receiver",
+				Level: AtLeastOnce,
+				Why:   "the relay marks a message delivered only after a 2xx; timeouts, 5xx, lost acks and relay crashes (expired leases) send it again; 4xx and max attempts park it as dead with its reason, never dropped",
+			},
+			{
+				From:     "receiver",
+				To:       "effect",
+				Level:    EffectivelyOnce,
+				Why:      "the inbox stores (consumer, natural key) in the same transaction as the effect: a repeat is a no-op answered 200 duplicate",
+				Requires: "the receiver applies the effect through an Inbox on the same database as the effect, with a dedup window longer than the sender's retry horizon",
+			},
+		},
+		EndToEnd: EffectivelyOnce,
+		Boundary: "the receiver's database transaction: the inbox record and the effect commit together",
+		Defend: []string{
+			"side effects outside the receiver's transaction (emails, calls to third parties, files): pass the natural key on as their idempotency key",
+			"a receiver that does not use the inbox: its handler must be idempotent by itself (upsert by natural key, compare-and-set on a version)",
+			"a message older than the dedup window is refused with 409 and parked as dead: it needs a human decision, never a blind re-apply",
+		},
+	},
+	"kafka": {
+		Transport: "kafka",
+		Hops: []Hop{
+			enqueueHop,
+			{
+				From:  "outbox",
+				To:    "Kafka topic",
+				Level: AtLeastOnce,
+				Why:   "the idempotent producer removes its own retries within one producer session, but a relay that crashes after the produce and before the settle publishes the message again",
+			},
+			{
+				From:     "Kafka topic",
+				To:       "Kafka topic",
+				Level:    ExactlyOnce,
+				Why:      "consume-transform-produce in one Kafka transaction commits the consumed offsets and the produced records together; epochs fence zombie producers",
+				Requires: "transactional producer, read_committed consumers",
+			},
+			{
+				From:     "Kafka topic",
+				To:       "effect in a database",
+				Level:    ExactlyOnce,
+				Why:      "the consumed offset and the effect commit in one database transaction, so a restart resumes exactly after the last applied record",
+				Requires: "the effect lives in the same database as the stored offsets",
+			},
+		},
+		EndToEnd: EffectivelyOnce,
+		Boundary: "exactly-once holds inside Kafka and from Kafka into one database; the outbox-to-Kafka hop is at-least-once, so consumers dedupe by message id or natural key",
+		Defend: []string{
+			"the outbox-to-Kafka hop: the same message can be on the topic twice (same message id); consume through an inbox or a dedup by message id",
+			"consumers in read_uncommitted mode see aborted records",
+			"effects outside the database that stores the offsets",
+		},
+	},
+	"nats": {
+		Transport: "nats",
+		Hops: []Hop{
+			enqueueHop,
+			{
+				From:  "outbox",
+				To:    "JetStream stream",
+				Level: AtLeastOnce,
+				Why:   "a republish after a relay crash carries the same Nats-Msg-Id, which the stream drops inside its duplicate window; past that window it is stored again",
+			},
+			{
+				From:     "JetStream stream",
+				To:       "effect in a database",
+				Level:    EffectivelyOnce,
+				Why:      "consumers ack after the effect and are redelivered on a missing ack; the inbox (or the stream sequence stored with the effect) absorbs the repeat",
+				Requires: "apply through an Inbox, or store the stream sequence in the effect's transaction",
+			},
+		},
+		EndToEnd: EffectivelyOnce,
+		Boundary: "the consumer's database transaction; the stream's duplicate window only covers republishes within it",
+		Defend: []string{
+			"republishes older than the stream's duplicate window",
+			"consumers that ack before applying (they lose messages) or apply outside a transaction with the dedup record",
+			"effects outside the consumer's database",
+		},
+	},
+}
