@@ -644,6 +644,9 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	if h.Token, err = p.expand(rr.HTTP.Token, at("token")...); err != nil {
 		return r, err
 	}
+	if h.Token == "" {
+		return r, p.errAt(at("token"), "required: the bearer token the receiver expects (keep it out of the file: token: ${RECEIVER_TOKEN})")
+	}
 	if h.Timeout, err = p.duration(rr.HTTP.Timeout, at("timeout")...); err != nil {
 		return r, err
 	}

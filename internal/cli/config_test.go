@@ -20,6 +20,7 @@ routes:
   - type: pedido.cancelado
     http:
       url: https://faturamento.internal/m2m
+      token: t2
       max_concurrent: ${MAXC}
 relay: {batch: 100, concurrency: 16, lease: 30s, max_attempts: 20, election: advisory}
 `
@@ -67,7 +68,7 @@ func TestParseConfigGood(t *testing.T) {
 }
 
 func TestParseConfigDefaultsAndSQLite(t *testing.T) {
-	c, err := ParseConfig("m.yaml", []byte("database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p'}\nrelay: {election: none, poll_only: true}\n"), envOf())
+	c, err := ParseConfig("m.yaml", []byte("database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p', token: x}\nrelay: {election: none, poll_only: true}\n"), envOf())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestParseConfigErrors(t *testing.T) {
 	base := func(routes string) string {
 		return "database: sqlite:/tmp/x.db\napp: pedidos\n" + routes
 	}
-	route := "routes:\n  - type: pedido.criado\n    http: {url: http://h:1/m, timeout: 5s}\n"
+	route := "routes:\n  - type: pedido.criado\n    http: {url: http://h:1/m, token: x, timeout: 5s}\n"
 	cases := []struct {
 		name, yaml string
 		line       int
@@ -99,15 +100,16 @@ func TestParseConfigErrors(t *testing.T) {
 		msg        string
 	}{
 		{"unknown top-level key", base(route) + "relays: {batch: 1}\n", 6, "relays", `unknown key "relays"`},
-		{"unknown key in route", base("routes:\n  - type: t\n    htp: {url: http://h/}\n"), 5, "routes[0].htp", `unknown key "htp"`},
+		{"unknown key in route", base("routes:\n  - type: t\n    htp: {url: http://h/, token: x}\n"), 5, "routes[0].htp", `unknown key "htp"`},
 		{"unknown key in http", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      tokn: x\n"), 7, "routes[0].http.tokn", `unknown key "tokn" (known keys here: url, token, timeout, max_concurrent)`},
 		{"unknown key in relay", base(route) + "relay:\n  batch: 10\n  leese: 3s\n", 8, "relay.leese", `unknown key "leese"`},
 		{"no routes key", base(""), 1, "routes", "no routes"},
 		{"empty routes", base("routes: []\n"), 3, "routes", "no routes"},
-		{"bad URL", base("routes:\n  - type: t\n    http: {url: 'ftp://h/x'}\n"), 5, "routes[0].http.url", `"ftp://h/x" is not an absolute http:// or https:// URL`},
-		{"relative URL", base("routes:\n  - type: t\n    http: {url: /m2m/x}\n"), 5, "routes[0].http.url", "not an absolute"},
+		{"bad URL", base("routes:\n  - type: t\n    http: {url: 'ftp://h/x', token: x}\n"), 5, "routes[0].http.url", `"ftp://h/x" is not an absolute http:// or https:// URL`},
+		{"relative URL", base("routes:\n  - type: t\n    http: {url: /m2m/x, token: x}\n"), 5, "routes[0].http.url", "not an absolute"},
+		{"missing token", base("routes:\n  - type: t\n    http: {url: http://h/}\n"), 5, "routes[0].http.token", "required"},
 		{"missing URL", base("routes:\n  - type: t\n    http: {token: x}\n"), 5, "routes[0].http.url", "required"},
-		{"bad duration", base("routes:\n  - type: t\n    http: {url: http://h/, timeout: 5 seconds}\n"), 5, "routes[0].http.timeout", `"5 seconds" is not a duration`},
+		{"bad duration", base("routes:\n  - type: t\n    http: {url: http://h/, token: x, timeout: 5 seconds}\n"), 5, "routes[0].http.timeout", `"5 seconds" is not a duration`},
 		{"bad relay duration", base(route) + "relay:\n  lease: 30\n", 7, "relay.lease", `"30" is not a duration`},
 		{"negative duration", base(route) + "relay: {lease: -1s}\n", 6, "relay.lease", "must be positive"},
 		{"missing env var", base("routes:\n  - type: t\n    http: {url: http://h/, token: '${NOPE_TOKEN}'}\n"), 5, "routes[0].http.token", "environment variable NOPE_TOKEN is not set"},
@@ -120,9 +122,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"zero concurrency", base(route) + "relay: {concurrency: 0}\n", 6, "relay.concurrency", "at least 1"},
 		{"bad bool", base(route) + "relay: {poll_only: maybe}\n", 6, "relay.poll_only", "not true or false"},
 		{"no transport", base("routes:\n  - type: t\n    ordering: key\n"), 4, "routes[0]", "has no transport"},
-		{"no type", base("routes:\n  - http: {url: http://h/}\n"), 4, "routes[0].type", "required"},
-		{"duplicate type", base(route + "  - type: pedido.criado\n    http: {url: http://h/}\n"), 6, "routes[1].type", "already routed by routes[0]"},
-		{"bad ordering", base("routes:\n  - type: t\n    ordering: fifo\n    http: {url: http://h/}\n"), 5, "routes[0].ordering", `unknown ordering "fifo"`},
+		{"no type", base("routes:\n  - http: {url: http://h/, token: x}\n"), 4, "routes[0].type", "required"},
+		{"duplicate type", base(route + "  - type: pedido.criado\n    http: {url: http://h/, token: x}\n"), 6, "routes[1].type", "already routed by routes[0]"},
+		{"bad ordering", base("routes:\n  - type: t\n    ordering: fifo\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].ordering", `unknown ordering "fifo"`},
 		{"no database", "app: a\n" + route, 1, "database", "required"},
 		{"bad database scheme", "database: mysql://x/y\napp: a\n" + route, 1, "database", "unsupported database"},
 		{"bad schema", base(route) + "schema: Bad-Name\n", 6, "schema", "lower-case SQL identifier"},
@@ -155,7 +157,7 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
-	for _, in := range []string{"", "# only a comment\n", "- a\n- b\n", "database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/}\n---\napp: b\n"} {
+	for _, in := range []string{"", "# only a comment\n", "- a\n- b\n", "database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\n---\napp: b\n"} {
 		if _, err := ParseConfig("m.yaml", []byte(in), envOf()); err == nil {
 			t.Errorf("no error for %q", in)
 		}

@@ -12,7 +12,7 @@ import (
 // config error, and every accepted config is complete.
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(goodConfig))
-	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/}\n"))
+	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\n"))
 	f.Add([]byte("database: ${X}\napp: a\nroutes: []\n"))
 	f.Add([]byte("a: &x [1, *x]\n"))
 	env := envOf("X", "sqlite:/tmp/f.db", "T", "tok")

@@ -1,7 +1,13 @@
 package cli
 
-import "errors"
+import (
+	"github.com/xadm/mensageria/driver/sqlite"
+)
 
 func openSQLite(path, schema string) (*backend, error) {
-	return nil, errors.New("sqlite: not in this build yet")
+	drv, err := sqlite.Open(path, &sqlite.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{drv: drv, close: func() { _ = drv.Close() }}, nil
 }
