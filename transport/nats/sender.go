@@ -1,0 +1,228 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xadm/mensageria"
+)
+
+// Header names set by the Sender besides Nats-Msg-Id.
+const (
+	HeaderMessageID = "Mensageria-Id"
+	HeaderType      = "Mensageria-Type"
+	HeaderKey       = "Mensageria-Key"
+	HeaderCreatedAt = "Mensageria-Created-At"
+)
+
+// ConfigError names the config field that is wrong; it wraps
+// mensageria.ErrConfig.
+type ConfigError = mensageria.ConfigError
+
+// SenderConfig configures a Sender.
+type SenderConfig struct {
+	// Conn is the NATS connection. Required.
+	Conn *natsgo.Conn
+	// Subject receives every message. Required unless SubjectFor is set.
+	Subject string
+	// SubjectFor picks the subject per delivery (for example one per key).
+	// Default: Subject.
+	SubjectFor func(*mensageria.Delivery) string
+	// Stream is the stream the subjects belong to. When set, every publish
+	// expects it (a subject moved to another stream fails instead of
+	// landing there) and NewSender runs Check. Optional.
+	Stream string
+	// Horizon is the longest time between the first attempt to publish a
+	// message and its last redelivery by the relay; RetryHorizon computes
+	// it from the client's config. Check warns when it exceeds the
+	// stream's duplicate window.
+	Horizon time.Duration
+	// WithoutMsgID publishes without Nats-Msg-Id: every redelivery is
+	// stored. For measuring what the header costs; never in production.
+	WithoutMsgID bool
+	// Logger receives Check's warning. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Sender publishes deliveries to JetStream and waits for the stream's
+// acknowledgement.
+type Sender struct {
+	cfg        SenderConfig
+	js         jetstream.JetStream
+	subjectFor func(*mensageria.Delivery) string
+}
+
+// NewSender validates cfg and, when Stream is set, runs Check.
+func NewSender(ctx context.Context, cfg SenderConfig) (*Sender, error) {
+	if cfg.Conn == nil {
+		return nil, &ConfigError{Field: "Conn", Reason: "required"}
+	}
+	subjectFor := cfg.SubjectFor
+	if subjectFor == nil {
+		if cfg.Subject == "" {
+			return nil, &ConfigError{Field: "Subject", Reason: "required (or set SubjectFor)"}
+		}
+		subject := cfg.Subject
+		subjectFor = func(*mensageria.Delivery) string { return subject }
+	}
+	if cfg.Horizon < 0 {
+		return nil, &ConfigError{Field: "Horizon", Reason: "must not be negative"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/nats: jetstream: %w", err)
+	}
+	s := &Sender{cfg: cfg, js: js, subjectFor: subjectFor}
+	if cfg.Stream != "" {
+		if _, err := s.Check(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// WindowReport is what Check found.
+type WindowReport struct {
+	Stream string
+	// Window is the stream's duplicate window.
+	Window time.Duration
+	// Horizon is the configured retry horizon.
+	Horizon time.Duration
+	// Covered is false when a redelivery can come after the window, where
+	// only the receiver's inbox can absorb it.
+	Covered bool
+}
+
+// Check reads the stream's duplicate window and warns (through the
+// Logger) when the retry horizon is longer: past the window the server
+// stores a redelivery as a new message.
+func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
+	if s.cfg.Stream == "" {
+		return WindowReport{}, &ConfigError{Field: "Stream", Reason: "Check needs the stream name"}
+	}
+	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return WindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", s.cfg.Stream, err)
+	}
+	info := st.CachedInfo()
+	r := WindowReport{Stream: s.cfg.Stream, Window: info.Config.Duplicates, Horizon: s.cfg.Horizon}
+	r.Covered = s.cfg.Horizon <= r.Window
+	if !r.Covered {
+		s.cfg.Logger.Warn("the relay can redeliver after the stream's duplicate window; the server will store such a redelivery again and only the receivers' inboxes absorb it",
+			"stream", r.Stream, "duplicate_window", r.Window, "retry_horizon", r.Horizon)
+	}
+	return r, nil
+}
+
+// RetryHorizon is the longest span between a message's first delivery
+// attempt and its last under cfg (the effective config, Client.Config()):
+// every attempt may run up to the lease, and the waits between them are
+// the capped exponential backoff.
+func RetryHorizon(cfg mensageria.Config) time.Duration {
+	lease, base, maxB, attempts := cfg.Lease, cfg.BackoffBase, cfg.BackoffMax, cfg.MaxAttempts
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	if base == 0 {
+		base = time.Second
+	}
+	if maxB == 0 {
+		maxB = 10 * time.Minute
+	}
+	if attempts == 0 {
+		attempts = 20
+	}
+	h := time.Duration(attempts) * lease
+	d := base
+	for a := 1; a < attempts; a++ {
+		h += min(d, maxB)
+		if d < maxB {
+			d *= 2
+		}
+	}
+	return h
+}
+
+// Send publishes one message.
+func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
+	if errs := s.SendBatch(ctx, []*mensageria.Delivery{d}); errs != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// SendBatch publishes every message asynchronously and waits for each
+// acknowledgement. A duplicate acknowledgement (the server had the message
+// id already) is a success: the stream has the message.
+func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
+	var errs []error
+	set := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(ds))
+		}
+		errs[i] = err
+	}
+	futs := make([]jetstream.PubAckFuture, len(ds))
+	var opts []jetstream.PublishOpt
+	if s.cfg.Stream != "" {
+		opts = append(opts, jetstream.WithExpectStream(s.cfg.Stream))
+	}
+	for i, d := range ds {
+		f, err := s.js.PublishMsgAsync(s.toMsg(d), opts...)
+		if err != nil {
+			set(i, err)
+			continue
+		}
+		futs[i] = f
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			set(i, classify(err))
+		case <-ctx.Done():
+			set(i, ctx.Err())
+		}
+	}
+	return errs
+}
+
+func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
+	m := natsgo.NewMsg(s.subjectFor(d))
+	m.Data = d.Payload
+	for k, v := range d.Headers {
+		m.Header.Set(k, v)
+	}
+	if !s.cfg.WithoutMsgID {
+		m.Header.Set(jetstream.MsgIDHeader, d.ID.String())
+	}
+	m.Header.Set(HeaderMessageID, d.ID.String())
+	m.Header.Set(HeaderType, d.Type)
+	m.Header.Set(HeaderKey, d.Key)
+	if !d.CreatedAt.IsZero() {
+		m.Header.Set(HeaderCreatedAt, d.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	return m
+}
+
+// classify marks errors no retry can fix as permanent.
+func classify(err error) error {
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		return mensageria.Permanent(err)
+	}
+	return err
+}
+
+var _ mensageria.BatchSender = (*Sender)(nil)

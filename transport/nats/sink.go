@@ -1,0 +1,366 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+)
+
+// Effect applies one message inside the sink's database transaction, the
+// one that also stores the message's stream sequence. An error rolls both
+// back and the batch is retried; mensageria.Permanent(err) skips the
+// message instead (its sequence is stored, the effect is not).
+type Effect func(ctx context.Context, tx mensageria.Tx, m jetstream.Msg) error
+
+// SinkConfig configures a Sink.
+type SinkConfig struct {
+	// Conn is the NATS connection. Required.
+	Conn *natsgo.Conn
+	// Stream is consumed. Required.
+	Stream string
+	// Consumer names the durable consumer and the position stored in the
+	// database. One Sink per name may run at a time. Required.
+	Consumer string
+	// FilterSubjects narrows the stream. Default: all of it.
+	FilterSubjects []string
+	// Driver is the database the effect writes to. Required.
+	Driver driver.Driver
+	// Effect applies a message. Required.
+	Effect Effect
+	// Batch bounds one fetch, and so one database transaction. Default 100.
+	Batch int
+	// MaxWait is how long a fetch waits for messages. Default 1s.
+	MaxWait time.Duration
+	// AckWait is the consumer's ack wait. Default 30s.
+	AckWait time.Duration
+	// RetryBackoff is the first wait after a failed transaction; it
+	// doubles up to 30s. Default 200ms.
+	RetryBackoff time.Duration
+	// Logger receives failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Sink consumes a JetStream stream into the database: a fetched batch's
+// effects and the last stream sequence applied commit in one transaction,
+// and the messages are acknowledged after that commit. Sequences at or
+// below the stored one are skipped (and acknowledged), so a redelivery is
+// never applied twice.
+//
+// The database, not the consumer's ack floor, is the position: on start the
+// durable consumer is recreated to deliver from the stored sequence + 1,
+// and a gap in the consumer's delivery sequence (a delivery lost in
+// transit, which would otherwise be redelivered after newer ones and then
+// skipped) makes the sink recreate it from the stored sequence again.
+type Sink struct {
+	cfg SinkConfig
+	js  jetstream.JetStream
+	log *slog.Logger
+
+	applied, skipped, poisoned, resets atomic.Int64
+
+	// afterCommit runs between a batch's commit and its acks; tests crash
+	// there.
+	afterCommit func()
+}
+
+// NewSink validates cfg; Run starts consuming.
+func NewSink(cfg SinkConfig) (*Sink, error) {
+	switch {
+	case cfg.Conn == nil:
+		return nil, &ConfigError{Field: "Conn", Reason: "required"}
+	case cfg.Stream == "":
+		return nil, &ConfigError{Field: "Stream", Reason: "required"}
+	case cfg.Consumer == "":
+		return nil, &ConfigError{Field: "Consumer", Reason: "required"}
+	case cfg.Driver == nil:
+		return nil, &ConfigError{Field: "Driver", Reason: "required"}
+	case cfg.Effect == nil:
+		return nil, &ConfigError{Field: "Effect", Reason: "required"}
+	case cfg.Batch < 0:
+		return nil, &ConfigError{Field: "Batch", Reason: "must not be negative"}
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 100
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = time.Second
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/nats: jetstream: %w", err)
+	}
+	return &Sink{cfg: cfg, js: js, log: cfg.Logger.With("stream", cfg.Stream, "consumer", cfg.Consumer)}, nil
+}
+
+// Applied counts messages whose effect committed.
+func (s *Sink) Applied() int64 { return s.applied.Load() }
+
+// Skipped counts messages at or below the stored sequence.
+func (s *Sink) Skipped() int64 { return s.skipped.Load() }
+
+// Poisoned counts messages skipped after a permanent effect error.
+func (s *Sink) Poisoned() int64 { return s.poisoned.Load() }
+
+// Resets counts consumer recreations after a delivery gap.
+func (s *Sink) Resets() int64 { return s.resets.Load() }
+
+func (s *Sink) stored(ctx context.Context) (uint64, bool, error) {
+	var (
+		off int64
+		ok  bool
+	)
+	err := s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		var err error
+		off, ok, err = tx.Offset(ctx, s.cfg.Consumer, s.cfg.Stream, 0)
+		return err
+	})
+	return uint64(off), ok, err
+}
+
+// consumer (re)creates the durable consumer at the stored position.
+func (s *Sink) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	seq, ok, err := s.stored(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/nats: read stored sequence: %w", err)
+	}
+	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/nats: stream %q: %w", s.cfg.Stream, err)
+	}
+	if err := st.DeleteConsumer(ctx, s.cfg.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("mensageria/nats: reset consumer %q: %w", s.cfg.Consumer, err)
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:        s.cfg.Consumer,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        s.cfg.AckWait,
+		MaxDeliver:     -1, // a message is never given up on: that would be a loss
+		MaxAckPending:  4 * s.cfg.Batch,
+		FilterSubjects: s.cfg.FilterSubjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if ok {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	}
+	c, err := st.CreateConsumer(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/nats: create consumer %q: %w", s.cfg.Consumer, err)
+	}
+	return c, nil
+}
+
+// Run consumes until ctx ends; it returns nil then, or the error that
+// stopped it.
+func (s *Sink) Run(ctx context.Context) error {
+	cons, err := s.consumer(ctx)
+	if err != nil {
+		return err
+	}
+	var lastDelivery uint64 // consumer sequence of the last delivery seen
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		b, err := cons.Fetch(s.cfg.Batch, jetstream.FetchMaxWait(s.cfg.MaxWait))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("mensageria/nats: fetch: %w", err)
+		}
+		var (
+			msgs []jetstream.Msg
+			gap  bool
+		)
+		for m := range b.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("mensageria/nats: message metadata: %w", err)
+			}
+			if gap || md.Sequence.Consumer != lastDelivery+1 {
+				gap = true // ignore the rest; they come again after the reset
+				continue
+			}
+			lastDelivery = md.Sequence.Consumer
+			msgs = append(msgs, m)
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, natsgo.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("fetch ended with an error", "err", err)
+		}
+		if len(msgs) > 0 {
+			if err := s.applyBatch(ctx, msgs); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+		if gap {
+			s.resets.Add(1)
+			s.log.Warn("delivery gap; recreating the consumer at the stored sequence")
+			if cons, err = s.consumer(ctx); err != nil {
+				return err
+			}
+			lastDelivery = 0
+		}
+	}
+}
+
+// applyBatch commits msgs, retrying with backoff; the messages are kept in
+// progress meanwhile so the server does not redeliver them to no one.
+func (s *Sink) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
+	wait := s.cfg.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := s.apply(ctx, msgs)
+		if err == nil {
+			break
+		}
+		var ee *effectError
+		if errors.As(err, &ee) && mensageria.IsPermanent(err) {
+			// Commit what precedes the poisoned message, then skip it.
+			if err := s.applyBatch(ctx, msgs[:ee.index]); err != nil {
+				return err
+			}
+			if err := s.skip(ctx, msgs[ee.index]); err != nil {
+				return err
+			}
+			s.log.Error("effect failed permanently; skipping the message", "seq", ee.seq, "err", err)
+			return s.applyBatch(ctx, msgs[ee.index+1:])
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("sink transaction failed; retrying", "messages", len(msgs), "attempt", attempt, "err", err)
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(wait*2, 30*time.Second)
+	}
+	if s.afterCommit != nil {
+		s.afterCommit()
+	}
+	// After the commit: a lost ack only means a redelivery, which is skipped.
+	for _, m := range msgs {
+		_ = m.Ack()
+	}
+	return nil
+}
+
+type effectError struct {
+	index int
+	seq   uint64
+	err   error
+}
+
+func (e *effectError) Error() string { return fmt.Sprintf("stream sequence %d: %v", e.seq, e.err) }
+func (e *effectError) Unwrap() error { return e.err }
+
+func (s *Sink) apply(ctx context.Context, msgs []jetstream.Msg) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	var applied, skipped int64
+	err := s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		applied, skipped = 0, 0
+		stored, ok, err := tx.Offset(ctx, s.cfg.Consumer, s.cfg.Stream, 0)
+		if err != nil {
+			return err
+		}
+		last := int64(-1)
+		for i, m := range msgs {
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			seq := int64(md.Sequence.Stream)
+			if ok && seq <= stored {
+				skipped++
+				continue
+			}
+			if err := s.cfg.Effect(ctx, tx, m); err != nil {
+				return &effectError{index: i, seq: uint64(seq), err: err}
+			}
+			applied++
+			last = seq
+		}
+		if last < 0 {
+			return nil
+		}
+		return tx.SetOffset(ctx, s.cfg.Consumer, s.cfg.Stream, 0, last)
+	})
+	if err != nil {
+		return err
+	}
+	s.applied.Add(applied)
+	s.skipped.Add(skipped)
+	return nil
+}
+
+func (s *Sink) skip(ctx context.Context, m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	err = s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		stored, ok, err := tx.Offset(ctx, s.cfg.Consumer, s.cfg.Stream, 0)
+		if err != nil || (ok && int64(md.Sequence.Stream) <= stored) {
+			return err
+		}
+		return tx.SetOffset(ctx, s.cfg.Consumer, s.cfg.Stream, 0, int64(md.Sequence.Stream))
+	})
+	if err == nil {
+		s.poisoned.Add(1)
+		_ = m.Ack()
+	}
+	return err
+}
+
+// DeliveryOf rebuilds the mensageria delivery a Sender published, so a
+// plain JetStream consumer can apply it through a mensageria.Inbox.
+func DeliveryOf(m jetstream.Msg) (*mensageria.Delivery, error) {
+	h := m.Headers()
+	id, err := uuid.Parse(h.Get(HeaderMessageID))
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/nats: %s header: %w", HeaderMessageID, err)
+	}
+	d := &mensageria.Delivery{ID: id, Type: h.Get(HeaderType), Key: h.Get(HeaderKey), Payload: m.Data()}
+	if v := h.Get(HeaderCreatedAt); v != "" {
+		if d.CreatedAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return nil, fmt.Errorf("mensageria/nats: %s header: %w", HeaderCreatedAt, err)
+		}
+	}
+	if md, err := m.Metadata(); err == nil {
+		d.Attempt = int(md.NumDelivered)
+		d.Seq = int64(md.Sequence.Stream)
+	}
+	return d, nil
+}
