@@ -1,0 +1,347 @@
+// Package drivertest is the conformance suite every mensageria driver must
+// pass. A backend's test calls Run with a function that gives each subtest a
+// fresh, migrated, isolated database:
+//
+//	func TestConformance(t *testing.T) {
+//		drivertest.Run(t, func(t *testing.T) *drivertest.Harness { ... })
+//	}
+//
+// The suite only uses driver.Driver methods and the Harness hooks, so it
+// holds every backend to the same contract. Where driver.go leaves a detail
+// open the suite pins it down, and the backend docs must agree:
+//
+//   - Stats: Pending counts pending rows not under a live lease (due or
+//     waiting for a retry); InFlight counts pending rows under a live lease;
+//     OldestPending is the age of the oldest pending row, leased or not.
+//   - ListMessages returns rows in id order.
+//   - Revive with neither IDs nor Types changes nothing.
+//   - InsertTx that fails writes nothing and leaves the caller's transaction
+//     usable (a savepoint on PostgreSQL).
+//   - The version table is Table("migrations").
+//
+// Subtests run in parallel, each on its own Harness, and wait on the
+// database clock with short leases, so the suite takes seconds.
+package drivertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// Harness is what a backend gives each subtest.
+type Harness struct {
+	// Driver is migrated, empty and isolated for this test.
+	Driver driver.Driver
+	// Reopen returns a second, independent driver on the same database,
+	// as another process would open it. The harness closes it.
+	Reopen func(t *testing.T) driver.Driver
+	// Begin opens a native caller transaction for InsertTx (pgx.Tx,
+	// *sql.Tx).
+	Begin func(ctx context.Context) (tx any, commit, rollback func() error, err error)
+	// Exec runs a raw statement, for set-up that no driver method does
+	// (table names through Table).
+	Exec func(ctx context.Context, sql string, args ...any) error
+	// Table qualifies a table name: "outbox" -> mensageria_x.outbox or
+	// mensageria_outbox.
+	Table func(name string) string
+	// Unmigrated, when set, returns a harness like the one under test but
+	// on a database where Migrate never ran (its Driver and Reopen both on
+	// it). Without it the fresh-schema tests are skipped.
+	Unmigrated func(t *testing.T) *Harness
+}
+
+// Short leases keep the suite fast; margins absorb scheduling noise.
+const (
+	shortLease = 300 * time.Millisecond
+	longLease  = time.Minute
+	waitFor    = 5 * time.Second
+)
+
+// Run runs the conformance suite. newHarness is called once per subtest.
+func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
+	s := &suite{newHarness: newHarness}
+	groups := []struct {
+		name  string
+		tests []test
+	}{
+		{"Insert", s.insertTests()},
+		{"Claim", s.claimTests()},
+		{"Ordered", s.orderedTests()},
+		{"Settle", s.settleTests()},
+		{"Elector", s.electorTests()},
+		{"Listen", s.listenTests()},
+		{"Inbox", s.inboxTests()},
+		{"Offset", s.offsetTests()},
+		{"Purge", s.purgeTests()},
+		{"Operator", s.operatorTests()},
+		{"Migrate", s.migrateTests()},
+	}
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			for _, tc := range g.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					h := newHarness(t)
+					if h == nil || h.Driver == nil {
+						t.Fatal("drivertest: harness without a driver")
+					}
+					tc.fn(t, h)
+				})
+			}
+		})
+	}
+}
+
+type suite struct {
+	newHarness func(t *testing.T) *Harness
+}
+
+type test struct {
+	name string
+	fn   func(t *testing.T, h *Harness)
+}
+
+// ---- helpers -------------------------------------------------------------
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newID(t *testing.T) [16]byte {
+	id, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func row(t *testing.T, typ, key string) driver.InsertRow {
+	return driver.InsertRow{MessageID: newID(t), Type: typ, Key: key, Payload: []byte(`{"k":"` + key + `"}`)}
+}
+
+func insert(t *testing.T, d driver.Driver, rows ...driver.InsertRow) {
+	t.Helper()
+	if err := d.Insert(ctxOf(t), driver.InsertParams{Rows: rows}); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+}
+
+// insertOne inserts one row and returns its id.
+func insertOne(t *testing.T, d driver.Driver, typ, key string) int64 {
+	t.Helper()
+	r := row(t, typ, key)
+	insert(t, d, r)
+	return byMessageID(t, d, r.MessageID).ID
+}
+
+func list(t *testing.T, d driver.Driver, f driver.ListFilter) []driver.Job {
+	t.Helper()
+	if f.Limit == 0 {
+		f.Limit = 1000
+	}
+	jobs, err := d.ListMessages(ctxOf(t), f)
+	if err != nil {
+		t.Fatalf("ListMessages(%+v): %v", f, err)
+	}
+	return jobs
+}
+
+func byMessageID(t *testing.T, d driver.Driver, id [16]byte) driver.Job {
+	t.Helper()
+	for _, j := range list(t, d, driver.ListFilter{}) {
+		if j.MessageID == id {
+			return j
+		}
+	}
+	t.Fatalf("message %s not found", uuid.UUID(id))
+	return driver.Job{}
+}
+
+func byID(t *testing.T, d driver.Driver, id int64) (driver.Job, bool) {
+	t.Helper()
+	jobs := list(t, d, driver.ListFilter{IDs: []int64{id}})
+	if len(jobs) == 0 {
+		return driver.Job{}, false
+	}
+	return jobs[0], true
+}
+
+type claimer struct {
+	types, ordered []string
+	limit          int
+	lease          time.Duration
+	fence          *driver.Fence
+}
+
+func claimWith(t *testing.T, d driver.Driver, c claimer) ([]driver.Job, int64) {
+	t.Helper()
+	if c.limit == 0 {
+		c.limit = 100
+	}
+	if c.lease == 0 {
+		c.lease = longLease
+	}
+	token := rand.Int64()
+	jobs, err := d.Claim(ctxOf(t), driver.ClaimParams{Types: c.types, OrderedTypes: c.ordered, Limit: c.limit, Lease: c.lease, Token: token, Fence: c.fence})
+	if err != nil {
+		t.Fatalf("Claim(%v): %v", c.types, err)
+	}
+	return jobs, token
+}
+
+func claim(t *testing.T, d driver.Driver, types ...string) ([]driver.Job, int64) {
+	t.Helper()
+	return claimWith(t, d, claimer{types: types})
+}
+
+func settle(t *testing.T, d driver.Driver, p driver.SettleParams) int {
+	t.Helper()
+	n, err := d.Settle(ctxOf(t), p)
+	if err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	return n
+}
+
+func ids(jobs []driver.Job) []int64 {
+	out := make([]int64, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	slices.Sort(out)
+	return out
+}
+
+func keys(jobs []driver.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.Type + "/" + j.Key
+	}
+	slices.Sort(out)
+	return out
+}
+
+func wantIDs(t *testing.T, what string, got []driver.Job, want ...int64) {
+	t.Helper()
+	slices.Sort(want)
+	if g := ids(got); !slices.Equal(g, want) {
+		t.Fatalf("%s: got ids %v, want %v", what, g, want)
+	}
+}
+
+// eventually polls fn until it reports true or waitFor passes.
+func eventually(t *testing.T, what string, fn func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !fn() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitFor)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// claimEventually polls Claim until it returns something; it checks that
+// the wait lasted at least min, so a delay or lease was really honoured.
+func claimEventually(t *testing.T, d driver.Driver, c claimer, since time.Time, minWait time.Duration) ([]driver.Job, int64) {
+	t.Helper()
+	var jobs []driver.Job
+	var token int64
+	eventually(t, fmt.Sprintf("claim of %v", c.types), func() bool {
+		jobs, token = claimWith(t, d, c)
+		return len(jobs) > 0
+	})
+	// A millisecond of clock rounding is allowed for.
+	if el := time.Since(since); el < minWait-5*time.Millisecond {
+		t.Fatalf("claimed after %s, before the %s it had to wait", el, minWait)
+	}
+	return jobs, token
+}
+
+func headerMap(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	if len(b) == 0 || string(b) == "null" {
+		return m
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("headers %q are not a JSON object of strings: %v", b, err)
+	}
+	return m
+}
+
+func jsonEqual(t *testing.T, got, want []byte) bool {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("payload %q is not JSON: %v", got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := json.Marshal(g)
+	wb, _ := json.Marshal(w)
+	return string(gb) == string(wb)
+}
+
+func near(t *testing.T, what string, got time.Time) {
+	t.Helper()
+	if d := time.Since(got); d > time.Minute || d < -time.Minute {
+		t.Fatalf("%s = %s, not near now (%s): is it the database clock in UTC?", what, got, time.Now())
+	}
+}
+
+func stats(t *testing.T, d driver.Driver, typ string) driver.TypeStats {
+	t.Helper()
+	all, err := d.Stats(ctxOf(t))
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	for _, s := range all {
+		if s.Type == typ {
+			return s
+		}
+	}
+	return driver.TypeStats{Type: typ}
+}
+
+func inTx(t *testing.T, d driver.Driver, fn func(ctx context.Context, tx driver.Tx) error) error {
+	t.Helper()
+	return d.InTx(ctxOf(t), fn)
+}
+
+func record(t *testing.T, d driver.Driver, r driver.InboxRecord) driver.InboxResult {
+	t.Helper()
+	var res driver.InboxResult
+	err := inTx(t, d, func(ctx context.Context, tx driver.Tx) error {
+		var err error
+		res, err = tx.InboxRecord(ctx, r)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InboxRecord: %v", err)
+	}
+	return res
+}
+
+func reopen(t *testing.T, h *Harness) driver.Driver {
+	t.Helper()
+	if h.Reopen == nil {
+		t.Fatal("drivertest: harness has no Reopen")
+	}
+	return h.Reopen(t)
+}
+
+var errEffect = errors.New("drivertest: effect failed")

@@ -1,0 +1,160 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// ErrClosed is returned by Listen after Close.
+var ErrClosed = errors.New("mensageria/sqlite: driver closed")
+
+// SchemaVersionError tells where the schema is and where this build needs it.
+// It wraps driver.ErrSchemaBehind or driver.ErrSchemaAhead.
+type SchemaVersionError struct {
+	Have, Want int
+}
+
+func (e *SchemaVersionError) Error() string {
+	if e.Have < e.Want {
+		return fmt.Sprintf("mensageria/sqlite: schema is at version %d, this build needs %d; run Migrate (or apply MigrationSQL(%d))", e.Have, e.Want, e.Have)
+	}
+	return fmt.Sprintf("mensageria/sqlite: schema is at version %d, newer than this build's %d; upgrade this app", e.Have, e.Want)
+}
+
+func (e *SchemaVersionError) Unwrap() error {
+	if e.Have < e.Want {
+		return driver.ErrSchemaBehind
+	}
+	return driver.ErrSchemaAhead
+}
+
+type migrationFile struct {
+	version int
+	name    string
+	sql     string // with {{p}} for the prefix
+}
+
+// migrationFiles is parsed once; a malformed embedded name is a build bug.
+var migrationFiles = func() []migrationFile {
+	ents, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	var out []migrationFile
+	for _, e := range ents {
+		base := strings.TrimSuffix(e.Name(), ".sql")
+		num, name, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v != len(out)+1 {
+			panic(fmt.Sprintf("mensageria/sqlite: migration %s must be named NNN_name.sql and numbered from 1 without gaps", e.Name()))
+		}
+		b, err := migrationFS.ReadFile(path.Join("migrations", e.Name()))
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, migrationFile{version: v, name: name, sql: string(b)})
+	}
+	return out
+}()
+
+func latest() int { return len(migrationFiles) }
+
+func (d *Driver) versionTable() string { return d.prefix + "migrations" }
+
+// bookkeeping creates the version table; it is part of every migration's
+// SQL, so a schema applied by an external tool passes MigrateCheck.
+func (d *Driver) bookkeeping() string {
+	return "CREATE TABLE IF NOT EXISTS " + d.versionTable() + " (\n    version    INTEGER NOT NULL PRIMARY KEY,\n    name       TEXT    NOT NULL,\n    applied_at INTEGER NOT NULL DEFAULT " + nowExpr + "\n);\n"
+}
+
+// MigrationSQL returns every migration after version from, with this
+// driver's table prefix, each ending with the row that records it.
+func (d *Driver) MigrationSQL(from int) ([]driver.Migration, error) {
+	if from < 0 || from > latest() {
+		return nil, &SchemaVersionError{Have: from, Want: latest()}
+	}
+	var out []driver.Migration
+	for _, m := range migrationFiles[from:] {
+		text := d.bookkeeping() + "\n" + strings.ReplaceAll(m.sql, "{{p}}", d.prefix) +
+			fmt.Sprintf("\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", d.versionTable(), m.version, m.name)
+		out = append(out, driver.Migration{Version: m.version, Name: m.name, SQL: text})
+	}
+	return out, nil
+}
+
+// Migrate applies missing migrations in one immediate transaction, so two
+// processes migrating at once serialize on SQLite's write lock and the
+// second finds nothing to do. MigrateCheck only reads the version.
+func (d *Driver) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
+	want := latest()
+	if mode == driver.MigrateCheck {
+		have, err := d.version(ctx, d.db)
+		if err != nil {
+			return driver.MigrateResult{}, err
+		}
+		res := driver.MigrateResult{From: have, To: have}
+		if have != want {
+			return res, &SchemaVersionError{Have: have, Want: want}
+		}
+		return res, nil
+	}
+	if mode != driver.MigrateUp {
+		return driver.MigrateResult{}, fmt.Errorf("mensageria/sqlite: unknown migrate mode %d", mode)
+	}
+	var res driver.MigrateResult
+	err := d.write(ctx, func(w writer, _ int64) error {
+		have, err := d.version(ctx, w)
+		if err != nil {
+			return err
+		}
+		res = driver.MigrateResult{From: have, To: have}
+		if have > want {
+			return &SchemaVersionError{Have: have, Want: want}
+		}
+		ms, err := d.MigrationSQL(have)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if _, err := w.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("mensageria/sqlite: migration %d (%s): %w", m.Version, m.Name, err)
+			}
+			res.Applied = append(res.Applied, m.Version)
+			res.To = m.Version
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (d *Driver) version(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", d.versionTable()).Scan(&n); err != nil {
+		return 0, wrap("schema version", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	var v int
+	if err := q.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM "+d.versionTable()).Scan(&v); err != nil {
+		return 0, wrap("schema version", err)
+	}
+	return v, nil
+}

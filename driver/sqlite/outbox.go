@@ -1,0 +1,498 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// queries holds the statements whose table names depend on the prefix.
+type queries struct {
+	insertHead string
+	jobCols    string
+	settled    string // guard: still leased to the token, lease not expired
+}
+
+func newQueries(p string) queries {
+	return queries{
+		insertHead: "INSERT INTO " + p + "outbox (message_id, type, key, payload, headers) VALUES ",
+		jobCols:    "id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, last_error",
+		settled:    " AND state = 'pending' AND lease_token = ? AND lease_until > ?",
+	}
+}
+
+// chunk bounds the host parameters of one statement well under SQLite's
+// limit.
+const chunk = 200
+
+// Insert writes p.Rows in one transaction of its own.
+func (d *Driver) Insert(ctx context.Context, p driver.InsertParams) error {
+	if len(p.Rows) == 0 {
+		return nil
+	}
+	err := d.write(ctx, func(w writer, _ int64) error { return d.insertRows(ctx, w, p.Rows) })
+	if err != nil {
+		return err
+	}
+	if p.Notify {
+		d.notify()
+	}
+	return nil
+}
+
+// InsertTx writes p.Rows inside the caller's *sql.Tx. A failure rolls back to
+// a savepoint, so nothing of this call is written and the caller's
+// transaction stays usable.
+//
+// With Notify the listeners are woken at once, before the caller commits:
+// the insert holds SQLite's write lock until then, so a relay that wakes
+// and claims waits for the commit (or rollback) instead of missing the rows.
+func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) error {
+	stx, ok := tx.(*sql.Tx)
+	if !ok || stx == nil {
+		return &driver.TxTypeError{Driver: "sqlite", Got: fmt.Sprintf("%T", tx), Want: []string{"*sql.Tx"}}
+	}
+	if len(p.Rows) == 0 {
+		return nil
+	}
+	if _, err := stx.ExecContext(ctx, "SAVEPOINT mensageria_enqueue"); err != nil {
+		return wrap("enqueue", err)
+	}
+	if err := d.insertRows(ctx, stx, p.Rows); err != nil {
+		bg := context.WithoutCancel(ctx)
+		_, _ = stx.ExecContext(bg, "ROLLBACK TO mensageria_enqueue")
+		_, _ = stx.ExecContext(bg, "RELEASE mensageria_enqueue")
+		return err
+	}
+	if _, err := stx.ExecContext(ctx, "RELEASE mensageria_enqueue"); err != nil {
+		return wrap("enqueue", err)
+	}
+	if p.Notify {
+		d.notify()
+	}
+	return nil
+}
+
+func (d *Driver) insertRows(ctx context.Context, w writer, rows []driver.InsertRow) error {
+	for len(rows) > 0 {
+		n := min(len(rows), chunk)
+		var sb strings.Builder
+		sb.WriteString(d.q.insertHead)
+		args := make([]any, 0, n*5)
+		for i, r := range rows[:n] {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString("(?, ?, ?, ?, ?)")
+			var headers any
+			if len(r.Headers) > 0 {
+				headers = string(r.Headers)
+			}
+			payload := string(r.Payload)
+			if payload == "" {
+				payload = "{}"
+			}
+			// Text, not blob: SQLite's JSON functions and other languages'
+			// plain INSERTs then see the same column type.
+			args = append(args, uuid.UUID(r.MessageID).String(), r.Type, r.Key, payload, headers)
+		}
+		if _, err := w.ExecContext(ctx, sb.String(), args...); err != nil {
+			return wrap("enqueue", err)
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// unionLimit keeps the per-type claim under SQLite's compound-select limit
+// (500 terms); beyond it one IN-list scan is used.
+const unionLimit = 200
+
+// Claim leases due rows of p.Types in one immediate transaction. Each type
+// is scanned on its own index range (type, available_at) and the results
+// merged, so a large backlog of other types costs nothing.
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
+	types := dedupe(p.Types)
+	if len(types) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("mensageria/sqlite: claim: lease must be positive, got %s", p.Lease)
+	}
+	ordered := map[string]bool{}
+	for _, t := range p.OrderedTypes {
+		ordered[t] = true
+	}
+	o := d.prefix + "outbox"
+	// The oldest unsettled row of its key: no pending row of the same
+	// (type, key) with a smaller id, whether leased, waiting to retry or due.
+	headOfKey := " AND NOT EXISTS (SELECT 1 FROM " + o + " b WHERE b.type = o.type AND b.key = o.key AND b.state = 'pending' AND b.id < o.id)"
+
+	var jobs []driver.Job
+	err := d.write(ctx, func(w writer, now int64) error {
+		if p.Fence != nil {
+			var epoch int64
+			var holder string
+			err := w.QueryRowContext(ctx, "SELECT epoch, holder FROM "+d.prefix+"leader WHERE app = ?", p.Fence.App).Scan(&epoch, &holder)
+			if err == sql.ErrNoRows || (err == nil && (epoch != p.Fence.Epoch || holder == "")) {
+				return nil // deposed: claim nothing
+			}
+			if err != nil {
+				return wrap("claim fence", err)
+			}
+		}
+		until := now + p.Lease.Microseconds()
+		args := []any{p.Token, until, until}
+		var sb strings.Builder
+		sb.WriteString("UPDATE " + o + " SET lease_token = ?, lease_until = ?, available_at = ?, attempts = attempts + 1 WHERE id IN (")
+		if len(types) <= unionLimit {
+			sb.WriteString("SELECT id FROM (")
+			for i, t := range types {
+				if i > 0 {
+					sb.WriteString(" UNION ALL ")
+				}
+				sb.WriteString("SELECT * FROM (SELECT o.id, o.available_at FROM " + o + " o WHERE o.state = 'pending' AND o.type = ? AND o.available_at <= ?")
+				if ordered[t] {
+					sb.WriteString(headOfKey)
+				}
+				sb.WriteString(" ORDER BY o.available_at, o.id LIMIT ?)")
+				args = append(args, t, now, p.Limit)
+			}
+			sb.WriteString(") ORDER BY available_at, id LIMIT ?)")
+			args = append(args, p.Limit)
+		} else {
+			var plain, ord []string
+			for _, t := range types {
+				if ordered[t] {
+					ord = append(ord, t)
+				} else {
+					plain = append(plain, t)
+				}
+			}
+			sb.WriteString("SELECT o.id FROM " + o + " o WHERE o.state = 'pending' AND o.available_at <= ? AND (o.type IN (" + marks(len(plain)) + ") OR (o.type IN (" + marks(len(ord)) + ")" + headOfKey + ")) ORDER BY o.available_at, o.id LIMIT ?)")
+			args = append(args, now)
+			for _, t := range plain {
+				args = append(args, t)
+			}
+			for _, t := range ord {
+				args = append(args, t)
+			}
+			args = append(args, p.Limit)
+		}
+		sb.WriteString(" RETURNING " + d.q.jobCols)
+		rows, err := w.QueryContext(ctx, sb.String(), args...)
+		if err != nil {
+			return wrap("claim", err)
+		}
+		jobs, err = scanJobs(rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING follows no particular order; deliver oldest first.
+	slices.SortFunc(jobs, func(a, b driver.Job) int { return cmp.Compare(a.ID, b.ID) })
+	return jobs, nil
+}
+
+// marks returns n comma-separated placeholders; with n == 0 it returns a
+// NULL, which matches nothing.
+func marks(n int) string {
+	if n == 0 {
+		return "NULL"
+	}
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func dedupe(s []string) []string {
+	out := make([]string, 0, len(s))
+	seen := map[string]bool{}
+	for _, v := range s {
+		if v != "" && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func scanJobs(rows *sql.Rows) ([]driver.Job, error) {
+	defer rows.Close()
+	var jobs []driver.Job
+	for rows.Next() {
+		var (
+			j                  driver.Job
+			mid, state         string
+			headers, lastErr   sql.NullString
+			created, available int64
+			delivered          sql.NullInt64
+			payload            []byte
+		)
+		if err := rows.Scan(&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &j.Attempt, &created, &available, &delivered, &lastErr); err != nil {
+			return nil, wrap("reading outbox rows", err)
+		}
+		id, err := uuid.Parse(mid)
+		if err != nil {
+			return nil, fmt.Errorf("mensageria/sqlite: outbox row %d has message_id %q, not a UUID: %w", j.ID, mid, err)
+		}
+		j.MessageID = id
+		j.Payload = payload
+		if headers.Valid {
+			j.Headers = []byte(headers.String)
+		}
+		j.State = driver.State(state)
+		j.CreatedAt = fromMicros(created)
+		j.AvailableAt = fromMicros(available)
+		if delivered.Valid {
+			t := fromMicros(delivered.Int64)
+			j.DeliveredAt = &t
+		}
+		j.LastError = lastErr.String
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("reading outbox rows", err)
+	}
+	return jobs, nil
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// Settle records the outcomes of one claimed batch in one transaction; each
+// update is guarded by the token and the lease.
+func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
+	if len(p.Delivered)+len(p.Retry)+len(p.Dead)+len(p.Release) == 0 {
+		return 0, nil
+	}
+	o := d.prefix + "outbox"
+	changed := 0
+	err := d.write(ctx, func(w writer, now int64) error {
+		changed = 0
+		exec := func(q string, args ...any) error {
+			res, err := w.ExecContext(ctx, q, args...)
+			if err != nil {
+				return wrap("settle", err)
+			}
+			n, _ := res.RowsAffected()
+			changed += int(n)
+			return nil
+		}
+		byIDs := func(set string, setArgs []any, ids []int64) error {
+			for len(ids) > 0 {
+				n := min(len(ids), chunk)
+				args := append([]any{}, setArgs...)
+				for _, id := range ids[:n] {
+					args = append(args, id)
+				}
+				args = append(args, p.Token, now)
+				if err := exec("UPDATE "+o+" SET "+set+" WHERE id IN ("+marks(n)+")"+d.q.settled, args...); err != nil {
+					return err
+				}
+				ids = ids[n:]
+			}
+			return nil
+		}
+		if err := byIDs("state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Delivered); err != nil {
+			return err
+		}
+		// A released row was not attempted: give the attempt back.
+		if err := byIDs("attempts = max(attempts - 1, 0), available_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Release); err != nil {
+			return err
+		}
+		for _, r := range p.Retry {
+			delay := max(r.Delay, 0)
+			if err := exec("UPDATE "+o+" SET available_at = ?, last_error = ?, lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+				now+delay.Microseconds(), r.Error, r.ID, p.Token, now); err != nil {
+				return err
+			}
+		}
+		for _, f := range p.Dead {
+			if err := exec("UPDATE "+o+" SET state = 'dead', available_at = ?, last_error = ?, lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+				now, f.Error, f.ID, p.Token, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return changed, nil
+}
+
+// defaultPurgeBatch bounds one purge pass when the caller gives no batch.
+const defaultPurgeBatch = 1000
+
+// Purge deletes at most p.Batch delivered outbox rows and p.Batch inbox rows
+// older than their ages. A zero age skips that table rather than deleting
+// everything, since an empty inbox would let duplicates through.
+func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
+	batch := p.Batch
+	if batch <= 0 {
+		batch = defaultPurgeBatch
+	}
+	var res driver.PurgeResult
+	err := d.write(ctx, func(w writer, now int64) error {
+		res = driver.PurgeResult{}
+		if p.DeliveredBefore > 0 {
+			o := d.prefix + "outbox"
+			r, err := w.ExecContext(ctx, "DELETE FROM "+o+" WHERE id IN (SELECT id FROM "+o+" WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?)",
+				now-p.DeliveredBefore.Microseconds(), batch)
+			if err != nil {
+				return wrap("purge outbox", err)
+			}
+			n, _ := r.RowsAffected()
+			res.Outbox = int(n)
+		}
+		if p.InboxBefore > 0 {
+			in := d.prefix + "inbox"
+			r, err := w.ExecContext(ctx, "DELETE FROM "+in+" WHERE (consumer, key) IN (SELECT consumer, key FROM "+in+" WHERE received_at < ? ORDER BY received_at LIMIT ?)",
+				now-p.InboxBefore.Microseconds(), batch)
+			if err != nil {
+				return wrap("purge inbox", err)
+			}
+			n, _ := r.RowsAffected()
+			res.Inbox = int(n)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// Stats reports every type present in the outbox. Pending counts rows
+// waiting for a claim (due or not); InFlight counts rows under a live lease.
+func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
+	now, err := d.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hourAgo := now - time.Hour.Microseconds()
+	rows, err := d.db.QueryContext(ctx, `SELECT type,
+		coalesce(sum(state = 'pending' AND (lease_until IS NULL OR lease_until <= ?1)), 0),
+		coalesce(sum(state = 'pending' AND lease_until > ?1), 0),
+		coalesce(sum(state = 'dead'), 0),
+		coalesce(sum(state = 'delivered' AND delivered_at > ?2), 0),
+		min(CASE WHEN state = 'pending' THEN created_at END)
+		FROM `+d.prefix+`outbox GROUP BY type ORDER BY type`, now, hourAgo)
+	if err != nil {
+		return nil, wrap("stats", err)
+	}
+	defer rows.Close()
+	var out []driver.TypeStats
+	for rows.Next() {
+		var s driver.TypeStats
+		var oldest sql.NullInt64
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest); err != nil {
+			return nil, wrap("stats", err)
+		}
+		if oldest.Valid && oldest.Int64 < now {
+			s.OldestPending = time.Duration(now-oldest.Int64) * time.Microsecond
+		}
+		out = append(out, s)
+	}
+	return out, wrap("stats", rows.Err())
+}
+
+// Default and largest page of ListMessages.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 10000
+)
+
+// ListMessages pages through outbox rows in id order.
+func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]driver.Job, error) {
+	var where []string
+	var args []any
+	if f.State != "" {
+		where = append(where, "state = ?")
+		args = append(args, string(f.State))
+	}
+	if len(f.Types) > 0 {
+		where = append(where, "type IN ("+marks(len(f.Types))+")")
+		for _, t := range f.Types {
+			args = append(args, t)
+		}
+	}
+	if len(f.IDs) > 0 {
+		where = append(where, "id IN (SELECT value FROM json_each(?))")
+		args = append(args, int64sJSON(f.IDs))
+	}
+	if f.AfterID > 0 {
+		where = append(where, "id > ?")
+		args = append(args, f.AfterID)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	q := "SELECT " + d.q.jobCols + " FROM " + d.prefix + "outbox"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id LIMIT ?"
+	args = append(args, limit)
+	rows, err := d.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, wrap("list messages", err)
+	}
+	return scanJobs(rows)
+}
+
+func int64sJSON(ids []int64) string {
+	b, _ := json.Marshal(ids) // integers always marshal
+	return string(b)
+}
+
+// Revive moves dead rows back to pending with a fresh attempt count, or
+// deletes them. It selects by IDs, or by Types when IDs is empty (both
+// narrow the set when both are given); with neither it changes nothing.
+func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error) {
+	if len(p.IDs) == 0 && len(p.Types) == 0 {
+		return 0, nil
+	}
+	where := "state = 'dead'"
+	var args []any
+	if len(p.IDs) > 0 {
+		where += " AND id IN (SELECT value FROM json_each(?))"
+		args = append(args, int64sJSON(p.IDs))
+	}
+	if len(p.Types) > 0 {
+		where += " AND type IN (SELECT value FROM json_each(?))"
+		args = append(args, stringsJSON(p.Types))
+	}
+	o := d.prefix + "outbox"
+	var n int64
+	err := d.write(ctx, func(w writer, now int64) error {
+		var res sql.Result
+		var err error
+		if p.Discard {
+			res, err = w.ExecContext(ctx, "DELETE FROM "+o+" WHERE "+where, args...)
+		} else {
+			// The count restarts so the relay's attempt limit applies
+			// afresh; last_error stays as the reason it had died.
+			res, err = w.ExecContext(ctx, "UPDATE "+o+" SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL WHERE "+where,
+				append([]any{now}, args...)...)
+		}
+		if err != nil {
+			return wrap("revive", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+func stringsJSON(s []string) string {
+	b, _ := json.Marshal(s) // strings always marshal
+	return string(b)
+}

@@ -1,0 +1,250 @@
+// Package sqlite is the embedded mensageria driver: SQLite through the pure
+// Go modernc.org/sqlite, in WAL mode.
+//
+// Tables carry a name prefix instead of a schema (Config.Schema "mensageria"
+// gives mensageria_outbox, mensageria_inbox, ...). Times are integer unix
+// microseconds from SQLite's clock, which for an embedded database is the
+// host's clock.
+//
+// Every write transaction of the driver starts with BEGIN IMMEDIATE on a
+// pinned connection, so concurrent writers queue on busy_timeout instead of
+// failing with SQLITE_BUSY when a read lock would have to be upgraded. InTx
+// uses database/sql's BeginTx, so a *sql.DB handed to New should carry
+// _txlock=immediate in its DSN (Open sets it); New refuses a database whose
+// busy_timeout is zero.
+//
+// EnqueueTx takes a *sql.Tx of the same database. Listen wakes listeners of
+// the same *Driver only; relays in other processes find new rows by polling.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// Config configures the driver.
+type Config struct {
+	// Schema prefixes every table name: "<Schema>_outbox" and so on.
+	// Default "mensageria". Letters, digits and underscores only.
+	Schema string
+}
+
+// ConfigError names the setting that is wrong.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("mensageria/sqlite: config %s: %s", e.Field, e.Reason)
+}
+
+// Driver is the SQLite backend. It is safe for concurrent use.
+type Driver struct {
+	db     *sql.DB
+	ownsDB bool
+	prefix string
+	q      queries
+
+	mu        sync.Mutex
+	listeners map[*listener]struct{}
+	closed    bool
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// busyTimeoutMS is how long a writer of Open's database waits for the write
+// lock. Claims, settles and inbox records are short, so a long wait means
+// something is stuck; ten seconds keeps bursts of writers from failing.
+const busyTimeoutMS = 10000
+
+// Open opens (creating if needed) the database file at path in WAL mode with
+// a busy timeout and immediate write transactions. Close closes it.
+func Open(path string, cfg *Config) (*Driver, error) {
+	if path == "" {
+		return nil, &ConfigError{Field: "path", Reason: "empty database path"}
+	}
+	if strings.ContainsAny(path, "?#") {
+		return nil, &ConfigError{Field: "path", Reason: fmt.Sprintf("%q: the path may not contain '?' or '#'", path)}
+	}
+	// SQLite's own message for a missing directory is "unable to open
+	// database file"; name the directory instead.
+	if dir := filepath.Dir(path); dir != "" {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("mensageria/sqlite: open %s: directory %s: %w", path, dir, err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("mensageria/sqlite: open %s: %s is not a directory", path, dir)
+		}
+	}
+	q := url.Values{}
+	q.Set("_txlock", "immediate")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
+	q.Add("_pragma", "journal_mode(WAL)")
+	// NORMAL is durable across application crashes in WAL mode; only a
+	// power loss can lose the last commits.
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	db, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("mensageria/sqlite: open %s: %w", path, err)
+	}
+	if err := db.PingContext(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("mensageria/sqlite: open %s: %w", path, err)
+	}
+	var mode string
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("mensageria/sqlite: open %s: %w", path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		_ = db.Close()
+		return nil, fmt.Errorf("mensageria/sqlite: open %s: journal mode is %q, WAL is required (is it an in-memory or read-only database?)", path, mode)
+	}
+	d, err := newDriver(db, cfg)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	d.ownsDB = true
+	return d, nil
+}
+
+// New wraps the caller's *sql.DB (opened with the "sqlite" driver of
+// modernc.org/sqlite). Its DSN should set _txlock=immediate, a busy_timeout
+// and journal_mode WAL, as Open does. Close does not close db.
+func New(db *sql.DB, cfg *Config) (*Driver, error) {
+	if db == nil {
+		return nil, &ConfigError{Field: "db", Reason: "nil *sql.DB"}
+	}
+	var busy int
+	if err := db.QueryRow("PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return nil, fmt.Errorf("mensageria/sqlite: reading busy_timeout: %w", err)
+	}
+	if busy <= 0 {
+		return nil, &ConfigError{Field: "db", Reason: "busy_timeout is 0, so concurrent writers would fail with SQLITE_BUSY; add _pragma=busy_timeout(10000) to the DSN"}
+	}
+	return newDriver(db, cfg)
+}
+
+var schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
+	schema := "mensageria"
+	if cfg != nil && cfg.Schema != "" {
+		schema = cfg.Schema
+	}
+	if !schemaRE.MatchString(schema) {
+		return nil, &ConfigError{Field: "Schema", Reason: fmt.Sprintf("%q: use letters, digits and underscores, starting with a letter or underscore", schema)}
+	}
+	p := schema + "_"
+	return &Driver{db: db, prefix: p, q: newQueries(p), listeners: map[*listener]struct{}{}}, nil
+}
+
+// DB returns the database handle.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Table returns the full name of one of the driver's tables ("outbox",
+// "inbox", "offsets", "leader", "migrations").
+func (d *Driver) Table(name string) string { return d.prefix + name }
+
+// Close ends every listener and, when Open created the database handle,
+// closes it.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	for l := range d.listeners {
+		l.closeLocked()
+	}
+	d.mu.Unlock()
+	if d.ownsDB {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// nowExpr is the database clock in microseconds. unixepoch('subsec') has
+// millisecond resolution; rounding first keeps float error out of the
+// microsecond digits.
+const nowExpr = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
+
+// writer runs statements inside one write transaction.
+type writer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// write runs fn inside BEGIN IMMEDIATE on a pinned connection, with now read
+// from the database clock once at the start, so every comparison in the
+// transaction agrees. It issues BEGIN itself rather than relying on the
+// DSN's _txlock, so it is immediate on a caller's *sql.DB too.
+func (d *Driver) write(ctx context.Context, fn func(w writer, now int64) error) error {
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("mensageria/sqlite: %w", err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("mensageria/sqlite: begin: %w", err)
+	}
+	var now int64
+	err = c.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now)
+	if err == nil {
+		err = fn(c, now)
+	}
+	if err == nil {
+		// Not cancellable: an interrupted COMMIT leaves the outcome unknown.
+		if _, err = c.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+			err = fmt.Errorf("mensageria/sqlite: commit: %w", err)
+		}
+	}
+	if err != nil {
+		rollback(c)
+		return err
+	}
+	return nil
+}
+
+// rollback ends a failed transaction. If even that fails, the connection is
+// discarded so no later user inherits an open transaction.
+func rollback(c *sql.Conn) {
+	_, err := c.ExecContext(context.Background(), "ROLLBACK")
+	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+		_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+	}
+}
+
+// now reads the database clock outside a transaction.
+func (d *Driver) now(ctx context.Context) (int64, error) {
+	var now int64
+	if err := d.db.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now); err != nil {
+		return 0, fmt.Errorf("mensageria/sqlite: reading the clock: %w", err)
+	}
+	return now, nil
+}
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mensageria/sqlite: %s: %w", op, err)
+}

@@ -1,0 +1,55 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/drivertest"
+	"github.com/xadm/mensageria/driver/sqlite"
+)
+
+func openT(t *testing.T, path string, cfg *sqlite.Config) *sqlite.Driver {
+	t.Helper()
+	d, err := sqlite.Open(path, cfg)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func harness(t *testing.T, migrate bool) *drivertest.Harness {
+	path := filepath.Join(t.TempDir(), "m.db")
+	d := openT(t, path, nil)
+	if migrate {
+		if _, err := d.Migrate(context.Background(), driver.MigrateUp); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	return &drivertest.Harness{
+		Driver: d,
+		Reopen: func(t *testing.T) driver.Driver { return openT(t, path, nil) },
+		Begin: func(ctx context.Context) (any, func() error, func() error, error) {
+			tx, err := d.DB().BeginTx(ctx, nil)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			return tx, tx.Commit, tx.Rollback, nil
+		},
+		Exec: func(ctx context.Context, q string, args ...any) error {
+			_, err := d.DB().ExecContext(ctx, q, args...)
+			return err
+		},
+		Table:      d.Table,
+		Unmigrated: func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+	}
+}
+
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T) *drivertest.Harness { return harness(t, true) })
+}
+
+var _ = sql.ErrNoRows

@@ -1,0 +1,91 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// InTx runs fn in one *sql.Tx (Raw returns it). Open's database starts it
+// with BEGIN IMMEDIATE, so a concurrent twin waits at BEGIN for the first
+// to finish and then sees its inbox record.
+func (d *Driver) InTx(ctx context.Context, fn func(ctx context.Context, tx driver.Tx) error) (err error) {
+	stx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap("begin", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = stx.Rollback()
+			panic(p)
+		}
+	}()
+	if err := fn(ctx, &tx{d: d, tx: stx}); err != nil {
+		_ = stx.Rollback()
+		return err
+	}
+	return wrap("commit", stx.Commit())
+}
+
+type tx struct {
+	d  *Driver
+	tx *sql.Tx
+}
+
+func (t *tx) Raw() any { return t.tx }
+
+func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.InboxResult, error) {
+	if r.Consumer == "" || r.Key == "" {
+		return driver.InboxResult{}, fmt.Errorf("mensageria/sqlite: inbox record needs a consumer and a key")
+	}
+	in := t.d.prefix + "inbox"
+	if r.Window > 0 && !r.CreatedAt.IsZero() {
+		var stale bool
+		if err := t.tx.QueryRowContext(ctx, "SELECT ? < "+nowExpr+" - ?", r.CreatedAt.UnixMicro(), r.Window.Microseconds()).Scan(&stale); err != nil {
+			return driver.InboxResult{}, wrap("inbox", err)
+		}
+		if stale {
+			return driver.InboxResult{Stale: true}, nil
+		}
+	}
+	res, err := t.tx.ExecContext(ctx, "INSERT INTO "+in+" (consumer, key, message_id, received_at) VALUES (?, ?, ?, "+nowExpr+") ON CONFLICT (consumer, key) DO NOTHING",
+		r.Consumer, r.Key, uuid.UUID(r.MessageID).String())
+	if err != nil {
+		return driver.InboxResult{}, wrap("inbox", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return driver.InboxResult{}, nil
+	}
+	var first string
+	if err := t.tx.QueryRowContext(ctx, "SELECT message_id FROM "+in+" WHERE consumer = ? AND key = ?", r.Consumer, r.Key).Scan(&first); err != nil {
+		return driver.InboxResult{}, wrap("inbox", err)
+	}
+	out := driver.InboxResult{Duplicate: true}
+	if id, err := uuid.Parse(first); err == nil {
+		out.FirstMessageID = id
+	}
+	return out, nil
+}
+
+func (t *tx) Offset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
+	var off int64
+	err := t.tx.QueryRowContext(ctx, `SELECT "offset" FROM `+t.d.prefix+"offsets WHERE consumer = ? AND source = ? AND partition = ?", consumer, source, partition).Scan(&off)
+	if err == sql.ErrNoRows {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, wrap("offset", err)
+	}
+	return off, true, nil
+}
+
+func (t *tx) SetOffset(ctx context.Context, consumer, source string, partition int32, offset int64) error {
+	_, err := t.tx.ExecContext(ctx, `INSERT INTO `+t.d.prefix+`offsets (consumer, source, partition, "offset", updated_at) VALUES (?, ?, ?, ?, `+nowExpr+`)
+		ON CONFLICT (consumer, source, partition) DO UPDATE SET "offset" = excluded."offset", updated_at = excluded.updated_at`,
+		consumer, source, partition, offset)
+	return wrap("set offset", err)
+}
