@@ -59,8 +59,10 @@ type Config struct {
 	NotifyDebounce time.Duration
 	// Election selects the replica policy. Default ElectionLeader.
 	Election Election
-	// DeliveredRetention keeps delivered rows this long before the purge.
-	// Default 24h.
+	// DeliveredRetention keeps delivered rows this long, for inspection,
+	// before the purge deletes them. Default 0: a delivered row is deleted
+	// when it is settled, which halves the relay's write cost; delivery
+	// counts are kept either way.
 	DeliveredRetention time.Duration
 	// PurgeInterval is how often the active relay purges. Default 1m.
 	PurgeInterval time.Duration
@@ -107,7 +109,6 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.BackoffMax, 10*time.Minute)
 	defd(&out.PollInterval, time.Second)
 	defd(&out.NotifyDebounce, 10*time.Millisecond)
-	defd(&out.DeliveredRetention, 24*time.Hour)
 	defd(&out.PurgeInterval, time.Minute)
 	defd(&out.InboxWindow, 7*24*time.Hour)
 	if out.Election == "" {

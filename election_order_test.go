@@ -164,7 +164,9 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 		<-inSend
 
 		recB := &recorder{}
-		bb := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB)))
+		cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB))
+		cfgB.DeliveredRetention = time.Hour // keep the row to inspect it
+		bb := newClient(t, b.open(), cfgB)
 		start(t, bb)
 		eventually(t, 15*time.Second, "b takes over and delivers", func() bool { return recB.keys()["x"] == 1 })
 
@@ -263,6 +265,7 @@ func TestStopFinishesInFlight(t *testing.T) {
 		cfg := fastConfig(uniqueApp("stop"), mensageria.NewRegistry().MustRegister("t", sender))
 		cfg.Concurrency = 4
 		cfg.BatchSize = 4
+		cfg.DeliveredRetention = time.Hour
 		c := newClient(t, b.open(), cfg)
 		for i := range 12 {
 			if _, err := c.Enqueue(ctx, mensageria.Message{Type: "t", Key: fmt.Sprintf("k%d", i)}); err != nil {

@@ -483,7 +483,7 @@ func errText(err error) string {
 }
 
 func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
-	p := driver.SettleParams{Token: b.token}
+	p := driver.SettleParams{Token: b.token, KeepDelivered: r.cfg.DeliveredRetention > 0}
 	for i, o := range outs {
 		id := b.jobs[i].ID
 		switch o.kind {

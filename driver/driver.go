@@ -216,10 +216,14 @@ type Job struct {
 
 // SettleParams are the outcomes of one claimed batch.
 type SettleParams struct {
-	Token     int64
-	Delivered []int64
-	Retry     []Retry
-	Dead      []Failure
+	Token int64
+	// Delivered rows are deleted at once unless KeepDelivered, which marks
+	// them delivered for Purge to delete after a retention period. Either
+	// way the per-type delivered counts behind Stats are kept.
+	Delivered     []int64
+	KeepDelivered bool
+	Retry         []Retry
+	Dead          []Failure
 	// Release gives rows back at once without counting the attempt, for a
 	// relay that stops before delivering them.
 	Release []int64

@@ -49,7 +49,7 @@ type Driver struct {
 
 type queries struct {
 	claim, settleDelivered, settleRetry, settleDead, settleRelease string
-	inboxRecord, stats, purgeOutbox, purgeInbox                    string
+	inboxRecord, stats, purgeOutbox, purgeInbox, purgeCounts       string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -85,6 +85,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		stats:           load("stats"),
 		purgeOutbox:     load("purge_outbox"),
 		purgeInbox:      load("purge_inbox"),
+		purgeCounts:     load("purge_counts"),
 	}
 	return d, nil
 }

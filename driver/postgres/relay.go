@@ -10,6 +10,28 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
+// relayTx wraps the relay's own statements in one transaction, sent in one
+// round trip, that
+//   - commits asynchronously: a claim or settle lost in a server crash only
+//     means a redelivery, which at-least-once allows, and the relay stops
+//     waiting for a WAL flush per batch (enqueues stay synchronous);
+//   - plans with the actual parameters every time: a generic plan cached
+//     while the outbox was empty keeps scanning the whole table once it is
+//     full (docs/adr/0004-claim-query.md).
+func relayTx(stmts func(b *pgx.Batch)) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
+	stmts(b)
+	b.Queue("COMMIT")
+	return b
+}
+
+// relayTxPrologue is the number of statements relayTx queues before the
+// caller's.
+const relayTxPrologue = 3
+
 // Claim leases due rows to p.Token. See queries/claim.sql.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
 	if len(p.Types) == 0 || p.Limit <= 0 {
@@ -27,8 +49,17 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	if p.Fence != nil {
 		app, epoch = p.Fence.App, p.Fence.Epoch
 	}
-	rows, err := d.pool.Query(ctx, d.q.claim, pgx.QueryExecModeExec,
-		p.Types, p.Limit, p.Token, p.Lease, ordered, app, epoch)
+	b := relayTx(func(b *pgx.Batch) {
+		b.Queue(d.q.claim, p.Types, p.Limit, p.Token, p.Lease, ordered, app, epoch)
+	})
+	br := d.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for range relayTxPrologue {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("mensageria/postgres: claim: %w", err)
+		}
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("mensageria/postgres: claim: %w", err)
 	}
@@ -40,6 +71,9 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mensageria/postgres: claim: %w", err)
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return nil, fmt.Errorf("mensageria/postgres: claim commit: %w", err)
 	}
 	// RETURNING comes in no particular order; deliver in claim order.
 	sortJobs(jobs)
@@ -61,12 +95,16 @@ func less(a, b *driver.Job) bool {
 	return a.ID < b.ID
 }
 
-// Settle records a batch's outcomes in one round trip and one implicit
-// transaction.
+// Settle records a batch's outcomes in one transaction and one round trip.
 func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
-	b := &pgx.Batch{}
+	type step struct {
+		sql  string
+		args []any
+		rows bool // returns the count as a row instead of a command tag
+	}
+	var steps []step
 	if len(p.Delivered) > 0 {
-		b.Queue(d.q.settleDelivered, p.Delivered, p.Token)
+		steps = append(steps, step{d.q.settleDelivered, []any{p.Delivered, p.Token, p.KeepDelivered}, true})
 	}
 	if len(p.Retry) > 0 {
 		ids := make([]int64, len(p.Retry))
@@ -75,7 +113,7 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error)
 		for i, r := range p.Retry {
 			ids[i], delays[i], errs[i] = r.ID, r.Delay.Microseconds(), r.Error
 		}
-		b.Queue(d.q.settleRetry, ids, p.Token, delays, errs)
+		steps = append(steps, step{d.q.settleRetry, []any{ids, p.Token, delays, errs}, false})
 	}
 	if len(p.Dead) > 0 {
 		ids := make([]int64, len(p.Dead))
@@ -83,26 +121,45 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error)
 		for i, f := range p.Dead {
 			ids[i], errs[i] = f.ID, f.Error
 		}
-		b.Queue(d.q.settleDead, ids, p.Token, errs)
+		steps = append(steps, step{d.q.settleDead, []any{ids, p.Token, errs}, false})
 	}
 	if len(p.Release) > 0 {
-		b.Queue(d.q.settleRelease, p.Release, p.Token)
+		steps = append(steps, step{d.q.settleRelease, []any{p.Release, p.Token}, false})
 	}
-	if b.Len() == 0 {
+	if len(steps) == 0 {
 		return 0, nil
 	}
+	b := relayTx(func(b *pgx.Batch) {
+		for _, s := range steps {
+			b.Queue(s.sql, s.args...)
+		}
+	})
 	br := d.pool.SendBatch(ctx, b)
+	defer br.Close()
+	fail := func(err error) (int, error) { return 0, fmt.Errorf("mensageria/postgres: settle: %w", err) }
+	for range relayTxPrologue {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+	}
 	n := 0
-	for i := 0; i < b.Len(); i++ {
+	for _, s := range steps {
+		if s.rows {
+			var c int64
+			if err := br.QueryRow().Scan(&c); err != nil {
+				return fail(err)
+			}
+			n += int(c)
+			continue
+		}
 		tag, err := br.Exec()
 		if err != nil {
-			_ = br.Close()
-			return 0, fmt.Errorf("mensageria/postgres: settle: %w", err)
+			return fail(err)
 		}
 		n += int(tag.RowsAffected())
 	}
-	if err := br.Close(); err != nil {
-		return 0, fmt.Errorf("mensageria/postgres: settle: %w", err)
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return fail(err)
 	}
 	return n, nil
 }
@@ -124,6 +181,9 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 		return res, fmt.Errorf("mensageria/postgres: purge inbox: %w", err)
 	}
 	res.Inbox = int(tag.RowsAffected())
+	if _, err := d.pool.Exec(ctx, d.q.purgeCounts); err != nil {
+		return res, fmt.Errorf("mensageria/postgres: purge counts: %w", err)
+	}
 	return res, nil
 }
 

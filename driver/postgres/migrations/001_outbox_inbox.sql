@@ -31,7 +31,7 @@ CREATE TABLE {{schema}}.outbox (
     created_at   timestamptz NOT NULL DEFAULT now(),
     delivered_at timestamptz,
     last_error   text
-) WITH (fillfactor = 80); -- room on each page so that a claim (lease columns only) is a HOT update
+) WITH (fillfactor = 50); -- room on each page so that a claim (lease columns only) stays a HOT update
 
 -- The claim walks one type's due rows in order; the type leads so that a
 -- relay never steps over other apps' rows in a shared table. The lease
@@ -42,6 +42,15 @@ CREATE INDEX outbox_key_idx ON {{schema}}.outbox (type, key, id) WHERE state = '
 CREATE INDEX outbox_dead_idx ON {{schema}}.outbox (type, id) WHERE state = 'dead';
 -- Purge and "delivered in the last hour" without scanning the table.
 CREATE INDEX outbox_delivered_idx ON {{schema}}.outbox (delivered_at) WHERE state = 'delivered';
+
+-- Delivered rows are usually deleted at settle; these per-minute counts
+-- keep "delivered in the last hour" without keeping the rows.
+CREATE TABLE {{schema}}.delivered_counts (
+    type   text        NOT NULL,
+    minute timestamptz NOT NULL,
+    n      bigint      NOT NULL,
+    PRIMARY KEY (type, minute)
+);
 
 CREATE TABLE {{schema}}.inbox (
     consumer    text        NOT NULL,

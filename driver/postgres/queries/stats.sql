@@ -8,8 +8,8 @@ WITH p AS (
 ), d AS (
     SELECT type, count(*) AS dead FROM {{schema}}.outbox WHERE state = 'dead' GROUP BY type
 ), l AS (
-    SELECT type, count(*) AS delivered FROM {{schema}}.outbox
-    WHERE state = 'delivered' AND delivered_at > now() - interval '1 hour' GROUP BY type
+    SELECT type, sum(n)::bigint AS delivered FROM {{schema}}.delivered_counts
+    WHERE minute > now() - interval '1 hour' GROUP BY type
 )
 SELECT coalesce(p.type, d.type, l.type) AS type,
        coalesce(p.pending, 0), coalesce(p.in_flight, 0), coalesce(d.dead, 0), coalesce(l.delivered, 0),

@@ -1,0 +1,382 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+)
+
+// Payload is the message body of every scenario: the same document the raw
+// pgbench figures in docs/benchmarks.md insert.
+const Payload = `{"order_id": 12345, "customer": "c-000042", "amount_cents": 1999, "currency": "EUR", "items": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}]}`
+
+// Env is a PostgreSQL schema that a scenario may fill and empty. Scenarios
+// migrate it themselves and create their own side tables in it.
+type Env struct {
+	Pool   *pgxpool.Pool
+	Schema string
+}
+
+func (e Env) driver() (*postgres.Driver, error) {
+	d, err := postgres.New(e.Pool, &postgres.Config{Schema: e.Schema})
+	if err != nil {
+		return nil, err
+	}
+	_, err = d.Migrate(context.Background(), driver.MigrateUp)
+	return d, err
+}
+
+func (e Env) exec(ctx context.Context, sql string, args ...any) error {
+	_, err := e.Pool.Exec(ctx, sql, args...)
+	return err
+}
+
+// fill inserts n pending rows of typ with one statement.
+func (e Env) fill(ctx context.Context, typ string, n int) error {
+	return e.exec(ctx, fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload)
+		SELECT $1, 'k-' || g, $2::json FROM generate_series(1, $3) g`, e.Schema), typ, Payload, n)
+}
+
+// deliveredCounter counts settled deliveries through the client's hook.
+type deliveredCounter struct {
+	n    atomic.Int64
+	done chan struct{}
+	want int64
+	once sync.Once
+}
+
+func (c *deliveredCounter) OnDelivery(ev mensageria.DeliveryEvent) {
+	if ev.Outcome == mensageria.OutcomeDelivered && c.n.Add(1) == c.want {
+		c.once.Do(func() { close(c.done) })
+	}
+}
+
+var noop = mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil })
+
+// relayDrain starts a relay over an already filled backlog and times it
+// until want messages are delivered and settled.
+func relayDrain(ctx context.Context, d driver.Driver, typ string, want int) (float64, error) {
+	counter := &deliveredCounter{done: make(chan struct{}), want: int64(want)}
+	c, err := mensageria.New(d, &mensageria.Config{
+		App:      "bench-" + typ,
+		Registry: mensageria.NewRegistry().MustRegister(typ, noop),
+		Hooks:    []mensageria.Hook{counter},
+		Logger:   quiet(),
+	})
+	if err != nil {
+		return 0, err
+	}
+	began := time.Now()
+	if err := c.Start(ctx); err != nil {
+		return 0, err
+	}
+	select {
+	case <-counter.done:
+	case <-ctx.Done():
+	}
+	elapsed := time.Since(began)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = c.Stop(stopCtx)
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("drain of %d %s: %w after %d", want, typ, ctx.Err(), counter.n.Load())
+	}
+	return float64(want) / elapsed.Seconds(), nil
+}
+
+// rawDrain is the ceiling: the bare SKIP LOCKED drain of
+// shared/perf/drain100.sql on a plain table with the same rows, one client,
+// simple protocol.
+func rawDrain(ctx context.Context, e Env, n int) (float64, error) {
+	t := e.Schema + ".raw_t"
+	steps := []string{
+		"DROP TABLE IF EXISTS " + t,
+		"CREATE TABLE " + t + ` (id bigserial PRIMARY KEY, msg_type text NOT NULL, payload jsonb NOT NULL,
+			state text NOT NULL DEFAULT 'pending', created_at timestamptz NOT NULL DEFAULT now())`,
+		"CREATE INDEX ON " + t + " (id) WHERE state = 'pending'",
+	}
+	for _, s := range steps {
+		if err := e.exec(ctx, s); err != nil {
+			return 0, err
+		}
+	}
+	if err := e.exec(ctx, "INSERT INTO "+t+" (msg_type, payload) SELECT 'order.created', $1::jsonb FROM generate_series(1, $2)", Payload, n); err != nil {
+		return 0, err
+	}
+	q := "UPDATE " + t + " SET state = 'done' WHERE id IN (SELECT id FROM " + t +
+		" WHERE state = 'pending' ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED)"
+	conn, err := e.Pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	began := time.Now()
+	done := 0
+	for done < n {
+		tag, err := conn.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			return 0, err
+		}
+		if tag.RowsAffected() == 0 {
+			break
+		}
+		done += int(tag.RowsAffected())
+	}
+	rate := float64(done) / time.Since(began).Seconds()
+	return rate, e.exec(ctx, "DROP TABLE "+t)
+}
+
+// Drain measures the relay draining a backlog of n messages to a no-op
+// Sender, against the raw drain of the same number of rows, in one run.
+func Drain(ctx context.Context, e Env, n int) (Result, error) {
+	r := Result{Scenario: "drain"}
+	d, err := e.driver()
+	if err != nil {
+		return r, err
+	}
+	raw, err := rawDrain(ctx, e, n)
+	if err != nil {
+		return r, err
+	}
+	if err := e.fill(ctx, "bench.drain", n); err != nil {
+		return r, err
+	}
+	rate, err := relayDrain(ctx, d, "bench.drain", n)
+	if err != nil {
+		return r, err
+	}
+	r.Set("msgs", float64(n))
+	r.Set("msgs/s", rate)
+	r.Set("raw-rows/s", raw)
+	r.Set("raw-ratio", rate/raw)
+	return r, nil
+}
+
+// Backlog compares the drain rate over the first `sample` messages of a
+// small backlog and of a large one.
+func Backlog(ctx context.Context, e Env, small, large, sample int) (Result, error) {
+	r := Result{Scenario: "backlog"}
+	d, err := e.driver()
+	if err != nil {
+		return r, err
+	}
+	if err := e.fill(ctx, "bench.small", small); err != nil {
+		return r, err
+	}
+	smallRate, err := relayDrain(ctx, d, "bench.small", min(sample, small))
+	if err != nil {
+		return r, err
+	}
+	if err := e.fill(ctx, "bench.large", large); err != nil {
+		return r, err
+	}
+	largeRate, err := relayDrain(ctx, d, "bench.large", min(sample, large))
+	if err != nil {
+		return r, err
+	}
+	r.Set("small-backlog", float64(small))
+	r.Set("large-backlog", float64(large))
+	r.Set("small-msgs/s", smallRate)
+	r.Set("large-msgs/s", largeRate)
+	r.Set("backlog-ratio", largeRate/smallRate)
+	return r, nil
+}
+
+// business creates the side tables of a "business transaction": an order
+// insert and a customer update, what a real enqueueing service does.
+func (e Env) business(ctx context.Context) error {
+	return e.exec(ctx, fmt.Sprintf(`
+		CREATE TABLE IF NOT EXISTS %[1]s.bench_orders (id bigserial PRIMARY KEY, customer int NOT NULL, body jsonb NOT NULL);
+		CREATE TABLE IF NOT EXISTS %[1]s.bench_customers (id int PRIMARY KEY, orders int NOT NULL DEFAULT 0);
+		INSERT INTO %[1]s.bench_customers (id) SELECT g FROM generate_series(0, 999) g ON CONFLICT DO NOTHING;`, e.Schema))
+}
+
+func (e Env) businessWrite(ctx context.Context, tx pgx.Tx, customer int) error {
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO "+e.Schema+".bench_orders (customer, body) VALUES ($1, $2)", customer, Payload)
+	b.Queue("UPDATE "+e.Schema+".bench_customers SET orders = orders + 1 WHERE id = $1", customer)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// SteadyState runs `producers` goroutines that each commit one business
+// transaction with one message as fast as they can for dur, while the relay
+// delivers to a no-op Sender. Latency runs from commit to the Sender.
+func SteadyState(ctx context.Context, e Env, producers int, dur time.Duration) (Result, error) {
+	r := Result{Scenario: "steady-state"}
+	d, err := e.driver()
+	if err != nil {
+		return r, err
+	}
+	if err := e.business(ctx); err != nil {
+		return r, err
+	}
+	var mu sync.Mutex
+	received := map[uuid.UUID]time.Time{}
+	sender := mensageria.SenderFunc(func(_ context.Context, dl *mensageria.Delivery) error {
+		now := time.Now()
+		mu.Lock()
+		if _, seen := received[dl.ID]; !seen {
+			received[dl.ID] = now
+		}
+		mu.Unlock()
+		return nil
+	})
+	c, err := mensageria.New(d, &mensageria.Config{
+		App:      "bench-steady",
+		Registry: mensageria.NewRegistry().MustRegister("bench.steady", sender),
+		Logger:   quiet(),
+	})
+	if err != nil {
+		return r, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return r, err
+	}
+	committed := make([]map[uuid.UUID]time.Time, producers)
+	runCtx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	began := time.Now()
+	for p := range producers {
+		committed[p] = map[uuid.UUID]time.Time{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; runCtx.Err() == nil; i++ {
+				var ids []uuid.UUID
+				err := pgx.BeginFunc(runCtx, e.Pool, func(tx pgx.Tx) error {
+					if err := e.businessWrite(runCtx, tx, (p*7919+i)%1000); err != nil {
+						return err
+					}
+					var err error
+					ids, err = c.EnqueueTx(runCtx, tx, mensageria.Message{Type: "bench.steady", Key: fmt.Sprintf("o-%d-%d", p, i), Payload: []byte(Payload)})
+					return err
+				})
+				if runCtx.Err() != nil {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				committed[p][ids[0]] = time.Now()
+			}
+		}()
+	}
+	wg.Wait()
+	window := time.Since(began)
+	mu.Lock()
+	deliveredInWindow := len(received)
+	mu.Unlock()
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopCancel()
+	_ = c.Stop(stopCtx)
+	select {
+	case err := <-errs:
+		return r, err
+	default:
+	}
+	var lat Latencies
+	enqueued := 0
+	mu.Lock()
+	for _, m := range committed {
+		enqueued += len(m)
+		for id, at := range m {
+			if got, ok := received[id]; ok {
+				lat.Add(max(got.Sub(at), 0))
+			}
+		}
+	}
+	mu.Unlock()
+	r.Set("producers", float64(producers))
+	r.Set("enqueue/s", float64(enqueued)/window.Seconds())
+	r.Set("delivered/s", float64(deliveredInWindow)/window.Seconds())
+	r.Set("keepup-ratio", float64(deliveredInWindow)/float64(max(enqueued, 1)))
+	r.Set("p50-ms", lat.PercentileMs(50))
+	r.Set("p99-ms", lat.PercentileMs(99))
+	return r, nil
+}
+
+// EnqueueOverhead times one business transaction without and with one
+// enqueue, sequentially on one connection, and the same with a NOTIFY on
+// every enqueue to show what debouncing saves.
+func EnqueueOverhead(ctx context.Context, e Env, dur time.Duration) (Result, error) {
+	r := Result{Scenario: "enqueue-overhead"}
+	d, err := e.driver()
+	if err != nil {
+		return r, err
+	}
+	if err := e.business(ctx); err != nil {
+		return r, err
+	}
+	client := func(debounce time.Duration, pollOnly bool) (*mensageria.Client, error) {
+		return mensageria.New(d, &mensageria.Config{
+			App:            "bench-overhead",
+			Registry:       mensageria.NewRegistry().MustRegister("bench.overhead", noop),
+			NotifyDebounce: debounce,
+			PollOnly:       pollOnly,
+			Logger:         quiet(),
+		})
+	}
+	run := func(c *mensageria.Client) (float64, error) {
+		deadline := time.Now().Add(dur)
+		n := 0
+		began := time.Now()
+		for ; time.Now().Before(deadline); n++ {
+			err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+				if err := e.businessWrite(ctx, tx, n%1000); err != nil {
+					return err
+				}
+				if c == nil {
+					return nil
+				}
+				_, err := c.EnqueueTx(ctx, tx, mensageria.Message{Type: "bench.overhead", Key: fmt.Sprint(n), Payload: []byte(Payload)})
+				return err
+			})
+			if err != nil {
+				return 0, err
+			}
+		}
+		return float64(time.Since(began).Microseconds()) / float64(n), nil
+	}
+	def, err := client(0, false)
+	if err != nil {
+		return r, err
+	}
+	every, err := client(time.Nanosecond, false)
+	if err != nil {
+		return r, err
+	}
+	silent, err := client(0, true)
+	if err != nil {
+		return r, err
+	}
+	// Interleave the variants twice so drift on the machine hits all alike.
+	sums := make([]float64, 4)
+	for round := 0; round < 2; round++ {
+		for i, c := range []*mensageria.Client{nil, def, silent, every} {
+			us, err := run(c)
+			if err != nil {
+				return r, err
+			}
+			sums[i] += us / 2
+		}
+	}
+	r.Set("business-us", sums[0])
+	r.Set("with-enqueue-us", sums[1])
+	r.Set("overhead-ratio", sums[1]/sums[0])
+	r.Set("no-notify-ratio", sums[2]/sums[0])
+	r.Set("notify-every-commit-ratio", sums[3]/sums[0])
+	return r, nil
+}
