@@ -1,8 +1,159 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/internal/bench"
+)
+
+// benchScenarios are the scenarios `bench` knows, in run order.
+var benchScenarios = []string{"drain", "steady", "overhead", "backlog"}
+
+type benchOptions struct {
+	scenarios   []string
+	messages    int
+	duration    time.Duration
+	overheadDur time.Duration
+	producers   int
+	large       int
+	keep        bool
+	asJSON      bool
+}
 
 func (a *app) benchCommand() *cobra.Command {
-	return &cobra.Command{Use: "bench", Short: "Run the benchmark scenarios against the configured database", Args: noArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error { return failErr("bench: not wired yet") })}
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the project's benchmark scenarios against the configured PostgreSQL",
+		Long: `bench runs the scenarios behind docs/benchmarks.md against the config's
+database, in a scratch schema of its own (<schema>_bench_<random>) that is
+dropped afterwards: it never touches the configured schema's rows.
+
+  drain      relay drain of a backlog to a no-op Sender, against the raw
+             UPDATE ... SKIP LOCKED drain in the same run (msgs/s, raw-ratio)
+  steady     producers commit single-message transactions while the relay
+             delivers (enqueue/s, delivered/s, keepup-ratio, p50-ms, p99-ms)
+  overhead   a business transaction with and without one enqueue
+             (overhead-ratio; NOTIFY's share apart)
+  backlog    drain rate with a large backlog against a small one (slow:
+             not run unless asked for with --scenario backlog)
+
+--json prints one JSON object per scenario.`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			for _, s := range o.scenarios {
+				if !slices.Contains(benchScenarios, s) {
+					return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
+				}
+			}
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			if c.Backend() != "postgres" {
+				return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
+			}
+			return a.runBench(cmd.Context(), c, o)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.scenarios, "scenario", []string{"drain", "steady", "overhead"}, "scenarios to run: "+strings.Join(benchScenarios, ", "))
+	f.IntVar(&o.messages, "messages", 100000, "drain: backlog size")
+	f.DurationVar(&o.duration, "duration", 20*time.Second, "steady: how long the producers run")
+	f.DurationVar(&o.overheadDur, "overhead-duration", 10*time.Second, "overhead: how long each variant runs")
+	f.IntVar(&o.producers, "producers", 8, "steady: concurrent producers")
+	f.IntVar(&o.large, "backlog-large", 1000000, "backlog: the large backlog (the small one is 10,000)")
+	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
+	return cmd
+}
+
+func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
+	b, err := openBackend(ctx, c.Database, c.Schema)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.ping(ctx); err != nil {
+		return err
+	}
+	schema := fmt.Sprintf("%s_bench_%08x", c.Schema, rand.Uint32())
+	if len(schema) > 63 {
+		schema = fmt.Sprintf("mensageria_bench_%08x", rand.Uint32())
+	}
+	if _, err := b.pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return fmt.Errorf("bench: create scratch schema: %w", err)
+	}
+	if !o.keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_, _ = b.pool.Exec(dctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		}()
+	}
+	if !o.asJSON {
+		fmt.Fprintf(a.io.Err, "bench: scratch schema %s\n", schema)
+	}
+	env := bench.Env{Pool: b.pool, Schema: schema}
+	failed := 0
+	for _, s := range benchScenarios {
+		if !slices.Contains(o.scenarios, s) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !o.asJSON {
+			fmt.Fprintf(a.io.Err, "bench: running %s...\n", s)
+		}
+		var r bench.Result
+		switch s {
+		case "drain":
+			r, err = bench.Drain(ctx, env, o.messages)
+		case "steady":
+			r, err = bench.SteadyState(ctx, env, o.producers, o.duration)
+		case "overhead":
+			r, err = bench.EnqueueOverhead(ctx, env, o.overheadDur)
+		case "backlog":
+			r, err = bench.Backlog(ctx, env, 10000, o.large, 10000)
+		}
+		if err != nil {
+			failed++
+			fmt.Fprintf(a.io.Err, "bench: %s failed: %v\n", s, err)
+			continue
+		}
+		if o.asJSON {
+			if err := r.WriteJSON(a.io.Out); err != nil {
+				return err
+			}
+			continue
+		}
+		writeBenchResult(a, r)
+	}
+	if failed > 0 {
+		return silentExit(ExitFailure)
+	}
+	return nil
+}
+
+func writeBenchResult(a *app, r bench.Result) {
+	names := make([]string, 0, len(r.Metrics))
+	for k := range r.Metrics {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	fmt.Fprintf(a.io.Out, "%s\n", r.Scenario)
+	for _, k := range names {
+		fmt.Fprintf(a.io.Out, "  %-20s %12.2f\n", k, r.Metrics[k])
+	}
+	if r.Notes != "" {
+		fmt.Fprintf(a.io.Out, "  %s\n", r.Notes)
+	}
 }
