@@ -416,3 +416,13 @@ func status(t *testing.T, c func(string, ...string) result) *Status {
 	}
 	return &st
 }
+
+func getWithClient(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xadm/mensageria/internal/testdb"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds cmd/mensageria once per test run: the end-to-end tests
+// drive the real program, flags, exit codes and signals included.
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "mensageria-bin-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "mensageria")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/xadm/mensageria/cmd/mensageria").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan int
+}
+
+func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan int, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = p.stderr
+	p.cmd.Stdout = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.done <- p.cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+	})
+	return p
+}
+
+func runBin(t *testing.T, bin string, env []string, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+// The command as an operator runs it, on PostgreSQL: migrate, a relay
+// subprocess killed with SIGKILL mid-batch and restarted, rows enqueued by
+// the command and by plain SQL, status, dead letters, a graceful stop.
+func TestEndToEndPostgres(t *testing.T) {
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t)
+	bin := binary(t)
+	rcv := newReceiver(t)
+	rcv.delay = 20 * time.Millisecond
+	p := writeConfig(t, testdb.URL(), schema, rcv.srv.URL+"/m2m")
+	env := []string{"TEST_TOKEN=tok"}
+	c := func(stdin string, args ...string) result {
+		t.Helper()
+		return runBin(t, bin, env, stdin, append(args, "--config", p)...)
+	}
+	ctx := context.Background()
+	count := func(where string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE "+where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	if r := c("", "migrate", "check"); r.code != ExitFailure || !strings.Contains(r.out, "behind") {
+		t.Fatalf("check before up: %+v", r)
+	}
+	if r := c("", "migrate", "up"); r.code != 0 {
+		t.Fatalf("migrate up: %+v", r)
+	}
+	if r := c("", "migrate", "check", "--json"); r.code != 0 || !strings.Contains(r.out, `"current":true`) {
+		t.Fatalf("migrate check: %+v", r)
+	}
+	if r := c("", "migrate", "sql"); r.code != 0 || !strings.Contains(r.out, schema+".outbox") {
+		t.Fatalf("migrate sql: %+v", r)
+	}
+
+	// A type with no route: exit 2 and no row.
+	if r := c("", "enqueue", "--type", "nota.fiscal", "--key", "nf-1"); r.code != ExitUsage || !strings.Contains(r.err, "no route") {
+		t.Fatalf("enqueue without route: %+v", r)
+	}
+	if n := count("type = 'nota.fiscal'"); n != 0 {
+		t.Fatalf("%d rows of an unrouted type", n)
+	}
+
+	// Enqueue from another language: plain SQL, no client library.
+	const sqlRows = 300
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload) SELECT 'pedido.criado', 'sql-' || g, '{"from":"sql"}' FROM generate_series(1, %d) g`, schema, sqlRows)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if r := c("", "enqueue", "-t", "pedido.criado", "-k", fmt.Sprintf("cli-%d", i), "-p", `{"from":"cli"}`); r.code != 0 {
+			t.Fatalf("enqueue: %+v", r)
+		}
+	}
+	total := sqlRows + 5
+	if psql, err := exec.LookPath("psql"); err == nil {
+		out, err := exec.Command(psql, testdb.URL(), "-v", "ON_ERROR_STOP=1", "-c",
+			fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload) VALUES ('pedido.criado', 'psql-1', '{"from":"psql"}')`, schema)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql: %v %s", err, out)
+		}
+		total++
+	}
+
+	relayArgs := []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}
+	r1 := startProc(t, bin, env, relayArgs...)
+	waitAddr(t, r1.stderr, r1.done)
+	waitFor(t, "the first deliveries", 20*time.Second, func() bool { return rcv.keys() >= 40 })
+	if err := r1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-r1.done
+	atKill := rcv.keys()
+	if atKill >= total {
+		t.Fatalf("the relay finished (%d) before it was killed; the test needs a batch in flight", atKill)
+	}
+	// Its leases are still there: the batch it held was in flight.
+	leased := count("state = 'pending' AND lease_until > now()")
+	t.Logf("killed the relay with %d/%d delivered, %d rows still leased", atKill, total, leased)
+	if leased == 0 {
+		t.Fatal("no rows leased after the kill: it did not land mid-batch")
+	}
+
+	r2 := startProc(t, bin, env, relayArgs...)
+	addr := waitAddr(t, r2.stderr, r2.done)
+	waitFor(t, "every message delivered after the restart", 60*time.Second, func() bool { return rcv.keys() >= total })
+	redelivered := 0
+	rcv.mu.Lock()
+	for _, n := range rcv.got {
+		redelivered += n - 1
+	}
+	rcv.mu.Unlock()
+	t.Logf("%d redeliveries after the kill", redelivered)
+
+	st := status(t, c)
+	if ty := st.typ("pedido.criado"); ty.Pending != 0 || ty.DeliveredLastHr != int64(total) || st.Election.Holder == "" || st.Election.Mode != "advisory" {
+		t.Fatalf("status: %+v", st)
+	}
+
+	// A refused message goes dead; after the cause is fixed, retry it.
+	if r := c("", "enqueue", "-t", "pedido.criado", "-k", "refuse-1"); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	waitFor(t, "a dead letter", 20*time.Second, func() bool { return count("state = 'dead'") == 1 })
+	r := c("", "dead", "list", "--json")
+	var dead []DeadMessage
+	if err := json.Unmarshal([]byte(r.out), &dead); err != nil || len(dead) != 1 || dead[0].Key != "refuse-1" || !strings.Contains(dead[0].LastError, "test refusal") {
+		t.Fatalf("dead list: %v %+v", err, r)
+	}
+	rcv.mu.Lock()
+	rcv.accept = true
+	rcv.mu.Unlock()
+	if r := c("", "dead", "retry", fmt.Sprint(dead[0].ID)); r.code != 0 {
+		t.Fatalf("dead retry: %+v", r)
+	}
+	waitFor(t, "the retried message delivered", 20*time.Second, func() bool { return rcv.count("refuse-1") == 1 })
+	if n := count("state = 'dead'"); n != 0 {
+		t.Fatalf("%d dead after retry", n)
+	}
+
+	resp, err := getWithClient("http://" + addr + "/metrics")
+	if err != nil || !strings.Contains(resp, `mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"}`) || !strings.Contains(resp, "mensageria_election_holder") {
+		t.Fatalf("metrics: %v\n%s", err, resp)
+	}
+
+	// SIGTERM: a graceful stop, exit 0.
+	_ = r2.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case code := <-r2.done:
+		if code != 0 || !strings.Contains(r2.stderr.String(), "relay stopped") {
+			t.Fatalf("relay exit %d:\n%s", code, r2.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay ignored SIGTERM")
+	}
+}
+
+// The demo, as the README's first command runs it, on both backends.
+func TestDemoSQLite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("demo: long")
+	}
+	r := run(t, "", nil, "demo", "--messages", "600")
+	if r.code != 0 || !strings.Contains(r.out, "PASS") {
+		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	for _, want := range []string{"KILL pedidos#1 mid-batch", "foreign rows untouched      25/25", "duplicate effects", "lost", "dead, with reasons", "customer blocked"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+func TestDemoPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("demo: long")
+	}
+	testdb.Pool(t)
+	bin := binary(t)
+	start := time.Now()
+	r := runBin(t, bin, nil, "", "demo", "--db", testdb.URL())
+	if r.code != 0 || !strings.Contains(r.out, "PASS") || !strings.Contains(r.out, "on PostgreSQL") {
+		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	t.Logf("demo on PostgreSQL took %s", time.Since(start).Round(time.Millisecond))
+}
