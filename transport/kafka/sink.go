@@ -46,6 +46,19 @@ type SinkConfig struct {
 	RetryBackoff time.Duration
 	// Logger receives failures. Default slog.Default().
 	Logger *slog.Logger
+	// OnBatch, when set, is called after each committed transaction, for
+	// metrics. It must not block.
+	OnBatch func(BatchStats)
+}
+
+// BatchStats describes one committed sink transaction.
+type BatchStats struct {
+	Topic     string
+	Partition int32
+	Applied   int
+	Skipped   int
+	// Duration is the transaction's, effects included.
+	Duration time.Duration
 }
 
 // Sink consumes Kafka into the database with the offsets kept in the
@@ -249,6 +262,7 @@ func (s *Sink) retry(ctx context.Context, topic string, part int32, recs []*kgo.
 
 func (s *Sink) apply(ctx context.Context, topic string, part int32, recs []*kgo.Record) error {
 	var applied, skipped int64
+	start := time.Now()
 	err := s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
 		applied, skipped = 0, 0
 		stored, ok, err := tx.Offset(ctx, s.cfg.Consumer, topic, part)
@@ -277,6 +291,9 @@ func (s *Sink) apply(ctx context.Context, topic string, part int32, recs []*kgo.
 	}
 	s.applied.Add(applied)
 	s.skipped.Add(skipped)
+	if s.cfg.OnBatch != nil {
+		s.cfg.OnBatch(BatchStats{Topic: topic, Partition: part, Applied: int(applied), Skipped: int(skipped), Duration: time.Since(start)})
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,23 +32,28 @@ type TransactionalConfig struct {
 	// coordinator. It must be stable across restarts and the same on every
 	// replica of the app (for example "mensageria-relay-" + app), and
 	// different between apps: a new producer with the id fences the old
-	// one, which is what makes a crashed or paused relay harmless.
-	// Required.
+	// one, which is what makes a crashed or paused relay harmless. Lane i
+	// > 0 uses TransactionalID + "." + i. Required.
 	TransactionalID string
 	// Topic receives every message. Required unless TopicFor is set.
 	Topic string
 	// TopicFor picks the topic per delivery. Default: Topic.
 	TopicFor func(*mensageria.Delivery) string
-	// PositionsTopic is the compacted topic that stores, under
-	// TransactionalID, the outbox rows of the last Window batches; created
-	// compacted with one partition when missing. Default
+	// PositionsTopic is the compacted topic that stores, under each lane's
+	// transactional id, the outbox rows of its last Window batches;
+	// created compacted with one partition when missing. Default
 	// DefaultPositionsTopic.
 	PositionsTopic string
-	// Window is how many committed batches the position record remembers.
-	// It must cover every batch that can be committed and still unsettled
-	// in the database: the relay keeps 2 batches in flight, each calling
-	// SendBatch once per type. Default 8.
+	// Window is how many committed batches each lane's position record
+	// remembers. It must cover every batch that can be committed and still
+	// unsettled in the database. Default 8.
 	Window int
+	// Lanes is how many transactions may be open at once, each on its own
+	// producer and transactional id. A producer has one open transaction at
+	// a time, so with one lane the relay's two batches in flight wait for
+	// each other. Lanes may grow across restarts but must not shrink while
+	// rows a removed lane committed are still unsettled. Default 2.
+	Lanes int
 	// TransactionTimeout is how long the coordinator lets a transaction
 	// stay open before aborting it. Default: franz-go's (40s).
 	TransactionTimeout time.Duration
@@ -59,32 +65,33 @@ type TransactionalConfig struct {
 // records, inside that same transaction, which outbox rows it carried. The
 // relay marks the rows delivered in the database only after the commit; if
 // the relay dies in between, the rows come back after their lease and this
-// sender (or its successor, which reads the position record with
+// sender (or its successor, which reads the position records with
 // read_committed when it starts) answers nil for the rows already committed
 // instead of producing them again. A read_committed consumer therefore sees
 // every outbox message exactly once.
 //
-// The boundary: it holds while one producer at a time uses the
-// transactional id (relay election on, the same id on every replica), while
+// The boundary: it holds while one relay at a time uses the transactional
+// ids (relay election on, the same TransactionalID on every replica), while
 // the outbox never reuses a row id, and while a committed batch is settled
-// before Window newer batches commit. Two relays with different ids over
-// the same rows, election off, or a window smaller than the batches that
-// can be committed-but-unsettled, each let a batch be produced twice. A
-// read_uncommitted consumer also sees aborted records. Beyond Kafka,
-// consumers still need an inbox or a Sink.
-//
-// SendBatch calls run one at a time: a producer has one open transaction.
+// before Window newer batches commit on its lane. Two relays with
+// different ids over the same rows, election off, or a window smaller than
+// the batches that can be committed-but-unsettled, each let a batch be
+// produced twice. A read_uncommitted consumer also sees aborted records.
+// Beyond Kafka, consumers still need an inbox or a Sink.
 type TransactionalSender struct {
 	cfg      TransactionalConfig
 	topicFor func(*mensageria.Delivery) string
 	base     []kgo.Opt
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	cl     *kgo.Client // nil after a failure: reopened on the next call
-	pos    *positions
-	fenced error
-	closed bool
+	free chan *lane // lanes not running a transaction
+
+	mu       sync.Mutex // guards the fields below and every lane's pos
+	lanes    []*lane
+	inflight map[int64]chan struct{} // row → closed when its transaction ends
+	fenced   error
+	closed   bool
+	gen      int // bumped by OnElection: lanes reopen
 
 	reconciled atomic.Int64
 	committed  atomic.Int64
@@ -96,9 +103,18 @@ type TransactionalSender struct {
 	beforeCommit func()
 }
 
-// NewTransactionalSender validates cfg, takes over the transactional id
-// (fencing any older producer with it and aborting what it left open) and
-// reads the position record back. It needs the cluster.
+// lane is one transactional producer. Only the holder of the lane (taken
+// from free) touches cl and gen.
+type lane struct {
+	id  string
+	cl  *kgo.Client // nil after a failure: reopened on the next batch
+	gen int
+	pos *positions // guarded by TransactionalSender.mu
+}
+
+// NewTransactionalSender validates cfg, takes over the transactional ids
+// (fencing any older producer with them and aborting what it left open)
+// and reads the position records back. It needs the cluster.
 func NewTransactionalSender(ctx context.Context, cfg TransactionalConfig) (*TransactionalSender, error) {
 	topicFor, err := topicFunc(cfg.Topic, cfg.TopicFor)
 	if err != nil {
@@ -111,12 +127,17 @@ func NewTransactionalSender(ctx context.Context, cfg TransactionalConfig) (*Tran
 		return nil, &ConfigError{Field: "TransactionalID", Reason: "required: a stable id per app"}
 	case cfg.Window < 0:
 		return nil, &ConfigError{Field: "Window", Reason: "must not be negative"}
+	case cfg.Lanes < 0 || cfg.Lanes > 16:
+		return nil, &ConfigError{Field: "Lanes", Reason: "must be 1..16"}
 	}
 	if cfg.PositionsTopic == "" {
 		cfg.PositionsTopic = DefaultPositionsTopic
 	}
 	if cfg.Window == 0 {
 		cfg.Window = 8
+	}
+	if cfg.Lanes == 0 {
+		cfg.Lanes = 2
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -126,16 +147,31 @@ func NewTransactionalSender(ctx context.Context, cfg TransactionalConfig) (*Tran
 		topicFor: topicFor,
 		base:     append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...),
 		log:      cfg.Logger.With("transactional_id", cfg.TransactionalID),
+		free:     make(chan *lane, cfg.Lanes),
+		inflight: map[int64]chan struct{}{},
 	}
-	if err := s.open(ctx); err != nil {
-		return nil, err
+	for i := range cfg.Lanes {
+		l := &lane{id: cfg.TransactionalID}
+		if i > 0 {
+			l.id += "." + strconv.Itoa(i)
+		}
+		if err := s.open(ctx, l); err != nil {
+			for _, o := range s.lanes {
+				o.cl.Close()
+			}
+			return nil, err
+		}
+		s.lanes = append(s.lanes, l)
+		s.free <- l
 	}
 	return s, nil
 }
 
-func (s *TransactionalSender) open(ctx context.Context) error {
+// open (re)registers a lane's transactional id and reads its position
+// record.
+func (s *TransactionalSender) open(ctx context.Context, l *lane) error {
 	opts := append(slices.Clone(s.base),
-		kgo.TransactionalID(s.cfg.TransactionalID),
+		kgo.TransactionalID(l.id),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
 	if s.cfg.TransactionTimeout > 0 {
@@ -155,11 +191,11 @@ func (s *TransactionalSender) open(ctx context.Context) error {
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		cl.Close()
 		if isFenced(err) {
-			return &FencedError{TransactionalID: s.cfg.TransactionalID, Err: err}
+			return &FencedError{TransactionalID: l.id, Err: err}
 		}
-		return fmt.Errorf("mensageria/kafka: init producer id: %w", err)
+		return fmt.Errorf("mensageria/kafka: init producer id %q: %w", l.id, err)
 	}
-	val, _, err := readPositions(ctx, s.base, s.cfg.PositionsTopic, s.cfg.TransactionalID)
+	val, _, err := readPositions(ctx, s.base, s.cfg.PositionsTopic, l.id)
 	if err != nil {
 		cl.Close()
 		return fmt.Errorf("mensageria/kafka: read positions: %w", err)
@@ -167,28 +203,40 @@ func (s *TransactionalSender) open(ctx context.Context) error {
 	pos, err := decodePositions(s.cfg.Window, val)
 	if err != nil {
 		cl.Close()
-		return &PositionsError{Topic: s.cfg.PositionsTopic, Key: s.cfg.TransactionalID, Err: err}
+		return &PositionsError{Topic: s.cfg.PositionsTopic, Key: l.id, Err: err}
 	}
-	s.cl, s.pos = cl, pos
+	s.mu.Lock()
+	l.pos = pos
+	s.mu.Unlock()
+	l.cl = cl
 	return nil
 }
 
-// Close releases the client. Calls after Close return ErrClosed.
+// Close releases the clients, waiting for transactions in progress. Calls
+// after Close return ErrClosed.
 func (s *TransactionalSender) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	s.closed = true
-	if s.cl != nil {
-		s.cl.Close()
-		s.cl = nil
+	n := len(s.lanes)
+	s.mu.Unlock()
+	for range n {
+		l := <-s.free
+		if l.cl != nil {
+			l.cl.Close()
+			l.cl = nil
+		}
 	}
 }
 
-// Reconciled counts deliveries answered from the position record instead
+// Reconciled counts deliveries answered from the position records instead
 // of being produced again.
 func (s *TransactionalSender) Reconciled() int64 { return s.reconciled.Load() }
 
-// Committed and Aborted count transactions.
+// Committed counts committed transactions.
 func (s *TransactionalSender) Committed() int64 { return s.committed.Load() }
 
 // Aborted counts transactions that were aborted.
@@ -202,70 +250,33 @@ func (s *TransactionalSender) Send(ctx context.Context, d *mensageria.Delivery) 
 	return nil
 }
 
-// SendBatch delivers ds in one transaction: all are committed, or none is
-// and each gets an error.
-func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return fill(len(ds), ErrClosed)
-	case s.fenced != nil:
-		return fill(len(ds), s.fencedErr(s.fenced))
-	}
-	if s.cl == nil {
-		if err := s.open(ctx); err != nil {
-			return fill(len(ds), s.fencedErr(s.failed(err)))
-		}
-	}
-	var todo []int
-	for i, d := range ds {
-		if !s.pos.has(d.Seq) {
-			todo = append(todo, i)
-		}
-	}
-	if n := len(ds) - len(todo); n > 0 {
-		s.reconciled.Add(int64(n))
-		s.log.Info("outbox rows already committed to Kafka; not producing them again", "rows", n)
-	}
-	if len(todo) == 0 {
-		return nil
-	}
-	return s.transact(ctx, ds, todo)
-}
-
 // fencedRetry is how long the relay waits before retrying a delivery
 // refused because this sender was fenced: long enough not to burn attempts
 // while the new owner of the id (or an election) sorts it out.
 const fencedRetry = time.Minute
 
-func (s *TransactionalSender) fencedErr(err error) error {
+func fencedErr(err error) error {
 	if errors.Is(err, ErrFenced) {
 		return mensageria.RetryAfter(err, fencedRetry)
 	}
 	return err
 }
 
-// OnElection ties the transactional id to the relay election when the
+// OnElection ties the transactional ids to the relay election when the
 // sender is passed to mensageria.Config.Hooks: a process that becomes the
-// app's leader re-registers the id on its next batch even if it was fenced
-// before (it is the rightful owner now, and fencing the old one is the
-// point), while a fenced process that is not the leader stays fenced.
+// app's leader re-registers the ids on its next batches even if it was
+// fenced before (it is the rightful owner now, and fencing the old one is
+// the point), while a fenced process that is not the leader stays fenced.
 func (s *TransactionalSender) OnElection(ev mensageria.ElectionEvent) {
 	if !ev.Leader {
 		return
 	}
-	go func() { // hooks must not block; the lock may be held by a batch
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.fenced != nil && !s.closed {
-			s.fenced = nil
-			if s.cl != nil {
-				s.cl.Close()
-				s.cl = nil
-			}
-		}
-	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fenced != nil {
+		s.fenced = nil
+		s.gen++
+	}
 }
 
 func fill(n int, err error) []error {
@@ -276,36 +287,171 @@ func fill(n int, err error) []error {
 	return out
 }
 
-// failed turns a fencing error into the sender's permanent state.
-func (s *TransactionalSender) failed(err error) error {
+// SendBatch delivers ds in one transaction: all are committed, or none is
+// and each gets an error. Rows a lane already committed are answered nil
+// without producing them.
+func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
+	var l *lane
+	select {
+	case l = <-s.free:
+	case <-ctx.Done():
+		return fill(len(ds), ctx.Err())
+	}
+	defer func() { s.free <- l }()
+
+	todo, mine, errAll := s.reserve(ctx, ds)
+	if errAll != nil {
+		return fill(len(ds), errAll)
+	}
+	defer s.release(mine)
+	if len(todo) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
+	if l.cl != nil && l.gen != gen {
+		l.cl.Close()
+		l.cl = nil
+	}
+	if l.cl == nil {
+		if err := s.open(ctx, l); err != nil {
+			return s.failAll(ds, todo, s.failed(l, err))
+		}
+		l.gen = gen
+		// The reopened record may show rows committed by a predecessor.
+		s.mu.Lock()
+		todo = slices.DeleteFunc(todo, func(i int) bool {
+			if l.pos.has(ds[i].Seq) {
+				s.reconciled.Add(1)
+				return true
+			}
+			return false
+		})
+		s.mu.Unlock()
+		if len(todo) == 0 {
+			return nil
+		}
+	}
+	return s.transact(ctx, l, ds, todo)
+}
+
+// reserve splits ds into the rows some lane already committed and the rows
+// to produce, and marks the latter in flight. A row in flight on another
+// lane (its lease ran out and the relay claimed it again) is waited for
+// first: producing it in parallel could commit it twice.
+func (s *TransactionalSender) reserve(ctx context.Context, ds []*mensageria.Delivery) (todo []int, mine chan struct{}, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.closed:
+			return nil, nil, ErrClosed
+		case s.fenced != nil:
+			return nil, nil, fencedErr(s.fenced)
+		}
+		var busy chan struct{}
+		for _, d := range ds {
+			if ch, ok := s.inflight[d.Seq]; ok {
+				busy = ch
+				break
+			}
+		}
+		if busy == nil {
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return nil, nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	mine = make(chan struct{})
+	done := 0
+	for i, d := range ds {
+		if s.committedLocked(d.Seq) {
+			done++
+			continue
+		}
+		todo = append(todo, i)
+		s.inflight[d.Seq] = mine
+	}
+	if done > 0 {
+		s.reconciled.Add(int64(done))
+		s.log.Info("outbox rows already committed to Kafka; not producing them again", "rows", done)
+	}
+	return todo, mine, nil
+}
+
+func (s *TransactionalSender) committedLocked(seq int64) bool {
+	for _, l := range s.lanes {
+		if l.pos != nil && l.pos.has(seq) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *TransactionalSender) release(mine chan struct{}) {
+	if mine == nil {
+		return
+	}
+	s.mu.Lock()
+	for seq, ch := range s.inflight {
+		if ch == mine {
+			delete(s.inflight, seq)
+		}
+	}
+	s.mu.Unlock()
+	close(mine)
+}
+
+func (s *TransactionalSender) failAll(ds []*mensageria.Delivery, todo []int, err error) []error {
+	out := make([]error, len(ds))
+	for _, i := range todo {
+		out[i] = err
+	}
+	return out
+}
+
+// failed drops a lane's client after an error; a fencing error becomes the
+// sender's state: another relay owns the ids now.
+func (s *TransactionalSender) failed(l *lane, err error) error {
 	if isFenced(err) || errors.Is(err, ErrFenced) {
 		if !errors.Is(err, ErrFenced) {
-			err = &FencedError{TransactionalID: s.cfg.TransactionalID, Err: err}
+			err = &FencedError{TransactionalID: l.id, Err: err}
 		}
+		s.mu.Lock()
 		s.fenced = err
-		s.log.Error("transactional id taken over by a newer producer; this sender stops", "err", err)
+		s.mu.Unlock()
+		s.log.Error("transactional id taken over by a newer producer; this sender stops", "lane", l.id, "err", err)
 	}
-	if s.cl != nil {
-		s.cl.Close()
-		s.cl = nil
+	if l.cl != nil {
+		l.cl.Close()
+		l.cl = nil
 	}
-	return err
+	return fencedErr(err)
 }
 
 // endTimeout bounds EndTransaction. It runs on a context detached from the
 // caller's: cancelling an in-flight EndTxn would leave the outcome unknown.
 const endTimeout = 30 * time.Second
 
-func (s *TransactionalSender) transact(ctx context.Context, ds []*mensageria.Delivery, todo []int) []error {
-	cl := s.cl
+func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensageria.Delivery, todo []int) []error {
+	cl := l.cl
 	if err := cl.BeginTransaction(); err != nil {
-		return fill(len(ds), s.failed(err))
+		return s.failAll(ds, todo, s.failed(l, err))
 	}
 	seqs := make([]int64, len(todo))
 	for k, i := range todo {
 		seqs[k] = ds[i].Seq
 	}
-	next := s.pos.with(seqs)
+	s.mu.Lock()
+	next := l.pos.with(seqs)
+	s.mu.Unlock()
 
 	var (
 		mu      sync.Mutex
@@ -329,7 +475,7 @@ func (s *TransactionalSender) transact(ctx context.Context, ds []*mensageria.Del
 			}
 		})
 	}
-	cl.Produce(ctx, &kgo.Record{Topic: s.cfg.PositionsTopic, Key: []byte(s.cfg.TransactionalID), Value: next.encode()},
+	cl.Produce(ctx, &kgo.Record{Topic: s.cfg.PositionsTopic, Key: []byte(l.id), Value: next.encode()},
 		func(_ *kgo.Record, err error) {
 			if err != nil {
 				note(-1, fmt.Errorf("position record: %w", err))
@@ -346,16 +492,13 @@ func (s *TransactionalSender) transact(ctx context.Context, ds []*mensageria.Del
 	defer cancel()
 	if abort != nil {
 		s.aborted.Add(1)
-		if err := cl.AbortBufferedRecords(endCtx); err == nil {
-			err = cl.EndTransaction(endCtx, kgo.TryAbort)
-			if err != nil {
-				s.failed(err)
-			}
-		} else {
-			s.failed(err)
+		if err := cl.AbortBufferedRecords(endCtx); err != nil {
+			s.failed(l, err)
+		} else if err := cl.EndTransaction(endCtx, kgo.TryAbort); err != nil {
+			s.failed(l, err)
 		}
 		if isFenced(abort) {
-			abort = s.fencedErr(s.failed(abort))
+			abort = s.failed(l, abort)
 		}
 		out := make([]error, len(ds))
 		for _, i := range todo {
@@ -372,31 +515,36 @@ func (s *TransactionalSender) transact(ctx context.Context, ds []*mensageria.Del
 		s.beforeCommit()
 	}
 	if err := cl.EndTransaction(endCtx, kgo.TryCommit); err != nil {
+		s.aborted.Add(1)
 		if isFenced(err) || errors.Is(err, kerr.InvalidTxnState) {
 			// INVALID_TXN_STATE on a commit means the coordinator ended
 			// the transaction as an abort on someone else's behalf: a
 			// newer producer took the id (KIP-890 epoch bump). Reopening
 			// here would fence that producer in turn.
-			s.aborted.Add(1)
-			return fill(len(ds), s.fencedErr(s.failed(&FencedError{TransactionalID: s.cfg.TransactionalID, Err: err})))
+			return s.failAll(ds, todo, s.failed(l, &FencedError{TransactionalID: l.id, Err: err}))
 		}
 		// The commit may or may not have happened. Reopening bumps the
 		// epoch (ending the transaction either way) and rereads the
-		// positions, which tell which it was.
-		s.failed(err)
-		if oerr := s.open(endCtx); oerr != nil {
-			return fill(len(ds), s.failed(fmt.Errorf("commit outcome unknown (%w); reopening: %w", err, oerr)))
+		// position record, which tells which it was.
+		s.failed(l, err)
+		if oerr := s.open(endCtx, l); oerr != nil {
+			return s.failAll(ds, todo, s.failed(l, fmt.Errorf("commit outcome unknown (%w); reopening: %w", err, oerr)))
 		}
-		if s.pos.has(seqs[0]) {
+		s.mu.Lock()
+		happened := l.pos.has(seqs[0])
+		s.mu.Unlock()
+		if happened {
+			s.aborted.Add(-1)
 			s.committed.Add(1)
-			s.log.Warn("commit reported an error but had happened", "err", err)
+			s.log.Warn("commit reported an error but had happened", "lane", l.id, "err", err)
 			return nil
 		}
-		s.aborted.Add(1)
-		return fill(len(ds), &AbortedError{Cause: err})
+		return s.failAll(ds, todo, &AbortedError{Cause: err})
 	}
 	s.committed.Add(1)
-	s.pos = next
+	s.mu.Lock()
+	l.pos = next
+	s.mu.Unlock()
 	return nil
 }
 
