@@ -49,6 +49,11 @@ const (
 func writeProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
 	h := w.Header()
 	h.Set(headerContentType, contentTypeProblem)
+	// The contract promises Retry-After on every 429 and 503, so senders
+	// in other languages can rely on it.
+	if retryAfter <= 0 && (p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests) {
+		retryAfter = time.Second
+	}
 	if retryAfter > 0 {
 		secs := int64((retryAfter + time.Second - 1) / time.Second)
 		h.Set(headerRetryAfter, strconv.FormatInt(secs, 10))

@@ -142,25 +142,41 @@ func NewLogHandler(h slog.Handler) slog.Handler {
 	if _, ok := h.(*logHandler); ok {
 		return h
 	}
-	return &logHandler{h}
+	return &logHandler{Handler: h}
 }
 
-type logHandler struct{ slog.Handler }
+type logHandler struct {
+	slog.Handler
+	// hasID: the logger was built With a request_id already (the one
+	// Logger returns is), so adding it again would print it twice.
+	hasID bool
+}
 
 func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := RequestID(ctx); id != "" {
-		r = r.Clone()
-		r.AddAttrs(slog.String("request_id", id))
+	if id := RequestID(ctx); id != "" && !h.hasID {
+		dup := false
+		r.Attrs(func(a slog.Attr) bool {
+			dup = a.Key == "request_id"
+			return !dup
+		})
+		if !dup {
+			r = r.Clone()
+			r.AddAttrs(slog.String("request_id", id))
+		}
 	}
 	return h.Handler.Handle(ctx, r)
 }
 
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{h.Handler.WithAttrs(as)}
+	has := h.hasID
+	for _, a := range as {
+		has = has || a.Key == "request_id"
+	}
+	return &logHandler{h.Handler.WithAttrs(as), has}
 }
 
 func (h *logHandler) WithGroup(name string) slog.Handler {
-	return &logHandler{h.Handler.WithGroup(name)}
+	return &logHandler{h.Handler.WithGroup(name), h.hasID}
 }
 
 // panicError carries a recovered panic out of the effect, so that the

@@ -339,3 +339,23 @@ func TestNewReceiverValidates(t *testing.T) {
 		}
 	}
 }
+
+func TestLogHandlerAddsRequestIDOnce(t *testing.T) {
+	var buf syncBuffer
+	l := slog.New(NewLogHandler(slog.NewTextHandler(&buf, nil)))
+	ctx := context.WithValue(context.Background(), keyRequestID, "rid-9")
+	l.InfoContext(ctx, "plain")
+	l.With("request_id", "rid-9").InfoContext(ctx, "with")
+	l.InfoContext(ctx, "attr", "request_id", "rid-9")
+	l.Info("no context")
+	out := buf.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, line := range lines[:3] {
+		if strings.Count(line, "request_id=rid-9") != 1 {
+			t.Errorf("want the request id once: %s", line)
+		}
+	}
+	if strings.Contains(lines[3], "request_id") {
+		t.Errorf("no context, no request id: %s", lines[3])
+	}
+}

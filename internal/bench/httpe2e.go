@@ -1,0 +1,263 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/transport/m2mhttp"
+)
+
+// HTTPEndToEndConfig sizes the HTTP end-to-end scenario.
+type HTTPEndToEndConfig struct {
+	// Pool reaches the PostgreSQL both apps share. Required.
+	Pool *pgxpool.Pool
+	// Schema to run in. Default: a fresh schema, dropped at the end.
+	Schema string
+	// Messages in the throughput phase. Default 50,000.
+	Messages int
+	// Producers enqueue the throughput phase, 50 messages per transaction.
+	// Default 4.
+	Producers int
+	// Rate of the paced phase, in messages per second, each in its own
+	// transaction. Default 1,000.
+	Rate int
+	// PacedFor is how long the paced phase enqueues. Default 10s.
+	PacedFor time.Duration
+	// Pacers share the paced phase's enqueues, so that one slow commit
+	// does not hold back the messages behind it. Default 16.
+	Pacers int
+	// Concurrency is the relay's (and the Sender's) deliveries in flight.
+	// Default 16.
+	Concurrency int
+	// Logf, when set, receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// HTTPEndToEnd measures PostgreSQL outbox → relay → HTTP over loopback →
+// receiver inbox effect, the whole at-least-once path with every
+// guarantee on: msgs/s sustained while producers enqueue as fast as they
+// can, and commit-to-effect latency (p50-ms, p99-ms) at a paced rate.
+func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
+	res := Result{Scenario: "http-end-to-end"}
+	if cfg.Pool == nil {
+		return res, errors.New("bench: HTTPEndToEnd needs a pool")
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&cfg.Messages, 50000)
+	def(&cfg.Producers, 4)
+	def(&cfg.Rate, 1000)
+	def(&cfg.Concurrency, 16)
+	def(&cfg.Pacers, 16)
+	if cfg.PacedFor <= 0 {
+		cfg.PacedFor = 10 * time.Second
+	}
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = fmt.Sprintf("bench_http_%08x", rand.Uint32())
+		if _, err := cfg.Pool.Exec(ctx, "CREATE SCHEMA "+cfg.Schema); err != nil {
+			return res, err
+		}
+		defer func() {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_, _ = cfg.Pool.Exec(c, "DROP SCHEMA IF EXISTS "+cfg.Schema+" CASCADE")
+		}()
+	}
+	drv, err := postgres.New(cfg.Pool, &postgres.Config{Schema: cfg.Schema})
+	if err != nil {
+		return res, err
+	}
+	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
+		return res, err
+	}
+
+	// The receiving app: its inbox and an effect that records when it ran.
+	const tputMax = 1 << 22
+	var applied atomic.Int64
+	paced := make([]atomic.Int64, cfg.Rate*int(cfg.PacedFor/time.Second+1))
+	pacedEffect := make([]atomic.Int64, len(paced))
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "bench"})
+	if err != nil {
+		return res, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{
+		Tokens: []string{"bench-token"},
+		Handlers: map[string]m2mhttp.Handler{"bench.http": {Inbox: inbox, Effect: func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+			if i, ok := strings.CutPrefix(d.Key, "p-"); ok {
+				if n, err := strconv.Atoi(i); err == nil && n < len(pacedEffect) {
+					pacedEffect[n].Store(time.Now().UnixNano())
+				}
+			}
+			applied.Add(1)
+			return nil
+		}}},
+		Logger: quiet,
+	})
+	if err != nil {
+		return res, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(c)
+	}()
+
+	// The sending app.
+	sender, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: "http://" + ln.Addr().String() + "/m2m", Token: "bench-token", MaxConcurrent: cfg.Concurrency})
+	if err != nil {
+		return res, err
+	}
+	client, err := mensageria.New(drv, &mensageria.Config{
+		App:            "bench-http",
+		Registry:       mensageria.NewRegistry().MustRegister("bench.http", sender),
+		Concurrency:    cfg.Concurrency,
+		NotifyDebounce: time.Millisecond,
+		Logger:         quiet,
+	})
+	if err != nil {
+		return res, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return res, err
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = client.Stop(c)
+	}()
+	waitApplied := func(want int64, limit time.Duration) error {
+		deadline := time.Now().Add(limit)
+		for applied.Load() < want {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("bench: only %d of %d messages applied after %s", applied.Load(), want, limit)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}
+
+	// Throughput: producers enqueue everything as fast as they can while
+	// the relay delivers; the rate counts until the last effect.
+	if cfg.Messages > tputMax {
+		cfg.Messages = tputMax
+	}
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Producers)
+	for range cfg.Producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msgs := make([]mensageria.Message, 0, 50)
+			for {
+				from := next.Add(50) - 50
+				if from >= int64(cfg.Messages) {
+					return
+				}
+				msgs = msgs[:0]
+				for i := from; i < min(from+50, int64(cfg.Messages)); i++ {
+					msgs = append(msgs, mensageria.Message{Type: "bench.http", Key: "t-" + strconv.FormatInt(i, 10), Payload: []byte(`{"n":1}`)})
+				}
+				if _, err := client.Enqueue(ctx, msgs...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	enqueued := time.Since(start)
+	select {
+	case err := <-errs:
+		return res, err
+	default:
+	}
+	if err := waitApplied(int64(cfg.Messages), 10*time.Minute); err != nil {
+		return res, err
+	}
+	elapsed := time.Since(start)
+	res.Set("msgs/s", float64(cfg.Messages)/elapsed.Seconds())
+	res.Set("enqueue/s", float64(cfg.Messages)/enqueued.Seconds())
+	logf("throughput: %d messages applied in %s (%.0f msgs/s; enqueue took %s)", cfg.Messages, elapsed.Round(time.Millisecond), float64(cfg.Messages)/elapsed.Seconds(), enqueued.Round(time.Millisecond))
+
+	// Latency: single-message transactions at a steady rate.
+	total := int(float64(cfg.Rate) * cfg.PacedFor.Seconds())
+	total = min(total, len(paced))
+	base := applied.Load()
+	interval := time.Second / time.Duration(cfg.Rate)
+	pacers := cfg.Pacers
+	start = time.Now()
+	for p := range pacers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < total; i += pacers {
+				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+					time.Sleep(d)
+				}
+				if _, err := client.Enqueue(ctx, mensageria.Message{Type: "bench.http", Key: "p-" + strconv.Itoa(i), Payload: []byte(`{"n":1}`)}); err != nil {
+					errs <- err
+					return
+				}
+				paced[i].Store(time.Now().UnixNano())
+			}
+		}()
+	}
+	wg.Wait()
+	pacedElapsed := time.Since(start)
+	select {
+	case err := <-errs:
+		return res, err
+	default:
+	}
+	if err := waitApplied(base+int64(total), 2*time.Minute); err != nil {
+		return res, err
+	}
+	var lat Latencies
+	for i := range total {
+		c, e := paced[i].Load(), pacedEffect[i].Load()
+		// The effect can run before the producer notes its commit time;
+		// that is a latency below the clock's resolution here.
+		lat.Add(time.Duration(max(e-c, 0)))
+	}
+	res.Set("p50-ms", lat.PercentileMs(50))
+	res.Set("p99-ms", lat.PercentileMs(99))
+	res.Set("paced-rate", float64(total)/pacedElapsed.Seconds())
+	res.Notes = fmt.Sprintf("throughput: %d msgs, %d producers x 50/tx, relay concurrency %d; latency: %d msgs at %d/s, one per tx", cfg.Messages, cfg.Producers, cfg.Concurrency, total, cfg.Rate)
+	logf("latency at %.0f msgs/s: p50 %.2f ms, p99 %.2f ms over %d messages", float64(total)/pacedElapsed.Seconds(), lat.PercentileMs(50), lat.PercentileMs(99), total)
+	return res, nil
+}
