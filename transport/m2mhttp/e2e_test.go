@@ -67,7 +67,7 @@ func startRelay(t *testing.T, drv *postgres.Driver, routes map[string]string, tu
 		Lease: 2 * time.Second, PollInterval: 50 * time.Millisecond, MaxAttempts: 50,
 		// Keep delivered rows so the test can read their attempt counts.
 		DeliveredRetention: time.Hour,
-		Logger: quietLogger(),
+		Logger:             quietLogger(),
 	}
 	if tune != nil {
 		tune(cfg)
