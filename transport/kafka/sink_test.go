@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,8 +16,80 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/internal/testdb"
 )
+
+// store is a migrated database with an "applied" table.
+type store interface {
+	driver() driver.Driver
+	insert(ctx context.Context, tx mensageria.Tx, source string, part int32, off int64, value string) error
+	counts(t testing.TB) map[string]int
+}
+
+func total(t testing.TB, s store) int {
+	n := 0
+	for _, c := range s.counts(t) {
+		n += c
+	}
+	return n
+}
+
+// sqliteStore is the embedded backend with the same table.
+type sqliteStore struct{ drv *sqlite.Driver }
+
+func newSQLiteStore(t testing.TB) *sqliteStore {
+	t.Helper()
+	drv, err := sqlite.Open(filepath.Join(t.TempDir(), "sink.db"), &sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drv.Close() })
+	ctx := testCtx(t)
+	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
+		t.Fatal(err)
+	}
+	err = drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		_, err := tx.Raw().(*sql.Tx).ExecContext(ctx, "CREATE TABLE applied (source text, part int, off int, value text)")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sqliteStore{drv: drv}
+}
+
+func (s *sqliteStore) driver() driver.Driver { return s.drv }
+
+func (s *sqliteStore) insert(ctx context.Context, tx mensageria.Tx, source string, part int32, off int64, value string) error {
+	_, err := tx.Raw().(*sql.Tx).ExecContext(ctx, "INSERT INTO applied VALUES (?, ?, ?, ?)", source, part, off, value)
+	return err
+}
+
+func (s *sqliteStore) counts(t testing.TB) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	err := s.drv.InTx(testCtx(t), func(ctx context.Context, tx driver.Tx) error {
+		rows, err := tx.Raw().(*sql.Tx).QueryContext(ctx, "SELECT value, count(*) FROM applied GROUP BY value")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v string
+			var n int
+			if err := rows.Scan(&v, &n); err != nil {
+				return err
+			}
+			out[v] = n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // pgStore is a migrated PostgreSQL schema with an "applied" table that
 // records every effect, without a unique key, so a duplicate shows.
@@ -42,6 +116,8 @@ func newPGStore(t testing.TB) *pgStore {
 	return &pgStore{drv: drv, schema: schema}
 }
 
+func (s *pgStore) driver() driver.Driver { return s.drv }
+
 func (s *pgStore) insert(ctx context.Context, tx mensageria.Tx, source string, part int32, off int64, value string) error {
 	_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+s.schema+".applied VALUES ($1, $2, $3, $4)", source, part, off, value)
 	return err
@@ -67,14 +143,6 @@ func (s *pgStore) counts(t testing.TB) map[string]int {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func (s *pgStore) total(t testing.TB) int {
-	n := 0
-	for _, c := range s.counts(t) {
-		n += c
-	}
-	return n
 }
 
 // produceAborted writes n records in a transaction that is aborted.
@@ -105,7 +173,11 @@ func produceAborted(t testing.TB, addrs []string, topic string, n int) {
 // every record's effect is applied exactly once, and the records of an
 // aborted transaction never.
 func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
-	store := newPGStore(t)
+	t.Run("postgres", func(t *testing.T) { sinkKilledMidBatch(t, newPGStore(t)) })
+	t.Run("sqlite", func(t *testing.T) { sinkKilledMidBatch(t, newSQLiteStore(t)) })
+}
+
+func sinkKilledMidBatch(t *testing.T, store store) {
 	c := newCluster(t, "events")
 	const n = 400
 	produceInput(t, c.ListenAddrs(), "events", n/2)
@@ -133,7 +205,7 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	}
 	cfg := SinkConfig{
 		Brokers: c.ListenAddrs(), Group: "projector", Topics: []string{"events"},
-		Driver: store.drv, Effect: effect, MaxPollRecords: 60,
+		Driver: store.driver(), Effect: effect, MaxPollRecords: 60,
 		Opts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
 	}
 	s1, err := NewSink(cfg)
@@ -143,7 +215,7 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	if err := s1.Run(ctx1); err != nil {
 		t.Fatalf("first sink: %v", err)
 	}
-	applied1 := store.total(t)
+	applied1 := total(t, store)
 	if applied1 == 0 || applied1 >= n {
 		t.Fatalf("first sink applied %d effects; the kill should land mid-way", applied1)
 	}
@@ -155,7 +227,7 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	ctx2, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s2.Run(ctx2) }()
-	waitFor(t, 30*time.Second, "every effect applied", func() bool { return store.total(t) >= n })
+	waitFor(t, 30*time.Second, "every effect applied", func() bool { return total(t, store) >= n })
 	time.Sleep(200 * time.Millisecond) // a duplicate would land now
 	stop()
 	if err := <-done; err != nil {

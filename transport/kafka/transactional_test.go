@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -261,4 +262,37 @@ func TestTransactionalConfig(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrConfig", cfg, err)
 		}
 	}
+}
+
+// The relay can hand the same rows to two lanes at once (a lease ran out
+// while the first transaction was still open). The second waits for the
+// first and then answers from its position record.
+func TestTransactionalSameRowsOnTwoLanes(t *testing.T) {
+	c := newCluster(t, "orders")
+	s := newTxSender(t, c, "relay-app")
+	b := deliveries("order", 1, 30)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var once atomic.Bool
+	s.beforeCommit = func() {
+		if once.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	errc := make(chan []error, 2)
+	go func() { errc <- s.SendBatch(testCtx(t), b) }()
+	<-entered
+	go func() { errc <- s.SendBatch(testCtx(t), b) }()
+	time.Sleep(100 * time.Millisecond) // the twin is now waiting on the first
+	close(release)
+	for range 2 {
+		if errs := <-errc; errs != nil {
+			t.Fatal(errors.Join(errs...))
+		}
+	}
+	if s.Reconciled() != 30 {
+		t.Fatalf("reconciled %d, want the twin's 30", s.Reconciled())
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
 }
