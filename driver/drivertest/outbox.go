@@ -2,7 +2,6 @@ package drivertest
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -189,8 +188,14 @@ func (s *suite) insertTests() []test {
 			}
 			defer func() { _ = rollback() }()
 			good := row(t, "t", "good")
-			dup := row(t, "t", "dup")
-			if err := d.InsertTx(ctx, tx, driver.InsertParams{Rows: []driver.InsertRow{row(t, "t", "x"), dup, dup}}); err == nil {
+			// Enough rows that a driver writing in chunks has written some
+			// before the duplicate at the end fails.
+			var bad []driver.InsertRow
+			for range 450 {
+				bad = append(bad, row(t, "t", "x"))
+			}
+			bad = append(bad, bad[0])
+			if err := d.InsertTx(ctx, tx, driver.InsertParams{Rows: bad}); err == nil {
 				t.Fatal("InsertTx with a duplicate message id succeeded")
 			}
 			if err := d.InsertTx(ctx, tx, driver.InsertParams{Rows: []driver.InsertRow{good}}); err != nil {
@@ -293,6 +298,7 @@ func (s *suite) claimTests() []test {
 			}
 			insert(t, d, rows...)
 			drivers := []driver.Driver{d, reopen(t, h)}
+			ctx := ctxOf(t)
 			var mu sync.Mutex
 			seen := map[int64]int{}
 			var wg sync.WaitGroup
@@ -300,8 +306,10 @@ func (s *suite) claimTests() []test {
 			for w := range 8 {
 				wg.Go(func() {
 					dd := drivers[w%2]
-					for {
-						jobs, err := dd.Claim(context.Background(), driver.ClaimParams{Types: []string{"a"}, Limit: 7, Lease: longLease, Token: int64(w + 1)})
+					// Bounded, so a driver that hands rows out twice fails
+					// instead of spinning.
+					for range len(rows) {
+						jobs, err := dd.Claim(ctx, driver.ClaimParams{Types: []string{"a"}, Limit: 7, Lease: longLease, Token: int64(w + 1)})
 						if err != nil {
 							errs <- err
 							return
