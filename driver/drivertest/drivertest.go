@@ -17,7 +17,9 @@
 //   - Revive with neither IDs nor Types changes nothing.
 //   - InsertTx that fails writes nothing and leaves the caller's transaction
 //     usable (a savepoint on PostgreSQL).
-//   - The version table is Table("migrations").
+//   - Purge with DeliveredBefore 0 deletes every delivered row (the
+//     client's DeliveredRetention 0 means keep none); InboxBefore 0 leaves
+//     the inbox alone.
 //
 // Subtests run in parallel, each on its own Harness, and wait on the
 // database clock with short leases, so the suite takes seconds.

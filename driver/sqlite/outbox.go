@@ -333,8 +333,9 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error)
 const defaultPurgeBatch = 1000
 
 // Purge deletes at most p.Batch delivered outbox rows and p.Batch inbox rows
-// older than their ages. A zero age skips that table rather than deleting
-// everything, since an empty inbox would let duplicates through.
+// older than their ages. A zero DeliveredBefore purges every delivered row
+// (the client's DeliveredRetention 0 means "keep none"); a zero InboxBefore
+// skips the inbox, because an emptied inbox would let duplicates through.
 func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
 	batch := p.Batch
 	if batch <= 0 {
@@ -343,9 +344,9 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 	var res driver.PurgeResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.PurgeResult{}
-		if p.DeliveredBefore > 0 {
+		if p.DeliveredBefore >= 0 {
 			o := d.prefix + "outbox"
-			r, err := w.ExecContext(ctx, "DELETE FROM "+o+" WHERE id IN (SELECT id FROM "+o+" WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?)",
+			r, err := w.ExecContext(ctx, "DELETE FROM "+o+" WHERE id IN (SELECT id FROM "+o+" WHERE state = 'delivered' AND delivered_at <= ? ORDER BY delivered_at LIMIT ?)",
 				now-p.DeliveredBefore.Microseconds(), batch)
 			if err != nil {
 				return wrap("purge outbox", err)
