@@ -142,6 +142,9 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 		ctx := context.Background()
 		app := uniqueApp("zombie")
 		p := &pausable{Driver: b.open(), resume: make(chan struct{})}
+		var resumeOnce sync.Once
+		wake := func() { resumeOnce.Do(func() { close(p.resume) }) }
+		t.Cleanup(wake)
 		inSend := make(chan struct{})
 		var once sync.Once
 		zombieSender := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
@@ -170,7 +173,7 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 		start(t, bb)
 		eventually(t, 15*time.Second, "b takes over and delivers", func() bool { return recB.keys()["x"] == 1 })
 
-		close(p.resume) // the zombie wakes
+		wake() // the zombie wakes
 		eventually(t, 10*time.Second, "the zombie's settle is fenced", func() bool { return seen.has(mensageria.OutcomeFenced) })
 		if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'x' AND state = 'delivered'"); n != 1 {
 			t.Fatalf("the zombie overwrote the new leader's outcome")

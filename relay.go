@@ -19,6 +19,10 @@ import (
 // batch, so a slow settle does not idle the Senders.
 const batchesInFlight = 2
 
+// stopGrace is how long Stop waits, once its context is done, for cancelled
+// deliveries to return and be released.
+const stopGrace = 2 * time.Second
+
 // Start launches the relay in the background. It returns at once; the relay
 // runs until Stop. An app with no registered types still runs the relay for
 // its purge duties but never claims a row.
@@ -148,7 +152,13 @@ func (r *relay) stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		r.runCancel() // deliveries see a cancelled context and are released
-		<-r.done
+		select {
+		case <-r.done:
+		case <-time.After(stopGrace):
+			// A Sender that ignores its context keeps its batch; the
+			// lease expires and another relay redelivers it.
+			r.cfg.Logger.Warn("stop: deliveries still running after cancellation; their leases will expire", "app", r.cfg.App)
+		}
 		return ctx.Err()
 	}
 }
@@ -356,7 +366,11 @@ func (r *relay) deliver(b *claimed) {
 	var wg sync.WaitGroup
 	byType := map[string][]int{}
 	for i := range b.jobs {
-		rt, _ := r.cfg.Registry.Route(b.jobs[i].Type)
+		rt, ok := r.cfg.Registry.Route(b.jobs[i].Type)
+		if !ok {
+			// Never claimed on purpose; give it back to its owner untried.
+			continue
+		}
 		if _, ok := rt.Sender.(BatchSender); ok {
 			byType[b.jobs[i].Type] = append(byType[b.jobs[i].Type], i)
 			continue
