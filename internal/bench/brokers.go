@@ -152,6 +152,11 @@ func KafkaSink(ctx context.Context, brokers []string, topic string, records int,
 	if offsetsInDB {
 		s, err := kafka.NewSink(kafka.SinkConfig{Brokers: brokers, Group: group, Topics: []string{topic}, Driver: drv,
 			Opts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+			OnBatch: func(b kafka.BatchStats) {
+				mu.Lock()
+				lat.Add(b.Duration)
+				mu.Unlock()
+			},
 			Effect: func(ctx context.Context, tx mensageria.Tx, r *kgo.Record) error {
 				return insert(ctx, tx, r.Topic, r.Partition, r.Offset, r.Value)
 			}})

@@ -91,7 +91,7 @@ type TransactionalSender struct {
 	inflight map[int64]chan struct{} // row → closed when its transaction ends
 	fenced   error
 	closed   bool
-	gen      int // bumped by OnElection: lanes reopen
+	rearming bool
 
 	reconciled atomic.Int64
 	committed  atomic.Int64
@@ -104,12 +104,11 @@ type TransactionalSender struct {
 }
 
 // lane is one transactional producer. Only the holder of the lane (taken
-// from free) touches cl and gen.
+// from free) touches cl.
 type lane struct {
 	id  string
 	cl  *kgo.Client // nil after a failure: reopened on the next batch
-	gen int
-	pos *positions // guarded by TransactionalSender.mu
+	pos *positions  // guarded by TransactionalSender.mu
 }
 
 // NewTransactionalSender validates cfg, takes over the transactional ids
@@ -264,18 +263,72 @@ func fencedErr(err error) error {
 
 // OnElection ties the transactional ids to the relay election when the
 // sender is passed to mensageria.Config.Hooks: a process that becomes the
-// app's leader re-registers the ids on its next batches even if it was
-// fenced before (it is the rightful owner now, and fencing the old one is
-// the point), while a fenced process that is not the leader stays fenced.
+// app's leader while fenced re-registers every lane's id (it is the
+// rightful owner now, and fencing the old one is the point) and rereads the
+// positions, while a fenced process that is not the leader stays fenced.
 func (s *TransactionalSender) OnElection(ev mensageria.ElectionEvent) {
 	if !ev.Leader {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.fenced != nil {
-		s.fenced = nil
-		s.gen++
+	start := s.fenced != nil && !s.rearming && !s.closed
+	if start {
+		s.rearming = true
+	}
+	s.mu.Unlock()
+	if start {
+		go s.rearm() // hooks must not block
+	}
+}
+
+// rearm takes every lane (waiting for batches in progress), reopens them
+// all, then lifts the fenced state. All of them: a lane left to the
+// previous owner would let two relays commit the same rows.
+func (s *TransactionalSender) rearm() {
+	defer func() {
+		s.mu.Lock()
+		s.rearming = false
+		s.mu.Unlock()
+	}()
+	n := len(s.lanes)
+	held := make([]*lane, 0, n)
+	for range n {
+		held = append(held, <-s.free)
+	}
+	defer func() {
+		for _, l := range held {
+			s.free <- l
+		}
+	}()
+	wait := time.Second
+	for attempt := 1; attempt <= 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		var err error
+		for _, l := range held {
+			if l.cl != nil {
+				l.cl.Close()
+				l.cl = nil
+			}
+			if err = s.open(ctx, l); err != nil {
+				break
+			}
+		}
+		cancel()
+		s.mu.Lock()
+		closed := s.closed
+		if err == nil {
+			s.fenced = nil
+		}
+		s.mu.Unlock()
+		if err == nil || closed {
+			if err == nil {
+				s.log.Info("relay elected: transactional ids registered again")
+			}
+			return
+		}
+		s.log.Warn("re-registering the transactional ids failed", "attempt", attempt, "err", err)
+		time.Sleep(wait)
+		wait *= 2
 	}
 }
 
@@ -307,18 +360,10 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 	if len(todo) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	gen := s.gen
-	s.mu.Unlock()
-	if l.cl != nil && l.gen != gen {
-		l.cl.Close()
-		l.cl = nil
-	}
 	if l.cl == nil {
 		if err := s.open(ctx, l); err != nil {
 			return s.failAll(ds, todo, s.failed(l, err))
 		}
-		l.gen = gen
 		// The reopened record may show rows committed by a predecessor.
 		s.mu.Lock()
 		todo = slices.DeleteFunc(todo, func(i int) bool {
@@ -498,7 +543,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 			s.failed(l, err)
 		}
 		if isFenced(abort) {
-			abort = s.failed(l, abort)
+			return s.failAll(ds, todo, s.failed(l, abort))
 		}
 		out := make([]error, len(ds))
 		for _, i := range todo {

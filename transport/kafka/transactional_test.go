@@ -296,3 +296,34 @@ func TestTransactionalSameRowsOnTwoLanes(t *testing.T) {
 	}
 	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
 }
+
+// A fenced sender stays fenced until its process wins the relay election
+// again; then it takes the ids back on its next batch.
+func TestTransactionalElectionRearms(t *testing.T) {
+	c := newCluster(t, "orders")
+	old := newTxSender(t, c, "relay-app")
+	mustSend(t, old, deliveries("order", 1, 5))
+	other := newTxSender(t, c, "relay-app") // fences old
+	mustSend(t, other, deliveries("order", 6, 5))
+	if errs := old.SendBatch(testCtx(t), deliveries("order", 11, 5)); errs == nil || !errors.Is(errs[0], ErrFenced) {
+		t.Fatalf("old sender not fenced: %v", errs)
+	}
+	if after, ok := mensageria.RetryAfterOf(mustFail(old.SendBatch(testCtx(t), deliveries("order", 11, 5)))); !ok || after < time.Second {
+		t.Fatalf("a fenced sender should ask the relay to wait, got %v %v", after, ok)
+	}
+	old.OnElection(mensageria.ElectionEvent{App: "shop", Leader: false})
+	if errs := old.SendBatch(testCtx(t), deliveries("order", 11, 5)); errs == nil {
+		t.Fatal("losing an election re-armed the sender")
+	}
+	old.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 7})
+	b := deliveries("order", 11, 5)
+	waitFor(t, 20*time.Second, "the elected sender to take its ids back", func() bool {
+		return old.SendBatch(testCtx(t), b) == nil
+	})
+	if errs := other.SendBatch(testCtx(t), deliveries("order", 16, 5)); errs == nil || !errors.Is(errs[0], ErrFenced) {
+		t.Fatalf("the previous owner was not fenced by the re-armed leader: %v", errs)
+	}
+	if got := len(consumeAll(t, c.ListenAddrs(), "orders", true)); got != 15 {
+		t.Fatalf("read_committed saw %d records, want 15", got)
+	}
+}
