@@ -127,6 +127,7 @@ type demo struct {
 	mu         sync.Mutex
 	committed  map[string]bool
 	rolledBack map[string]bool
+	failed     map[string]error
 
 	produced atomic.Int64
 	events   []string
@@ -246,23 +247,11 @@ func execRaw(ctx context.Context, tx any, q string, args ...any) error {
 	return fmt.Errorf("demo: unexpected transaction type %T", tx)
 }
 
-// queryRaw runs a query and calls scan for every row.
-func queryRaw(ctx context.Context, tx any, q string, args []any, scan func(func(...any) error) error) error {
-	switch t := tx.(type) {
-	case pgx.Tx:
-		rows, err := t.Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	case *sql.Tx:
-		rows, err := t.QueryContext(ctx, dollarN.ReplaceAllString(q, "?"), args...)
+// query reads outside any transaction: on SQLite a transaction would take
+// the write lock (immediate mode) and queue behind the apps' writers.
+func (d *demo) query(ctx context.Context, q string, args []any, scan func(func(...any) error) error) error {
+	if d.main.pool != nil {
+		rows, err := d.main.pool.Query(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -274,7 +263,17 @@ func queryRaw(ctx context.Context, tx any, q string, args []any, scan func(func(
 		}
 		return rows.Err()
 	}
-	return fmt.Errorf("demo: unexpected transaction type %T", tx)
+	rows, err := d.main.sqlDB.QueryContext(ctx, dollarN.ReplaceAllString(q, "?"), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // faultServer puts a receiver behind loopback HTTP and injects faults in
@@ -426,11 +425,16 @@ func demoClientConfig(app string, election mensageria.Election, reg *mensageria.
 	}
 }
 
-// startRelay starts a relay of app on a fresh set of connections.
-func (d *demo) startRelay(ctx context.Context, name, app string, election mensageria.Election, types []string) (*relayProc, error) {
-	conn, err := d.newConn()
-	if err != nil {
-		return nil, err
+// startRelay starts a relay of app. One that is to be killed gets its own
+// connections, to cut; the others share the main ones, as SQLite writers
+// of one handle queue in process instead of polling the file lock.
+func (d *demo) startRelay(ctx context.Context, name, app string, election mensageria.Election, types []string, own bool) (*relayProc, error) {
+	conn := &backend{drv: d.main.drv}
+	if own {
+		var err error
+		if conn, err = d.newConn(); err != nil {
+			return nil, err
+		}
 	}
 	p := &relayProc{name: name, conn: conn}
 	snd, err := d.senders()
@@ -445,7 +449,13 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 			return nil, err
 		}
 	}
-	if p.client, err = mensageria.New(conn.drv, demoClientConfig(app, election, reg, p)); err != nil {
+	cfg := demoClientConfig(app, election, reg, p)
+	if !d.pg {
+		// One SQLite file has one write lock: fewer deliveries at once
+		// keep the receivers' inbox transactions from queueing on it.
+		cfg.Concurrency = 8
+	}
+	if p.client, err = mensageria.New(conn.drv, cfg); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -496,7 +506,7 @@ func (d *demo) kill(p *relayProc) int64 {
 func (d *demo) run(ctx context.Context) (bool, error) {
 	d.start = time.Now()
 	d.rng = rand.New(rand.NewPCG(d.opt.seed, d.opt.seed^0x9e3779b97f4a7c15))
-	d.committed, d.rolledBack = map[string]bool{}, map[string]bool{}
+	d.committed, d.rolledBack, d.failed = map[string]bool{}, map[string]bool{}, map[string]error{}
 	defer d.cleanup()
 	ctx, cancel := context.WithTimeout(ctx, d.opt.timeout)
 	defer cancel()
@@ -591,21 +601,21 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 
 	// Relays: pedidos runs two at once with election none (overlapping
 	// cycles); faturamento runs a leader and a standby.
-	a1, err := d.startRelay(ctx, "pedidos#1", "pedidos", mensageria.ElectionNone, []string{typPedido, typCancelado})
+	a1, err := d.startRelay(ctx, "pedidos#1", "pedidos", mensageria.ElectionNone, []string{typPedido, typCancelado}, true)
 	if err != nil {
 		return false, err
 	}
-	if _, err := d.startRelay(ctx, "pedidos#2", "pedidos", mensageria.ElectionNone, []string{typPedido, typCancelado}); err != nil {
+	if _, err := d.startRelay(ctx, "pedidos#2", "pedidos", mensageria.ElectionNone, []string{typPedido, typCancelado}, false); err != nil {
 		return false, err
 	}
-	b1, err := d.startRelay(ctx, "faturamento#1", "faturamento", mensageria.ElectionLeader, []string{typFatura})
+	b1, err := d.startRelay(ctx, "faturamento#1", "faturamento", mensageria.ElectionLeader, []string{typFatura}, true)
 	if err != nil {
 		return false, err
 	}
 	for !b1.client.IsLeader() && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
-	b2, err := d.startRelay(ctx, "faturamento#2", "faturamento", mensageria.ElectionLeader, []string{typFatura})
+	b2, err := d.startRelay(ctx, "faturamento#2", "faturamento", mensageria.ElectionLeader, []string{typFatura}, true)
 	if err != nil {
 		return false, err
 	}
@@ -617,8 +627,6 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 	n := d.opt.messages
 	blockedEvery := 97
 	var prodWG sync.WaitGroup
-	var prodErr error
-	var prodErrOnce sync.Once
 	next := atomic.Int64{}
 	for range 4 {
 		prodWG.Add(1)
@@ -636,18 +644,27 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 				}
 				rollback := d.chance(0.01)
 				errRollback := errors.New("rollback")
-				err := d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-					if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
-						return err
+				var err error
+				// A business transaction that fails (a busy database) is
+				// retried like an app would; it commits whole or not at all.
+				for try := 0; try < 5; try++ {
+					err = d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+						if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
+							return err
+						}
+						if _, err := pedidos.EnqueueTx(ctx, tx.Raw(), mensageria.Message{Type: typPedido, Key: key, Payload: json.RawMessage(payload)}); err != nil {
+							return err
+						}
+						if rollback {
+							return errRollback
+						}
+						return nil
+					})
+					if err == nil || errors.Is(err, errRollback) || ctx.Err() != nil {
+						break
 					}
-					if _, err := pedidos.EnqueueTx(ctx, tx.Raw(), mensageria.Message{Type: typPedido, Key: key, Payload: json.RawMessage(payload)}); err != nil {
-						return err
-					}
-					if rollback {
-						return errRollback
-					}
-					return nil
-				})
+					time.Sleep(time.Duration(try+1) * 20 * time.Millisecond)
+				}
 				d.mu.Lock()
 				switch {
 				case err == nil:
@@ -655,13 +672,10 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 				case errors.Is(err, errRollback):
 					d.rolledBack[key] = true
 				default:
-					prodErrOnce.Do(func() { prodErr = fmt.Errorf("business transaction %s: %w", key, err) })
+					d.failed[key] = err
 				}
 				d.mu.Unlock()
 				d.produced.Add(1)
-				if err != nil && !errors.Is(err, errRollback) {
-					return
-				}
 			}
 		}()
 	}
@@ -692,8 +706,11 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 				d.mu.Lock()
 				d.logf("producers done: %d orders committed, %d rolled back", len(d.committed), len(d.rolledBack))
 				d.mu.Unlock()
-				if prodErr != nil {
-					return false, prodErr
+				if len(d.failed) > 0 {
+					for k, err := range d.failed {
+						d.logf("%d business transactions failed and were not committed (as an app would see them), e.g. %s: %v", len(d.failed), k, err)
+						break
+					}
 				}
 			}
 			continue
@@ -704,10 +721,8 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 		}
 		p, err := d.progress(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			return false, err
+			// A busy database only delays the next snapshot.
+			continue
 		}
 		switch {
 		case !a1Killed && p.pedApplied >= n/4:
@@ -716,7 +731,7 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 			d.logf("KILL pedidos#1 mid-batch: %d deliveries in flight, connections cut, leases left to expire", inflight)
 		case a1Killed && !a3Started && time.Since(a1KilledAt) > 500*time.Millisecond:
 			a3Started = true
-			if _, err := d.startRelay(ctx, "pedidos#3", "pedidos", mensageria.ElectionNone, []string{typPedido, typCancelado}); err != nil {
+			if _, err := d.startRelay(ctx, "pedidos#3", "pedidos", mensageria.ElectionNone, []string{typPedido, typCancelado}, false); err != nil {
 				return false, err
 			}
 			d.logf("START pedidos#3 in its place; pedidos#1's batch comes back when its leases expire")
@@ -785,20 +800,18 @@ func (d *demo) progress(ctx context.Context) (progress, error) {
 		p.inflight += s.InFlight
 		p.dead += s.Dead
 	}
-	err = d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		return queryRaw(ctx, tx.Raw(), "SELECT consumer, count(DISTINCT key) FROM "+d.effects+" GROUP BY consumer", nil, func(scan func(...any) error) error {
-			var c string
-			var k int
-			if err := scan(&c, &k); err != nil {
-				return err
-			}
-			if strings.HasPrefix(c, "faturamento") {
-				p.pedApplied = k
-			} else {
-				p.fatApplied = k
-			}
-			return nil
-		})
+	err = d.query(ctx, "SELECT consumer, count(DISTINCT key) FROM "+d.effects+" GROUP BY consumer", nil, func(scan func(...any) error) error {
+		var c string
+		var k int
+		if err := scan(&c, &k); err != nil {
+			return err
+		}
+		if strings.HasPrefix(c, "faturamento") {
+			p.pedApplied = k
+		} else {
+			p.fatApplied = k
+		}
+		return nil
 	})
 	return p, err
 }
@@ -861,19 +874,17 @@ func (d *demo) report(ctx context.Context, foreignRows, cancelled int, noSenderO
 	}
 	// Effects: key -> count, per consumer.
 	applied := map[string]map[string]int{"faturamento/pedidos": {}, "pedidos/faturas": {}}
-	err = d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		return queryRaw(ctx, tx.Raw(), "SELECT consumer, key, count(*) FROM "+d.effects+" GROUP BY consumer, key", nil, func(scan func(...any) error) error {
-			var c, k string
-			var n int
-			if err := scan(&c, &k, &n); err != nil {
-				return err
-			}
-			if applied[c] == nil {
-				applied[c] = map[string]int{}
-			}
-			applied[c][k] = n
-			return nil
-		})
+	err = d.query(ctx, "SELECT consumer, key, count(*) FROM "+d.effects+" GROUP BY consumer, key", nil, func(scan func(...any) error) error {
+		var c, k string
+		var n int
+		if err := scan(&c, &k, &n); err != nil {
+			return err
+		}
+		if applied[c] == nil {
+			applied[c] = map[string]int{}
+		}
+		applied[c][k] = n
+		return nil
 	})
 	if err != nil {
 		return nil, err

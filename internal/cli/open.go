@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 type backend struct {
 	drv   driver.Driver
 	pool  *pgxpool.Pool // nil on SQLite
+	sqlDB *sql.DB       // SQLite's handle, for reads that need no write lock
 	close func()
 }
 

@@ -9,5 +9,5 @@ func openSQLite(path, schema string) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &backend{drv: drv, close: func() { _ = drv.Close() }}, nil
+	return &backend{drv: drv, sqlDB: drv.DB(), close: func() { _ = drv.Close() }}, nil
 }
