@@ -1,0 +1,108 @@
+package kafka
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/xadm/mensageria"
+)
+
+func TestSenderRecordsCarryKeyAndIdentity(t *testing.T) {
+	c := newCluster(t, "orders")
+	s, err := NewSender(SenderConfig{Brokers: c.ListenAddrs(), Topic: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ds := deliveries("order", 1, 40)
+	ds[0].Headers = map[string]string{mensageria.HeaderRequestID: "req-1"}
+	if errs := s.SendBatch(testCtx(t), ds); errs != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	if err := s.Send(testCtx(t), ds[1]); err != nil { // a relay redelivery
+		t.Fatal(err)
+	}
+	rs := consumeAll(t, c.ListenAddrs(), "orders", true)
+	if len(rs) != 41 {
+		t.Fatalf("%d records, want 41: the idempotent Sender is at-least-once across relay redeliveries", len(rs))
+	}
+	partOf := map[string]int32{}
+	byID := map[string]*mensageria.Delivery{}
+	for _, d := range ds {
+		byID[d.ID.String()] = d
+	}
+	for _, r := range rs {
+		d := byID[header(r, HeaderMessageID)]
+		if d == nil {
+			t.Fatalf("record without a known %s header", HeaderMessageID)
+		}
+		if string(r.Key) != d.Key || header(r, HeaderType) != "order" || string(r.Value) != string(d.Payload) {
+			t.Fatalf("record %+v does not carry delivery %+v", r, d)
+		}
+		if p, ok := partOf[d.Key]; ok && p != r.Partition {
+			t.Fatalf("key %s in partitions %d and %d", d.Key, p, r.Partition)
+		}
+		partOf[d.Key] = r.Partition
+	}
+	found := false
+	for _, r := range rs {
+		found = found || header(r, mensageria.HeaderRequestID) == "req-1"
+	}
+	if !found {
+		t.Fatal("message headers were not carried")
+	}
+}
+
+func TestSenderRefusesNonIdempotentClient(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := NewSender(SenderConfig{Client: cl, Topic: "t"}); !errors.Is(err, mensageria.ErrConfig) {
+		t.Fatalf("NewSender with idempotence disabled: %v, want ErrConfig", err)
+	}
+	if _, err := NewSender(SenderConfig{Brokers: []string{"x:1"}, Topic: "t", Opts: []kgo.Opt{kgo.DisableIdempotentWrite()}}); !errors.Is(err, mensageria.ErrConfig) {
+		t.Fatalf("NewSender with idempotence disabled in Opts: %v, want ErrConfig", err)
+	}
+	if _, err := NewSender(SenderConfig{Brokers: []string{"x:1"}}); !errors.Is(err, mensageria.ErrConfig) {
+		t.Fatalf("NewSender without a topic: %v, want ErrConfig", err)
+	}
+}
+
+// A record the brokers refuse for good is parked (Permanent); the others
+// of the batch are delivered.
+func TestSenderPermanentRefusal(t *testing.T) {
+	c := newCluster(t, "orders")
+	s, err := NewSender(SenderConfig{Brokers: c.ListenAddrs(), Topic: "orders", Opts: []kgo.Opt{kgo.RecordRetries(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Partitions: []int32{0}, Err: kerr.MessageTooLarge, Count: -1})
+	defer h.Remove()
+	ds := deliveries("order", 1, 30)
+	errs := s.SendBatch(testCtx(t), ds)
+	if errs == nil {
+		t.Fatal("no error with a partition refusing every record")
+	}
+	var bad, good int
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			good++
+		case mensageria.IsPermanent(err):
+			bad++
+		default:
+			t.Fatalf("refusal not classified permanent: %v", err)
+		}
+	}
+	if bad == 0 || good == 0 {
+		t.Fatalf("permanent %d, delivered %d", bad, good)
+	}
+}
