@@ -15,20 +15,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
 // HTTPEndToEndConfig sizes the HTTP end-to-end scenario.
 type HTTPEndToEndConfig struct {
-	// Pool reaches the PostgreSQL both apps share. Required.
-	Pool *pgxpool.Pool
-	// Schema to run in. Default: a fresh schema, dropped at the end.
-	Schema string
+	// Env is where both apps run: Pool is required; an empty Schema means
+	// a fresh one, dropped at the end.
+	Env
 	// Messages in the throughput phase. Default 50,000.
 	Messages int
 	// Producers enqueue the throughput phase, 50 messages per transaction.
@@ -86,11 +81,8 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 			_, _ = cfg.Pool.Exec(c, "DROP SCHEMA IF EXISTS "+cfg.Schema+" CASCADE")
 		}()
 	}
-	drv, err := postgres.New(cfg.Pool, &postgres.Config{Schema: cfg.Schema})
+	drv, err := cfg.Env.driver()
 	if err != nil {
-		return res, err
-	}
-	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
 		return res, err
 	}
 
@@ -190,7 +182,7 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 				}
 				msgs = msgs[:0]
 				for i := from; i < min(from+50, int64(cfg.Messages)); i++ {
-					msgs = append(msgs, mensageria.Message{Type: "bench.http", Key: "t-" + strconv.FormatInt(i, 10), Payload: []byte(`{"n":1}`)})
+					msgs = append(msgs, mensageria.Message{Type: "bench.http", Key: "t-" + strconv.FormatInt(i, 10), Payload: []byte(Payload)})
 				}
 				if _, err := client.Enqueue(ctx, msgs...); err != nil {
 					errs <- err
@@ -229,7 +221,7 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 					time.Sleep(d)
 				}
-				if _, err := client.Enqueue(ctx, mensageria.Message{Type: "bench.http", Key: "p-" + strconv.Itoa(i), Payload: []byte(`{"n":1}`)}); err != nil {
+				if _, err := client.Enqueue(ctx, mensageria.Message{Type: "bench.http", Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)}); err != nil {
 					errs <- err
 					return
 				}

@@ -14,7 +14,7 @@ func BenchmarkHTTPEndToEnd(b *testing.B) {
 	pool := testdb.Pool(b)
 	schema := testdb.Schema(b)
 	for b.Loop() {
-		res, err := bench.HTTPEndToEnd(context.Background(), bench.HTTPEndToEndConfig{Pool: pool, Schema: schema, Logf: b.Logf})
+		res, err := bench.HTTPEndToEnd(context.Background(), bench.HTTPEndToEndConfig{Env: bench.Env{Pool: pool, Schema: schema}, Logf: b.Logf})
 		if err != nil {
 			b.Fatal(err)
 		}
