@@ -41,8 +41,8 @@ func (d *Driver) Elector(app string, lease time.Duration) (driver.Elector, error
 	if app == "" {
 		return nil, errors.New("mensageria/postgres: election needs an app name")
 	}
-	if lease < time.Second {
-		return nil, errors.New("mensageria/postgres: election lease must be at least 1s")
+	if lease < 10*time.Millisecond {
+		return nil, errors.New("mensageria/postgres: election lease must be at least 10ms")
 	}
 	host, _ := os.Hostname()
 	return &elector{
@@ -58,6 +58,13 @@ func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	epoch, ok, err := e.acquire(ctx)
+	if err != nil && ctx.Err() == nil {
+		// The session is gone (killed, timed out while this process was
+		// paused, network cut): whatever it held is released. Stand for
+		// election again on a fresh session.
+		e.dropLocked()
+		epoch, ok, err = e.acquire(ctx)
+	}
 	if err != nil {
 		e.dropLocked()
 	}

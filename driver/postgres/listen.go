@@ -20,8 +20,9 @@ type listener struct {
 	done   chan struct{}
 }
 
-// Listen subscribes to the schema's enqueue notifications. The channel is
-// closed when the session ends; the caller listens again.
+// Listen subscribes to the schema's enqueue notifications until ctx ends.
+// The channel is closed when ctx ends or the session dies; the caller
+// listens again.
 func (d *Driver) Listen(ctx context.Context) (driver.Listener, error) {
 	cfg := d.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -32,7 +33,7 @@ func (d *Driver) Listen(ctx context.Context) (driver.Listener, error) {
 		_ = conn.Close(ctx)
 		return nil, fmt.Errorf("mensageria/postgres: listen: %w", err)
 	}
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	lctx, cancel := context.WithCancel(ctx)
 	l := &listener{conn: conn, c: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go l.loop(lctx)
 	return l, nil

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -73,19 +74,37 @@ func (d *Driver) lockKey(purpose string) int64 {
 	return int64(h.Sum64())
 }
 
-// Migrate applies or checks the migrations, under a transaction-scoped
-// advisory lock: concurrent callers wait, then find nothing left to do.
+// Migrate applies or checks the migrations under a session advisory lock
+// held on one connection, so concurrent callers (two apps starting at once)
+// wait for each other and then find nothing left to do. The migration runs
+// in a transaction begun after the lock is granted, so it sees everything
+// the previous holder committed, catalog included.
 func (d *Driver) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
 	all, err := d.migrations()
 	if err != nil {
 		return driver.MigrateResult{}, err
 	}
 	latest := all[len(all)-1].Version
-	var res driver.MigrateResult
-	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", d.lockKey("migrate")); err != nil {
-			return err
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return driver.MigrateResult{}, fmt.Errorf("mensageria/postgres: migrate: %w", err)
+	}
+	defer conn.Release()
+	key := d.lockKey("migrate")
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return driver.MigrateResult{}, fmt.Errorf("mensageria/postgres: migrate lock: %w", err)
+	}
+	defer func() {
+		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+			// A session we cannot unlock must not go back to the pool
+			// holding the lock.
+			_ = conn.Conn().Close(unlockCtx)
 		}
+	}()
+	var res driver.MigrateResult
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		current, err := d.currentVersion(ctx, tx)
 		if err != nil {
 			return err

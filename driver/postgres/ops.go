@@ -60,7 +60,7 @@ func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error)
 	case len(p.Types) > 0:
 		cond, sel = "type = ANY($1::text[])", p.Types
 	default:
-		return 0, fmt.Errorf("mensageria/postgres: revive needs ids or types")
+		return 0, nil // selecting nothing changes nothing
 	}
 	q := "UPDATE " + d.table("outbox") + " SET state = 'pending', attempts = 0, available_at = now(), lease_token = NULL, lease_until = NULL WHERE state = 'dead' AND " + cond
 	if p.Discard {
