@@ -243,6 +243,11 @@ func wantIDs(t *testing.T, what string, got []driver.Job, want ...int64) {
 	}
 }
 
+// early reports whether less than d has passed since start. A "not yet"
+// can only be asserted then: on a slow machine the moment may have passed
+// before the check ran, and the check is inconclusive rather than failed.
+func early(start time.Time, d time.Duration) bool { return time.Since(start) < d }
+
 // eventually polls fn until it reports true or waitFor passes.
 func eventually(t *testing.T, what string, fn func() bool) {
 	t.Helper()
@@ -270,6 +275,22 @@ func claimEventually(t *testing.T, d driver.Driver, c claimer, since time.Time, 
 		t.Fatalf("claimed after %s, before the %s it had to wait", el, minWait)
 	}
 	return jobs, token
+}
+
+// claimNotYet checks that c claims nothing until minWait has passed since
+// start, then waits until it does. When the first try already claimed, it
+// is a failure only if it came too early; otherwise the machine was slow,
+// and that claim is the result.
+func claimNotYet(t *testing.T, d driver.Driver, c claimer, start time.Time, minWait time.Duration, what string) ([]driver.Job, int64) {
+	t.Helper()
+	jobs, tok := claimWith(t, d, c)
+	if len(jobs) > 0 {
+		if early(start, minWait) {
+			t.Fatalf("%s: claimed %v before %s had passed", what, ids(jobs), minWait)
+		}
+		return jobs, tok
+	}
+	return claimEventually(t, d, c, start, minWait)
 }
 
 func headerMap(t *testing.T, b []byte) map[string]string {

@@ -267,6 +267,7 @@ func (s *suite) claimTests() []test {
 		{"AttemptAndLeaseExpiry", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			id := insertOne(t, d, "a", "1")
+			other := reopen(t, h)
 			start := time.Now()
 			jobs, tok1 := claimWith(t, d, claimer{types: []string{"a"}, lease: shortLease})
 			wantIDs(t, "first claim", jobs, id)
@@ -274,11 +275,9 @@ func (s *suite) claimTests() []test {
 				t.Fatalf("first claim attempt = %d, want 1", jobs[0].Attempt)
 			}
 			near(t, "claimed CreatedAt", jobs[0].CreatedAt)
-			if jobs, _ := claim(t, reopen(t, h), "a"); len(jobs) != 0 {
-				t.Fatal("a leased row was claimed by another relay before its lease passed")
-			}
-			// The lease passes: the row comes back, under a new token.
-			jobs, tok2 := claimEventually(t, d, claimer{types: []string{"a"}, lease: longLease}, start, shortLease)
+			// Another relay gets the row only once the lease passed, under a
+			// new token.
+			jobs, tok2 := claimNotYet(t, other, claimer{types: []string{"a"}, lease: longLease}, start, shortLease, "a leased row")
 			wantIDs(t, "after the lease", jobs, id)
 			if jobs[0].Attempt != 2 {
 				t.Fatalf("second claim attempt = %d, want 2", jobs[0].Attempt)
@@ -420,10 +419,7 @@ func (s *suite) orderedTests() []test {
 			jobs, tok2 := claimWith(t, d, ord(longLease))
 			wantIDs(t, "while k1 waits for a retry", jobs, n1)
 			settle(t, d, driver.SettleParams{Token: tok2, Delivered: []int64{n1}})
-			if jobs, _ := claimWith(t, d, ord(longLease)); len(jobs) != 0 {
-				t.Fatalf("claimed %v while the head of k1 waits for its retry", ids(jobs))
-			}
-			jobs, tok = claimEventually(t, d, ord(longLease), start, delay)
+			jobs, tok = claimNotYet(t, d, ord(longLease), start, delay, "k1 while its head waits for a retry")
 			wantIDs(t, "the retried head comes first", jobs, m1)
 			if jobs[0].Attempt != 2 {
 				t.Fatalf("retried head attempt %d, want 2", jobs[0].Attempt)
@@ -522,13 +518,10 @@ func (s *suite) settleTests() []test {
 			if j.State != driver.StatePending || j.LastError != "503 from peer" {
 				t.Fatalf("after retry: state %s error %q", j.State, j.LastError)
 			}
-			if jobs, _ := claim(t, d, "s"); len(jobs) != 0 {
-				t.Fatal("a row was claimed before its retry delay")
-			}
 			if st := stats(t, d, "s"); st.Pending != 1 || st.InFlight != 0 {
 				t.Fatalf("stats of a row waiting to retry: %+v, want pending 1, in flight 0", st)
 			}
-			jobs, tok := claimEventually(t, d, claimer{types: []string{"s"}}, start, delay)
+			jobs, tok := claimNotYet(t, d, claimer{types: []string{"s"}}, start, delay, "a row waiting for its retry")
 			if jobs[0].Attempt != 2 {
 				t.Fatalf("retried attempt %d, want 2", jobs[0].Attempt)
 			}

@@ -21,7 +21,14 @@ func (d *Driver) Listen(ctx context.Context) (driver.Listener, error) {
 	}
 	d.listeners[l] = struct{}{}
 	d.mu.Unlock()
-	l.stop = context.AfterFunc(ctx, func() { _ = l.Close() })
+	stop := context.AfterFunc(ctx, func() {
+		d.mu.Lock()
+		l.closeLocked()
+		d.mu.Unlock()
+	})
+	d.mu.Lock()
+	l.stop = stop
+	d.mu.Unlock()
 	return l, nil
 }
 
@@ -48,9 +55,10 @@ func (l *listener) C() <-chan struct{} { return l.ch }
 func (l *listener) Close() error {
 	l.d.mu.Lock()
 	l.closeLocked()
+	stop := l.stop
 	l.d.mu.Unlock()
-	if l.stop != nil {
-		l.stop()
+	if stop != nil {
+		stop()
 	}
 	return nil
 }

@@ -57,6 +57,7 @@ type Driver struct {
 	ownsDB bool
 	prefix string
 	q      queries
+	gate   chan struct{} // shared by every Driver of one database file
 
 	mu        sync.Mutex
 	listeners map[*listener]struct{}
@@ -152,7 +153,32 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 		return nil, &ConfigError{Field: "Schema", Reason: fmt.Sprintf("%q: use letters, digits and underscores, starting with a letter or underscore", schema)}
 	}
 	p := schema + "_"
-	return &Driver{db: db, prefix: p, q: newQueries(p), listeners: map[*listener]struct{}{}}, nil
+	gate, err := gateFor(db)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{db: db, prefix: p, q: newQueries(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
+}
+
+// gates holds one write gate per database file in this process.
+var gates sync.Map // absolute file name -> chan struct{}
+
+// gateFor returns the write gate of db's file. SQLite's busy handler polls
+// with growing sleeps and no queue, so under steady contention a waiter can
+// starve past busy_timeout while others keep taking the lock; queueing the
+// driver's own writers in Go first keeps them in order and leaves SQLite's
+// lock to arbitrate only against other processes and callers' transactions.
+func gateFor(db *sql.DB) (chan struct{}, error) {
+	var seq int
+	var name, file string
+	if err := db.QueryRow("PRAGMA database_list").Scan(&seq, &name, &file); err != nil {
+		return nil, fmt.Errorf("mensageria/sqlite: reading the database file name: %w", err)
+	}
+	if file == "" { // in-memory or temporary: private to this handle
+		return make(chan struct{}, 1), nil
+	}
+	g, _ := gates.LoadOrStore(file, make(chan struct{}, 1))
+	return g.(chan struct{}), nil
 }
 
 // DB returns the database handle.
@@ -198,6 +224,12 @@ type writer interface {
 // transaction agrees. It issues BEGIN itself rather than relying on the
 // DSN's _txlock, so it is immediate on a caller's *sql.DB too.
 func (d *Driver) write(ctx context.Context, fn func(w writer, now int64) error) error {
+	select {
+	case d.gate <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("mensageria/sqlite: waiting for the write lock: %w", ctx.Err())
+	}
+	defer func() { <-d.gate }()
 	c, err := d.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("mensageria/sqlite: %w", err)

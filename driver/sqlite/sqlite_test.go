@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"path/filepath"
 	"testing"
 
@@ -51,5 +50,3 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 func TestConformance(t *testing.T) {
 	drivertest.Run(t, func(t *testing.T) *drivertest.Harness { return harness(t, true) })
 }
-
-var _ = sql.ErrNoRows
