@@ -30,10 +30,11 @@ type elector struct {
 	key    int64
 	holder string
 
-	mu    sync.Mutex
-	conn  *pgx.Conn
-	held  bool
-	epoch int64
+	mu          sync.Mutex
+	conn        *pgx.Conn
+	held        bool
+	epoch       int64
+	sitOutUntil time.Time
 }
 
 // Elector returns the election of app.
@@ -57,16 +58,21 @@ func (d *Driver) Elector(app string, lease time.Duration) (driver.Elector, error
 func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	epoch, ok, err := e.acquire(ctx)
-	if err != nil && ctx.Err() == nil {
-		// The session is gone (killed, timed out while this process was
-		// paused, network cut): whatever it held is released. Stand for
-		// election again on a fresh session.
-		e.dropLocked()
-		epoch, ok, err = e.acquire(ctx)
+	if time.Now().Before(e.sitOutUntil) {
+		return 0, false, nil
 	}
+	wasLeader := e.held
+	epoch, ok, err := e.acquire(ctx)
 	if err != nil {
 		e.dropLocked()
+		if wasLeader && ctx.Err() == nil {
+			// The session is gone (killed, timed out while this process
+			// was paused, cut off): its lock is released. Sit out one
+			// lease so that a healthy standby takes over instead of this
+			// process flapping back.
+			e.sitOutUntil = time.Now().Add(e.lease)
+			return 0, false, nil
+		}
 	}
 	return epoch, ok, err
 }
