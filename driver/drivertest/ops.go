@@ -11,12 +11,13 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// deliver claims and settles the given rows of typ as delivered.
+// deliver claims and settles the given rows of typ as delivered, keeping
+// them (KeepDelivered) for Purge and ListMessages to see.
 func deliver(t *testing.T, d driver.Driver, typ string, want ...int64) {
 	t.Helper()
 	jobs, tok := claim(t, d, typ)
 	wantIDs(t, "claim to deliver", jobs, want...)
-	if n := settle(t, d, driver.SettleParams{Token: tok, Delivered: want}); n != len(want) {
+	if n := settle(t, d, driver.SettleParams{Token: tok, Delivered: want, KeepDelivered: true}); n != len(want) {
 		t.Fatalf("delivered %d, want %d", n, len(want))
 	}
 }
@@ -119,10 +120,18 @@ func (s *suite) operatorTests() []test {
 			a1 := insertOne(t, d, "a", "1")
 			insertOne(t, d, "a", "2")
 			insertOne(t, d, "a", "3")
-			b1, b2, b3 := insertOne(t, d, "b", "1"), insertOne(t, d, "b", "2"), insertOne(t, d, "b", "3")
-			deliver(t, d, "b", b1, b2, b3)
-			revived := insertOne(t, d, "b", "4")
+			b1, b2 := insertOne(t, d, "b", "1"), insertOne(t, d, "b", "2")
+			deliver(t, d, "b", b1, b2)
+			b3 := insertOne(t, d, "b", "3")
 			jobs, tok := claim(t, d, "b")
+			wantIDs(t, "claim b3", jobs, b3)
+			settle(t, d, driver.SettleParams{Token: tok, Delivered: []int64{b3}}) // deleted, still counted
+			c1 := insertOne(t, d, "c", "1")
+			jobs, tok = claim(t, d, "c")
+			wantIDs(t, "claim c1", jobs, c1)
+			settle(t, d, driver.SettleParams{Token: tok, Delivered: []int64{c1}})
+			revived := insertOne(t, d, "b", "4")
+			jobs, tok = claim(t, d, "b")
 			wantIDs(t, "claim b4", jobs, revived)
 			settle(t, d, driver.SettleParams{Token: tok, Dead: []driver.Failure{{ID: revived, Error: "x"}}})
 			jobs, _ = claimWith(t, d, claimer{types: []string{"a"}, limit: 1})
@@ -140,13 +149,16 @@ func (s *suite) operatorTests() []test {
 			if sb.Pending != 0 || sb.InFlight != 0 || sb.Dead != 1 || sb.DeliveredLastHr != 3 || sb.OldestPending != 0 {
 				t.Fatalf("stats of b = %+v, want 1 dead, 3 delivered, nothing pending", sb)
 			}
+			if sc := stats(t, d, "c"); sc.DeliveredLastHr != 1 || sc.Pending+sc.InFlight+sc.Dead != 0 {
+				t.Fatalf("stats of c, whose only row was delivered and deleted = %+v, want 1 delivered", sc)
+			}
 			all, err := d.Stats(ctxOf(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, st := range all {
-				if st.Type != "a" && st.Type != "b" {
-					t.Fatalf("stats report a type %q that has no rows", st.Type)
+				if st.Type != "a" && st.Type != "b" && st.Type != "c" {
+					t.Fatalf("stats report a type %q that has no rows or deliveries", st.Type)
 				}
 			}
 		}},
@@ -299,7 +311,7 @@ func (s *suite) migrateTests() []test {
 			if hm := headerMap(t, j.Headers); len(hm) != 0 {
 				t.Fatalf("plain-SQL headers = %v, want none", hm)
 			}
-			if n := settle(t, h.Driver, driver.SettleParams{Token: tok, Delivered: []int64{j.ID}}); n != 1 {
+			if n := settle(t, h.Driver, driver.SettleParams{Token: tok, Delivered: []int64{j.ID}, KeepDelivered: true}); n != 1 {
 				t.Fatalf("settle of a plain-SQL row: %d", n)
 			}
 			// A second one gets its own message id.

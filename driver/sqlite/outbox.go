@@ -286,6 +286,53 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error)
 			changed += int(n)
 			return nil
 		}
+		// Delivered rows are deleted (or, kept, marked) and counted per
+		// type and minute, so Stats knows the recent deliveries without
+		// the rows.
+		delivered := map[string]int64{}
+		ids := p.Delivered
+		for len(ids) > 0 {
+			n := min(len(ids), chunk)
+			args := []any{}
+			if p.KeepDelivered {
+				args = append(args, now)
+			}
+			for _, id := range ids[:n] {
+				args = append(args, id)
+			}
+			args = append(args, p.Token, now)
+			q := "DELETE FROM " + o
+			if p.KeepDelivered {
+				q = "UPDATE " + o + " SET state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL"
+			}
+			rows, err := w.QueryContext(ctx, q+" WHERE id IN ("+marks(n)+")"+d.q.settled+" RETURNING type", args...)
+			if err != nil {
+				return wrap("settle", err)
+			}
+			for rows.Next() {
+				var typ string
+				if err := rows.Scan(&typ); err != nil {
+					rows.Close()
+					return wrap("settle", err)
+				}
+				delivered[typ]++
+				changed++
+			}
+			if err := rows.Close(); err != nil {
+				return wrap("settle", err)
+			}
+			if err := rows.Err(); err != nil {
+				return wrap("settle", err)
+			}
+			ids = ids[n:]
+		}
+		minute := now - now%time.Minute.Microseconds()
+		for typ, n := range delivered {
+			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"delivered_counts (type, minute, n) VALUES (?, ?, ?) ON CONFLICT (type, minute) DO UPDATE SET n = n + excluded.n",
+				typ, minute, n); err != nil {
+				return wrap("settle counts", err)
+			}
+		}
 		byIDs := func(set string, setArgs []any, ids []int64) error {
 			for len(ids) > 0 {
 				n := min(len(ids), chunk)
@@ -300,9 +347,6 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error)
 				ids = ids[n:]
 			}
 			return nil
-		}
-		if err := byIDs("state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Delivered); err != nil {
-			return err
 		}
 		// A released row was not attempted: give the attempt back.
 		if err := byIDs("attempts = max(attempts - 1, 0), available_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Release); err != nil {
@@ -364,31 +408,38 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			n, _ := r.RowsAffected()
 			res.Inbox = int(n)
 		}
-		return nil
+		_, err := w.ExecContext(ctx, "DELETE FROM "+d.prefix+"delivered_counts WHERE minute < ?", now-24*time.Hour.Microseconds())
+		return wrap("purge counts", err)
 	})
 	return res, err
 }
 
-// Stats reports every type present in the outbox. Pending counts rows
-// waiting for a claim (due or not); InFlight counts rows under a live lease.
+// Stats reports every type with pending or dead rows or deliveries in the
+// last hour. Pending counts rows waiting for a claim (due or not); InFlight
+// counts rows under a live lease; DeliveredLastHr comes from the per-minute
+// counts, so it includes rows deleted at settle.
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	now, err := d.now(ctx)
 	if err != nil {
 		return nil, err
 	}
-	hourAgo := now - time.Hour.Microseconds()
+	// Only pending and dead rows are read, through their partial indexes;
+	// kept delivered rows may be many and are counted elsewhere.
 	rows, err := d.db.QueryContext(ctx, `SELECT type,
 		coalesce(sum(state = 'pending' AND (lease_until IS NULL OR lease_until <= ?1)), 0),
 		coalesce(sum(state = 'pending' AND lease_until > ?1), 0),
 		coalesce(sum(state = 'dead'), 0),
-		coalesce(sum(state = 'delivered' AND delivered_at > ?2), 0),
+		0,
 		min(CASE WHEN state = 'pending' THEN created_at END)
-		FROM `+d.prefix+`outbox GROUP BY type ORDER BY type`, now, hourAgo)
+		FROM `+d.prefix+`outbox WHERE state IN ('pending', 'dead') GROUP BY type
+		UNION ALL
+		SELECT type, 0, 0, 0, sum(n), NULL FROM `+d.prefix+`delivered_counts WHERE minute > ?2 GROUP BY type`,
+		now, now-time.Hour.Microseconds())
 	if err != nil {
 		return nil, wrap("stats", err)
 	}
 	defer rows.Close()
-	var out []driver.TypeStats
+	byType := map[string]*driver.TypeStats{}
 	for rows.Next() {
 		var s driver.TypeStats
 		var oldest sql.NullInt64
@@ -398,9 +449,25 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 		if oldest.Valid && oldest.Int64 < now {
 			s.OldestPending = time.Duration(now-oldest.Int64) * time.Microsecond
 		}
-		out = append(out, s)
+		if prev, ok := byType[s.Type]; ok { // one row from each branch
+			prev.Pending += s.Pending
+			prev.InFlight += s.InFlight
+			prev.Dead += s.Dead
+			prev.DeliveredLastHr += s.DeliveredLastHr
+			prev.OldestPending = max(prev.OldestPending, s.OldestPending)
+			continue
+		}
+		byType[s.Type] = &s
 	}
-	return out, wrap("stats", rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, wrap("stats", err)
+	}
+	out := make([]driver.TypeStats, 0, len(byType))
+	for _, s := range byType {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b driver.TypeStats) int { return strings.Compare(a.Type, b.Type) })
+	return out, nil
 }
 
 // Default and largest page of ListMessages.
