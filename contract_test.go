@@ -369,3 +369,61 @@ func TestInboxConcurrentRepeatsApplyOnce(t *testing.T) {
 		}
 	})
 }
+
+// ApplyBatch applies a batch in one transaction; a failing effect makes it
+// fall back to one transaction per delivery, and nothing is lost or
+// doubled either way.
+func TestInboxApplyBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		in, err := mensageria.NewInbox(b.open(), mensageria.InboxConfig{Consumer: "batch"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		applied := map[string]int{}
+		effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+			if d.Key == "poison" {
+				return errors.New("cannot apply")
+			}
+			mu.Lock()
+			applied[d.Key]++
+			mu.Unlock()
+			return nil
+		}
+		mk := func(keys ...string) []*mensageria.Delivery {
+			var ds []*mensageria.Delivery
+			for _, k := range keys {
+				ds = append(ds, &mensageria.Delivery{Type: "t", Key: k, CreatedAt: time.Now()})
+			}
+			return ds
+		}
+		res, errs := in.ApplyBatch(ctx, mk("a", "b", "a", "c"), effect)
+		if errs[0] != nil || errs[1] != nil || errs[2] != nil || errs[3] != nil {
+			t.Fatalf("clean batch: %v", errs)
+		}
+		if res[0].Duplicate || res[1].Duplicate || !res[2].Duplicate || res[3].Duplicate {
+			t.Fatalf("clean batch results %+v: want only the repeated key as a duplicate", res)
+		}
+		// The poison message forces the fallback; its neighbours still
+		// apply (once), and the already-applied key stays a duplicate.
+		applied = map[string]int{} // in-memory effects of the rolled-back attempt do not count
+		res, errs = in.ApplyBatch(ctx, mk("d", "poison", "a", "e"), effect)
+		if errs[0] != nil || errs[1] == nil || errs[2] != nil || errs[3] != nil {
+			t.Fatalf("batch with poison: %v", errs)
+		}
+		if !res[2].Duplicate || res[0].Duplicate || res[3].Duplicate {
+			t.Fatalf("batch with poison results %+v", res)
+		}
+		if n := b.count("SELECT count(*) FROM " + b.table("inbox") + " WHERE consumer = 'batch'"); n != 5 {
+			t.Fatalf("inbox holds %d records, want a, b, c, d, e", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if applied["d"] != 2 || applied["e"] != 1 {
+			// d ran in the failed batch (rolled back) and again alone; e
+			// came after the poison, so it only ran alone.
+			t.Fatalf("effects %v: want d twice (one rolled back) and e once", applied)
+		}
+	})
+}

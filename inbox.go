@@ -97,6 +97,65 @@ func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyRe
 	if d == nil || effect == nil {
 		return ApplyResult{}, errors.New("mensageria: Inbox.Apply needs a delivery and an effect")
 	}
+	var res ApplyResult
+	err := in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		var err error
+		res, err = in.applyIn(ctx, tx, d, effect)
+		return err
+	})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return res, nil
+}
+
+// ApplyBatch applies many deliveries, each once per dedup key, in one
+// database transaction: one commit instead of one per message, which is
+// what bounds a receiver's throughput. If any effect fails, that
+// transaction is rolled back as a whole and every delivery is applied again
+// in a transaction of its own, so one bad message costs its neighbours a
+// retry of their effect, never a lost or doubled one. The results and
+// errors are index-aligned with ds; a nil error with Duplicate false means
+// the effect ran and committed.
+func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) ([]ApplyResult, []error) {
+	results := make([]ApplyResult, len(ds))
+	errs := make([]error, len(ds))
+	if len(ds) == 0 {
+		return results, errs
+	}
+	if effect == nil {
+		for i := range errs {
+			errs[i] = errors.New("mensageria: Inbox.ApplyBatch needs an effect")
+		}
+		return results, errs
+	}
+	errBatchFailed := errors.New("batch failed")
+	err := in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		for i, d := range ds {
+			r, err := in.applyIn(ctx, tx, d, effect)
+			if err != nil {
+				return errBatchFailed
+			}
+			results[i] = r
+		}
+		return nil
+	})
+	if err == nil {
+		return results, errs
+	}
+	// Fall back to one transaction per delivery, so each gets its own
+	// outcome.
+	for i, d := range ds {
+		results[i], errs[i] = in.Apply(ctx, d, effect)
+	}
+	return results, errs
+}
+
+// applyIn records and applies one delivery inside tx.
+func (in *Inbox) applyIn(ctx context.Context, tx driver.Tx, d *Delivery, effect Effect) (ApplyResult, error) {
+	if d == nil {
+		return ApplyResult{}, errors.New("mensageria: nil delivery")
+	}
 	key := in.cfg.DedupKey(d)
 	if key == "" {
 		return ApplyResult{}, &InvalidMessageError{Field: "Key", Reason: "empty dedup key"}
@@ -105,23 +164,15 @@ func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyRe
 	if in.cfg.Window > 0 {
 		rec.CreatedAt, rec.Window = d.CreatedAt, in.cfg.Window
 	}
-	var res ApplyResult
-	err := in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		r, err := tx.InboxRecord(ctx, rec)
-		if err != nil {
-			return err
-		}
-		if r.Stale {
-			return &StaleError{Consumer: in.cfg.Consumer, Key: key, CreatedAt: d.CreatedAt, Window: in.cfg.Window}
-		}
-		if r.Duplicate {
-			res = ApplyResult{Duplicate: true, FirstID: r.FirstMessageID}
-			return nil
-		}
-		return effect(ctx, tx, d)
-	})
+	r, err := tx.InboxRecord(ctx, rec)
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	return res, nil
+	if r.Stale {
+		return ApplyResult{}, &StaleError{Consumer: in.cfg.Consumer, Key: key, CreatedAt: d.CreatedAt, Window: in.cfg.Window}
+	}
+	if r.Duplicate {
+		return ApplyResult{Duplicate: true, FirstID: r.FirstMessageID}, nil
+	}
+	return ApplyResult{}, effect(ctx, tx, d)
 }
