@@ -381,6 +381,63 @@ func (c crashable) Send(ctx context.Context, dl *mensageria.Delivery) error {
 	return err
 }
 
+var errKilled = errors.New("demo: the process was killed")
+
+// crashDriver is a relay's view of the database once its process is dead:
+// nothing it sends arrives.
+type crashDriver struct {
+	driver.Driver
+	crashed *atomic.Bool
+}
+
+func (c crashDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
+	if c.crashed.Load() {
+		return nil, errKilled
+	}
+	return c.Driver.Claim(ctx, p)
+}
+
+func (c crashDriver) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
+	if c.crashed.Load() {
+		return 0, errKilled
+	}
+	return c.Driver.Settle(ctx, p)
+}
+
+func (c crashDriver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
+	if c.crashed.Load() {
+		return driver.PurgeResult{}, errKilled
+	}
+	return c.Driver.Purge(ctx, p)
+}
+
+func (c crashDriver) Elector(app string, lease time.Duration) (driver.Elector, error) {
+	el, err := c.Driver.Elector(app, lease)
+	if err != nil {
+		return nil, err
+	}
+	return crashElector{Elector: el, crashed: c.crashed}, nil
+}
+
+type crashElector struct {
+	driver.Elector
+	crashed *atomic.Bool
+}
+
+func (c crashElector) Acquire(ctx context.Context) (int64, bool, error) {
+	if c.crashed.Load() {
+		return 0, false, errKilled
+	}
+	return c.Elector.Acquire(ctx)
+}
+
+func (c crashElector) Release(ctx context.Context) error {
+	if c.crashed.Load() {
+		return errKilled
+	}
+	return c.Elector.Release(ctx)
+}
+
 // relayProc is one relay "process": its own connections, its own client.
 type relayProc struct {
 	name     string
@@ -413,12 +470,12 @@ func (d *demo) senders() (map[string]mensageria.Sender, error) {
 	return map[string]mensageria.Sender{typPedido: pedido, typCancelado: pedido, typFatura: fatura}, nil
 }
 
-const demoSendTimeout = 300 * time.Millisecond
+const demoSendTimeout = time.Second
 
 func demoClientConfig(app string, election mensageria.Election, reg *mensageria.Registry, hooks ...mensageria.Hook) *mensageria.Config {
 	return &mensageria.Config{
 		App: app, Registry: reg, Election: election,
-		BatchSize: 50, Concurrency: 16, Lease: 2 * time.Second, MaxAttempts: 25,
+		BatchSize: 50, Concurrency: 16, Lease: 3 * time.Second, MaxAttempts: 25,
 		BackoffBase: 20 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, PurgeInterval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: hooks,
@@ -429,23 +486,31 @@ func demoClientConfig(app string, election mensageria.Election, reg *mensageria.
 // connections, to cut; the others share the main ones, as SQLite writers
 // of one handle queue in process instead of polling the file lock.
 func (d *demo) startRelay(ctx context.Context, name, app string, election mensageria.Election, types []string, own bool) (*relayProc, error) {
-	conn := &backend{drv: d.main.drv}
-	if own {
-		var err error
-		if conn, err = d.newConn(); err != nil {
+	p := &relayProc{name: name, conn: &backend{drv: d.main.drv}}
+	switch {
+	case own && d.pg:
+		// Killing it closes its pool: its sessions end, and with them its
+		// advisory lock, as when a process dies.
+		conn, err := d.newConn()
+		if err != nil {
 			return nil, err
 		}
+		p.conn = conn
+	case own:
+		// On SQLite the kill is a driver that fails every call from then
+		// on; sharing the one handle keeps writers queueing in process
+		// rather than polling the file lock.
+		p.conn = &backend{drv: crashDriver{Driver: d.main.drv, crashed: &p.crashed}}
 	}
-	p := &relayProc{name: name, conn: conn}
 	snd, err := d.senders()
 	if err != nil {
-		conn.Close()
+		p.conn.Close()
 		return nil, err
 	}
 	reg := mensageria.NewRegistry()
 	for _, t := range types {
 		if err := reg.Register(t, crashable{inner: snd[t], crashed: &p.crashed, inflight: &p.inflight}); err != nil {
-			conn.Close()
+			p.conn.Close()
 			return nil, err
 		}
 	}
@@ -455,12 +520,12 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 		// keep the receivers' inbox transactions from queueing on it.
 		cfg.Concurrency = 8
 	}
-	if p.client, err = mensageria.New(conn.drv, cfg); err != nil {
-		conn.Close()
+	if p.client, err = mensageria.New(p.conn.drv, cfg); err != nil {
+		p.conn.Close()
 		return nil, err
 	}
 	if err := p.client.Start(ctx); err != nil {
-		conn.Close()
+		p.conn.Close()
 		return nil, err
 	}
 	d.closers = append(d.closers, func() { p.stop() })

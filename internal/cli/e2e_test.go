@@ -235,19 +235,35 @@ func TestEndToEndPostgres(t *testing.T) {
 	}
 }
 
-// The demo, as the README's first command runs it, on both backends.
+// The demo, as the README's first command runs it: the built program with
+// no flags on embedded SQLite, and on PostgreSQL.
 func TestDemoSQLite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("demo: long")
 	}
-	r := run(t, "", nil, "demo", "--messages", "600")
+	bin := binary(t)
+	start := time.Now()
+	r := runBin(t, bin, nil, "", "demo")
 	if r.code != 0 || !strings.Contains(r.out, "PASS") {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
-	for _, want := range []string{"KILL pedidos#1 mid-batch", "foreign rows untouched      25/25", "duplicate effects", "lost", "dead, with reasons", "customer blocked"} {
+	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched      25/25", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+	t.Logf("demo on SQLite took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// The demo's own code, in process and so under the race detector when the
+// tests run with -race; small, because the detector slows SQLite down.
+func TestDemoInProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("demo: long")
+	}
+	r := run(t, "", nil, "demo", "--messages", "150")
+	if r.code != 0 || !strings.Contains(r.out, "PASS") {
+		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
 }
 
