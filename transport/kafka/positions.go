@@ -15,10 +15,13 @@ import (
 // positions is the rolling window of outbox rows committed to Kafka by one
 // transactional id: the row ids (Delivery.Seq) of the last few batches. A
 // set, not a high-water mark, because outbox ids commit out of order and a
-// batch need not be contiguous.
+// batch need not be contiguous. It changes in place only once a
+// transaction committed, and keeps each batch's encoding so that a commit
+// costs its own batch, not the whole window.
 type positions struct {
 	max     int
 	batches [][]int64 // oldest first
+	ranges  [][]int64 // each batch as [lo1, hi1, lo2, hi2, ...]
 	seen    map[int64]struct{}
 }
 
@@ -31,22 +34,54 @@ func (p *positions) has(seq int64) bool {
 	return ok
 }
 
-// with returns the window as it will be once batch commits, leaving p as it
-// is: the record is written inside the transaction, and p must only change
-// once that transaction did commit.
-func (p *positions) with(batch []int64) *positions {
-	n := &positions{max: p.max, seen: make(map[int64]struct{}, len(p.seen)+len(batch))}
-	n.batches = append(n.batches, p.batches...)
-	n.batches = append(n.batches, batch)
-	if over := len(n.batches) - n.max; over > 0 {
-		n.batches = n.batches[over:]
-	}
-	for _, b := range n.batches {
-		for _, s := range b {
-			n.seen[s] = struct{}{}
+// toRanges encodes a batch as inclusive ranges of consecutive ids.
+func toRanges(batch []int64) []int64 {
+	s := slices.Clone(batch)
+	slices.Sort(s)
+	var rs []int64
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] <= s[j]+1 {
+			j++
 		}
+		rs = append(rs, s[i], s[j])
+		i = j + 1
 	}
-	return n
+	return rs
+}
+
+// encodeWith returns the record value of the window as it will be once
+// batch commits, and the batch's ranges for add; p is left as it is.
+func (p *positions) encodeWith(batch []int64) (ranges []int64, value []byte) {
+	rs := toRanges(batch)
+	keep := p.ranges
+	if over := len(keep) + 1 - p.max; over > 0 {
+		keep = keep[over:]
+	}
+	rec := positionRecord{Version: 1, Batches: append(slices.Clone(keep), rs)}
+	value, _ = json.Marshal(rec) // ints only; cannot fail
+	return rs, value
+}
+
+// add records a committed batch, dropping the oldest beyond the window.
+func (p *positions) add(batch, ranges []int64) {
+	p.batches = append(p.batches, batch)
+	p.ranges = append(p.ranges, ranges)
+	for _, s := range batch {
+		p.seen[s] = struct{}{}
+	}
+	for len(p.batches) > p.max {
+		for _, s := range p.batches[0] {
+			delete(p.seen, s)
+		}
+		p.batches, p.ranges = p.batches[1:], p.ranges[1:]
+	}
+}
+
+// encode is the record value of the window as it is.
+func (p *positions) encode() []byte {
+	b, _ := json.Marshal(positionRecord{Version: 1, Batches: p.ranges})
+	return b
 }
 
 // positionRecord is the value stored under the transactional id. Ranges
@@ -55,26 +90,6 @@ type positionRecord struct {
 	Version int `json:"v"`
 	// Batches holds each batch as [lo1, hi1, lo2, hi2, ...], inclusive.
 	Batches [][]int64 `json:"batches"`
-}
-
-func (p *positions) encode() []byte {
-	rec := positionRecord{Version: 1, Batches: make([][]int64, 0, len(p.batches))}
-	for _, b := range p.batches {
-		s := slices.Clone(b)
-		slices.Sort(s)
-		var rs []int64
-		for i := 0; i < len(s); {
-			j := i
-			for j+1 < len(s) && s[j+1] <= s[j]+1 {
-				j++
-			}
-			rs = append(rs, s[i], s[j])
-			i = j + 1
-		}
-		rec.Batches = append(rec.Batches, rs)
-	}
-	b, _ := json.Marshal(rec) // ints only; cannot fail
-	return b
 }
 
 // PositionsError reports a position record this build cannot read. The
@@ -102,29 +117,24 @@ func decodePositions(max int, b []byte) (*positions, error) {
 	if rec.Version != 1 {
 		return nil, fmt.Errorf("unknown version %d", rec.Version)
 	}
+	// Keep the newest; a smaller Window than the writer's is honoured.
+	if over := len(rec.Batches) - max; over > 0 {
+		rec.Batches = rec.Batches[over:]
+	}
 	for _, rs := range rec.Batches {
 		if len(rs)%2 != 0 {
 			return nil, errors.New("odd range list")
 		}
 		var batch []int64
 		for i := 0; i < len(rs); i += 2 {
-			if rs[i+1]-rs[i] > 1<<20 {
-				return nil, errors.New("range too wide")
+			if rs[i+1] < rs[i] || rs[i+1]-rs[i] > 1<<20 {
+				return nil, errors.New("bad range")
 			}
 			for s := rs[i]; s <= rs[i+1]; s++ {
 				batch = append(batch, s)
 			}
 		}
-		p.batches = append(p.batches, batch)
-	}
-	// Keep the newest; a smaller Window than the writer's is honoured.
-	if over := len(p.batches) - max; over > 0 {
-		p.batches = p.batches[over:]
-	}
-	for _, b := range p.batches {
-		for _, s := range b {
-			p.seen[s] = struct{}{}
-		}
+		p.add(batch, rs)
 	}
 	return p, nil
 }

@@ -495,7 +495,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 		seqs[k] = ds[i].Seq
 	}
 	s.mu.Lock()
-	next := l.pos.with(seqs)
+	ranges, value := l.pos.encodeWith(seqs)
 	s.mu.Unlock()
 
 	var (
@@ -520,7 +520,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 			}
 		})
 	}
-	cl.Produce(ctx, &kgo.Record{Topic: s.cfg.PositionsTopic, Key: []byte(l.id), Value: next.encode()},
+	cl.Produce(ctx, &kgo.Record{Topic: s.cfg.PositionsTopic, Key: []byte(l.id), Value: value},
 		func(_ *kgo.Record, err error) {
 			if err != nil {
 				note(-1, fmt.Errorf("position record: %w", err))
@@ -588,7 +588,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 	}
 	s.committed.Add(1)
 	s.mu.Lock()
-	l.pos = next
+	l.pos.add(seqs, ranges)
 	s.mu.Unlock()
 	return nil
 }

@@ -228,26 +228,43 @@ func TestTransactionalCommitRefused(t *testing.T) {
 
 func TestPositionsWindow(t *testing.T) {
 	p := newPositions(2)
-	p = p.with([]int64{1, 2, 3, 7})
-	p = p.with([]int64{4, 5})
-	p = p.with([]int64{9})
-	if p.has(1) || !p.has(4) || !p.has(9) {
+	commit := func(batch ...int64) []byte {
+		rs, value := p.encodeWith(batch)
+		p.add(batch, rs)
+		return value
+	}
+	commit(1, 2, 3, 7)
+	commit(4, 5)
+	if _, v := p.encodeWith([]int64{9}); p.has(9) || string(v) != `{"v":1,"batches":[[4,5],[9,9]]}` {
+		t.Fatalf("encodeWith changed the window or wrote %s", v)
+	}
+	value := commit(9)
+	if p.has(1) || p.has(7) || !p.has(4) || !p.has(9) {
 		t.Fatalf("window kept %v", p.batches)
 	}
-	q, err := decodePositions(2, p.encode())
+	if string(value) != string(p.encode()) {
+		t.Fatalf("record %s differs from the window %s", value, p.encode())
+	}
+	q, err := decodePositions(2, value)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []int64{4, 5, 9} {
 		if !q.has(s) {
-			t.Fatalf("decoded window lost %d: %s", s, p.encode())
+			t.Fatalf("decoded window lost %d: %s", s, value)
 		}
 	}
 	if q.has(6) || q.has(1) {
-		t.Fatalf("decoded window has rows it never held: %s", p.encode())
+		t.Fatalf("decoded window has rows it never held: %s", value)
+	}
+	if q1, _ := decodePositions(1, value); q1.has(4) || !q1.has(9) {
+		t.Fatal("a smaller window must keep only the newest batches")
 	}
 	if _, err := decodePositions(2, []byte(`{"v":9}`)); err == nil {
 		t.Fatal("unknown version accepted")
+	}
+	if _, err := decodePositions(2, []byte(`{"v":1,"batches":[[5,3]]}`)); err == nil {
+		t.Fatal("inverted range accepted")
 	}
 }
 
