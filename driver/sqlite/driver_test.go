@@ -102,6 +102,19 @@ func TestOpenBadPath(t *testing.T) {
 			t.Fatalf("Open(%q) = %v, want an error mentioning %q", c.path, err, c.want)
 		}
 	}
+	// A file that is not a database.
+	junk := filepath.Join(dir, "junk.db")
+	if err := os.WriteFile(junk, []byte(strings.Repeat("not a database ", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := sqlite.Open(junk, nil); err == nil {
+		_ = d.Close()
+		t.Fatal("Open of a non-database file succeeded")
+	} else if !strings.Contains(err.Error(), junk) {
+		t.Fatalf("Open of a non-database file = %v, want the path in the error", err)
+	} else {
+		t.Logf("junk file: %v", err)
+	}
 	// A directory where the file should be.
 	if d, err := sqlite.Open(dir, nil); err == nil {
 		_ = d.Close()
