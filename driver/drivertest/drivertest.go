@@ -15,8 +15,15 @@
 //     OldestPending is the age of the oldest pending row, leased or not.
 //   - ListMessages returns rows in id order.
 //   - Revive with neither IDs nor Types changes nothing.
-//   - InsertTx that fails writes nothing and leaves the caller's transaction
-//     usable (a savepoint on PostgreSQL).
+//   - InsertTx that fails writes nothing, even if the caller commits
+//     afterwards (the transaction may stay usable or be aborted).
+//   - Rows of one Insert call get ids in the order given, so one key's
+//     messages enqueued together keep their order.
+//   - Settle without KeepDelivered deletes delivered rows; with it they stay
+//     as delivered with DeliveredAt. Both count in Stats.DeliveredLastHr.
+//   - A released row is claimable at once and its attempt is not counted.
+//   - The caller's open transaction may hold a write lock (SQLite), so the
+//     suite never claims while one is open.
 //   - Purge with DeliveredBefore 0 deletes every delivered row (the
 //     client's DeliveredRetention 0 means keep none); InboxBefore 0 leaves
 //     the inbox alone.
