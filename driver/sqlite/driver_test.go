@@ -438,3 +438,26 @@ func TestStaleCheckUsesDatabaseClock(t *testing.T) {
 		}
 	}
 }
+
+// A database left at an older version by an earlier build is brought up by
+// applying only what it lacks.
+func TestMigrateUpgradesFromOlderVersion(t *testing.T) {
+	d := openT(t, filepath.Join(t.TempDir(), "m.db"), nil)
+	ctx := t.Context()
+	ms, err := d.MigrationSQL(0)
+	if err != nil || len(ms) < 2 {
+		t.Fatalf("MigrationSQL(0) = %d, %v; this test needs at least two migrations", len(ms), err)
+	}
+	if _, err := d.DB().ExecContext(ctx, ms[0].SQL); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Migrate(ctx, driver.MigrateCheck)
+	var ve *sqlite.SchemaVersionError
+	if !errors.Is(err, driver.ErrSchemaBehind) || !errors.As(err, &ve) || ve.Have != 1 || res.From != 1 {
+		t.Fatalf("check at version 1 = %+v, %v", res, err)
+	}
+	res, err = d.Migrate(ctx, driver.MigrateUp)
+	if err != nil || res.From != 1 || res.To != len(ms) || len(res.Applied) != len(ms)-1 || res.Applied[0] != 2 {
+		t.Fatalf("upgrade from 1 = %+v, %v", res, err)
+	}
+}
