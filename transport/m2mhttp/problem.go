@@ -28,6 +28,7 @@ const (
 	ProblemMethod           = ProblemTypeBase + "method-not-allowed"
 	ProblemMediaType        = ProblemTypeBase + "unsupported-media-type"
 	ProblemTooLarge         = ProblemTypeBase + "body-too-large"
+	ProblemTooManyMessages  = ProblemTypeBase + "too-many-messages"
 	ProblemMalformed        = ProblemTypeBase + "malformed-envelope"
 	ProblemUnknownType      = ProblemTypeBase + "unknown-type"
 	ProblemRefused          = ProblemTypeBase + "refused"

@@ -42,10 +42,15 @@ type ReceiverConfig struct {
 	// MaxBodyBytes bounds a request body; larger ones get 413. Default
 	// 1 MiB.
 	MaxBodyBytes int64
-	// MaxInFlight bounds the messages being applied at once; beyond it the
-	// receiver sheds load with 503 and Retry-After instead of queueing
-	// until the senders time out. Default 0: no bound.
+	// MaxInFlight bounds the requests being applied at once (a batch
+	// counts as one: it is applied in one transaction per type); beyond
+	// it the receiver sheds load with 503 and Retry-After instead of
+	// queueing until the senders time out. Default 0: no bound.
 	MaxInFlight int
+	// MaxBatchItems bounds the envelopes of one batch request; a larger
+	// batch is refused whole with 413. Default DefaultMaxBatchItems
+	// (1000). MaxBodyBytes applies to a batch as to a single envelope.
+	MaxBatchItems int
 	// Logger receives the receiver's logs, each with the request id.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -60,6 +65,7 @@ type Receiver struct {
 	tokens   [][sha256.Size]byte
 	handlers map[string]Handler
 	maxBody  int64
+	maxBatch int
 	inflight chan struct{}
 	log      *slog.Logger
 	payloads bool
@@ -93,6 +99,13 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	}
 	if rc.maxBody < 0 {
 		return nil, &mensageria.ConfigError{Field: "MaxBodyBytes", Reason: "must not be negative"}
+	}
+	rc.maxBatch = cfg.MaxBatchItems
+	if rc.maxBatch == 0 {
+		rc.maxBatch = DefaultMaxBatchItems
+	}
+	if rc.maxBatch < 0 {
+		return nil, &mensageria.ConfigError{Field: "MaxBatchItems", Reason: "must not be negative"}
 	}
 	if cfg.MaxInFlight < 0 {
 		return nil, &mensageria.ConfigError{Field: "MaxInFlight", Reason: "must not be negative"}
@@ -224,8 +237,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnauthorized, ProblemUnauthorized, "Unauthorized", "a valid bearer token is required", 0)
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get(headerContentType)); err != nil || mt != contentTypeJSON {
-		refuse(http.StatusUnsupportedMediaType, ProblemMediaType, "Unsupported media type", "the envelope must be sent as application/json", 0)
+	mt, _, err := mime.ParseMediaType(r.Header.Get(headerContentType))
+	if err != nil || (mt != contentTypeJSON && mt != ContentTypeBatch) {
+		refuse(http.StatusUnsupportedMediaType, ProblemMediaType, "Unsupported media type", "an envelope is sent as application/json, a batch as "+ContentTypeBatch, 0)
 		return
 	}
 	if r.ContentLength > rc.maxBody {
@@ -242,6 +256,10 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The sender went away or the stream broke: nobody may read this,
 		// but a retryable answer is right if someone does.
 		refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the body could not be read", 0)
+		return
+	}
+	if mt == ContentTypeBatch {
+		rc.serveBatch(w, r, body, reqID, refuse)
 		return
 	}
 	env, err := DecodeEnvelope(body)
@@ -291,36 +309,38 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	p, ra, _ := rc.failure(ctx, log, err, r.Context().Err() != nil, env.Payload)
+	refuse(p.Status, p.Type, p.Title, p.Detail, ra)
+}
+
+// failure logs why a message was not applied and returns the answer: the
+// problem, the Retry-After to send with it, and the status of the message
+// in a batch answer.
+func (rc *Receiver) failure(ctx context.Context, log *slog.Logger, err error, gone bool, payload []byte) (Problem, time.Duration, string) {
 	if rc.payloads {
-		log = log.With("payload", string(env.Payload))
+		log = log.With("payload", string(payload))
 	}
 	var pe *panicError
-	var ra time.Duration
 	switch {
 	case errors.As(err, &pe):
 		log.ErrorContext(ctx, "effect panicked; rolled back", "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
-		refuse(http.StatusInternalServerError, ProblemInternal, "Internal error", "the effect failed; the message was not applied", 0)
+		return Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError, Detail: "the effect failed; the message was not applied"}, 0, ItemRetry
 	case errors.Is(err, mensageria.ErrStale):
 		log.WarnContext(ctx, "stale message refused", "err", err)
-		refuse(http.StatusConflict, ProblemStale, "Message older than the dedup window", err.Error(), 0)
+		return Problem{Type: ProblemStale, Title: "Message older than the dedup window", Status: http.StatusConflict, Detail: err.Error()}, 0, ItemStale
 	case mensageria.IsPermanent(err), errors.Is(err, mensageria.ErrInvalidMessage):
 		log.WarnContext(ctx, "message refused by its effect", "err", err)
-		refuse(http.StatusUnprocessableEntity, ProblemRefused, "Message refused", strings.TrimPrefix(err.Error(), "permanent: "), 0)
-	case r.Context().Err() != nil:
+		return Problem{Type: ProblemRefused, Title: "Message refused", Status: http.StatusUnprocessableEntity, Detail: strings.TrimPrefix(err.Error(), "permanent: ")}, 0, ItemRefused
+	case gone:
 		log.InfoContext(ctx, "sender went away before the message was applied", "err", err)
-		refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the request ended before the message was applied", 0)
-	default:
-		if d, ok := mensageria.RetryAfterOf(err); ok {
-			ra = max(d, time.Second)
-		}
-		log.ErrorContext(ctx, "effect failed; rolled back", "err", err)
-		if ra > 0 {
-			refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the message was not applied; retry later", ra)
-			return
-		}
-		// The error text may hold SQL or internals: it stays in the log.
-		refuse(http.StatusInternalServerError, ProblemInternal, "Internal error", "the effect failed; the message was not applied", 0)
+		return Problem{Type: ProblemUnavailable, Title: "Unavailable", Status: http.StatusServiceUnavailable, Detail: "the request ended before the message was applied"}, 0, ItemRetry
 	}
+	log.ErrorContext(ctx, "effect failed; rolled back", "err", err)
+	if d, ok := mensageria.RetryAfterOf(err); ok {
+		return Problem{Type: ProblemUnavailable, Title: "Unavailable", Status: http.StatusServiceUnavailable, Detail: "the message was not applied; retry later"}, max(d, time.Second), ItemRetry
+	}
+	// The error text may hold SQL or internals: it stays in the log.
+	return Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError, Detail: "the effect failed; the message was not applied"}, 0, ItemRetry
 }
 
 func guard(effect mensageria.Effect) mensageria.Effect {

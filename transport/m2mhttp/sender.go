@@ -38,15 +38,25 @@ type SenderConfig struct {
 	// because re-POSTing a message to wherever a Location points would
 	// hand the bearer token and payload to an address nobody configured.
 	Client *http.Client
+	// MaxBatchItems bounds the envelopes of one batch request sent by a
+	// BatchSender; a larger SendBatch is split into several requests, sent
+	// concurrently. It must not exceed the receiver's MaxBatchItems.
+	// Default 100 (the relay's default BatchSize). Unused by NewSender.
+	MaxBatchItems int
+	// MaxBatchBytes bounds the body of one batch request sent by a
+	// BatchSender, splitting a SendBatch as MaxBatchItems does; it must not
+	// exceed the receiver's MaxBodyBytes. An envelope larger than it on
+	// its own travels alone. Default 1 MiB (the receiver's default).
+	// Unused by NewSender.
+	MaxBatchBytes int
 }
 
 // Sender delivers messages of one route to one HTTP receiver. It
 // implements mensageria.Sender and is safe for concurrent use.
 //
-// It does not implement mensageria.BatchSender: on the benchmark the cost
-// per message is the receiver's durable inbox commit, not the HTTP
-// exchange, so carrying many envelopes per request would not pay unless
-// the receiver also applied them in one transaction.
+// It does not implement mensageria.BatchSender, so the relay hands it one
+// message at a time, each in its own request; NewBatchSender returns a
+// *BatchSender that carries a claimed batch in one request instead.
 //
 // net/http itself re-sends a request once when a reused keep-alive
 // connection turns out dead before any answer byte (it does so for
