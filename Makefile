@@ -25,3 +25,11 @@ demo:
 
 bench: services
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+## chaos: the fault-injection suite, short profile, verbose (docs/reliability.md)
+chaos: services
+	$(GO) test -count=1 -v -run 'TestChaos$$' -timeout 15m ./internal/chaos/
+
+## chaos-long: the fault-injection suite with 1,000,000 messages
+chaos-long: services
+	MENSAGERIA_CHAOS_MESSAGES=1000000 $(GO) test -count=1 -v -run 'TestChaos$$' -timeout 4h ./internal/chaos/

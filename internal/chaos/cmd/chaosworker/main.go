@@ -1,0 +1,319 @@
+// Command chaosworker is one process of the fault-injection suite
+// (internal/chaos): a relay replica of one app, or the HTTP receiver of
+// one app's messages. The harness builds it, starts, kills, pauses and
+// restarts it; everything it must remember goes to PostgreSQL, so a
+// SIGKILL loses nothing the checker needs.
+//
+// It ends on SIGTERM, SIGINT, or when its stdin closes (the harness died).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/transport/m2mhttp"
+)
+
+// HeaderRelay carries the sending relay's name to the receiver, so the
+// history knows which app's relay delivered each request.
+const HeaderRelay = "X-Chaos-Relay"
+
+type flags struct {
+	mode, db, schema, run, app, label, types, ordered, url, token string
+	lease, timeout                                                time.Duration
+	dropAcks                                                      float64
+	conns                                                         int
+}
+
+func main() {
+	var f flags
+	flag.StringVar(&f.mode, "mode", "", "relay or receiver")
+	flag.StringVar(&f.db, "db", "", "PostgreSQL URL")
+	flag.StringVar(&f.schema, "schema", "", "schema of the outbox and the history tables")
+	flag.StringVar(&f.run, "run", "", "run id, a prefix of every application_name")
+	flag.StringVar(&f.app, "app", "", "mensageria app name (relay)")
+	flag.StringVar(&f.label, "label", "", "name in the history: app/replica#incarnation (relay) or app#incarnation (receiver)")
+	flag.StringVar(&f.types, "types", "", "comma-separated message types")
+	flag.StringVar(&f.ordered, "ordered", "", "comma-separated types delivered in per-key order")
+	flag.StringVar(&f.url, "url", "", "receiver URL (relay)")
+	flag.StringVar(&f.token, "token", "chaos", "bearer token")
+	flag.DurationVar(&f.lease, "lease", 3*time.Second, "relay lease")
+	flag.DurationVar(&f.timeout, "timeout", 1500*time.Millisecond, "HTTP request timeout (relay)")
+	flag.Float64Var(&f.dropAcks, "drop-acks", 0, "probability of applying a message and then dropping the answer (receiver)")
+	flag.IntVar(&f.conns, "conns", 4, "database connections")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		// The harness holds our stdin open; EOF means it is gone and we
+		// must not outlive it.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	var err error
+	switch f.mode {
+	case "relay":
+		err = relay(ctx, &f, log)
+	case "receiver":
+		err = receiver(ctx, &f, log)
+	default:
+		err = fmt.Errorf("unknown -mode %q", f.mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker:", err)
+		os.Exit(1)
+	}
+}
+
+func openPool(ctx context.Context, f *flags, params map[string]string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(f.db)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(f.conns)
+	cfg.MinConns = 0
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func split(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// out serializes the lines the harness reads from stdout.
+var out = struct {
+	sync.Mutex
+	w *bufio.Writer
+}{w: bufio.NewWriter(os.Stdout)}
+
+func emit(format string, a ...any) {
+	out.Lock()
+	defer out.Unlock()
+	fmt.Fprintf(out.w, format+"\n", a...)
+	_ = out.w.Flush()
+}
+
+type hook struct{}
+
+func (hook) OnDelivery(ev mensageria.DeliveryEvent) {
+	if ev.Outcome == mensageria.OutcomeFenced {
+		emit("fenced %s", ev.Type)
+	}
+}
+
+func (hook) OnElection(ev mensageria.ElectionEvent) { emit("leader %v %d", ev.Leader, ev.Epoch) }
+
+func relay(ctx context.Context, f *flags, log *slog.Logger) error {
+	// The pool's application_name names this process in the outbox
+	// trigger's history and lets the nemesis find its backends.
+	pool, err := openPool(ctx, f, map[string]string{"application_name": "chaos " + f.run + " " + f.label})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	drv, err := postgres.New(pool, &postgres.Config{Schema: f.schema})
+	if err != nil {
+		return err
+	}
+	hs, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: f.url, Token: f.token, Timeout: f.timeout, MaxConcurrent: 16})
+	if err != nil {
+		return err
+	}
+	label := f.label
+	send := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+		dd := *d
+		dd.Headers = make(map[string]string, len(d.Headers)+1)
+		for k, v := range d.Headers {
+			dd.Headers[k] = v
+		}
+		dd.Headers[HeaderRelay] = label
+		return hs.Send(ctx, &dd)
+	})
+	ordered := map[string]bool{}
+	for _, t := range split(f.ordered) {
+		ordered[t] = true
+	}
+	reg := mensageria.NewRegistry()
+	for _, t := range split(f.types) {
+		var opts []mensageria.RouteOption
+		if ordered[t] {
+			opts = append(opts, mensageria.Ordered())
+		}
+		if err := reg.Register(t, send, opts...); err != nil {
+			return err
+		}
+	}
+	c, err := mensageria.New(drv, &mensageria.Config{
+		App:          f.app,
+		Registry:     reg,
+		BatchSize:    50,
+		Concurrency:  16,
+		Lease:        f.lease,
+		MaxAttempts:  1_000_000, // only an injected permanent error may park a message
+		BackoffBase:  50 * time.Millisecond,
+		BackoffMax:   time.Second,
+		PollInterval: 200 * time.Millisecond,
+		Logger:       log,
+		Hooks:        []mensageria.Hook{hook{}},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	emit("ready")
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.Stop(sctx)
+	return nil
+}
+
+// N reads the harness's message number out of a message id.
+func N(id uuid.UUID) int64 {
+	var b [8]byte
+	copy(b[2:], id[10:])
+	return int64(binary.BigEndian.Uint64(b[:]))
+}
+
+type arrivalKey struct{}
+
+func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
+	ln, err := net.FileListener(os.NewFile(3, "listener"))
+	if err != nil {
+		return fmt.Errorf("listener from fd 3: %w", err)
+	}
+	route, _, _ := strings.Cut(f.label, "#")
+	// Asynchronous commit: the suite kills processes, not the server, and
+	// a commit the server acknowledged survives a client's death.
+	pool, err := openPool(ctx, f, map[string]string{
+		"application_name":   "chaos " + f.run + " receiver " + f.label,
+		"synchronous_commit": "off",
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	drv, err := postgres.New(pool, &postgres.Config{Schema: f.schema})
+	if err != nil {
+		return err
+	}
+	effects := f.schema + ".chaos_effects"
+	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+		var p struct {
+			Poison bool `json:"poison"`
+		}
+		_ = json.Unmarshal(d.Payload, &p)
+		if p.Poison {
+			return mensageria.Permanent(errors.New("poison message: refused for good"))
+		}
+		aid, _ := ctx.Value(arrivalKey{}).(int64)
+		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+effects+" (n, arrival_id) VALUES ($1, $2)", N(d.ID), aid)
+		return err
+	}
+	handlers := map[string]m2mhttp.Handler{}
+	for _, t := range split(f.types) {
+		// Many messages share a key (ordered streams), so each message is
+		// deduplicated by its id.
+		in, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "chaos " + t, DedupKey: func(d *mensageria.Delivery) string { return d.ID.String() }})
+		if err != nil {
+			return err
+		}
+		handlers[t] = m2mhttp.Handler{Inbox: in, Effect: effect}
+	}
+	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{Tokens: []string{f.token}, Handlers: handlers, Logger: log})
+	if err != nil {
+		return err
+	}
+	arrivals := f.schema + ".chaos_arrivals"
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "body", http.StatusServiceUnavailable)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		env, err := m2mhttp.DecodeEnvelope(body)
+		if err != nil {
+			rc.ServeHTTP(w, r)
+			return
+		}
+		drop := f.dropAcks > 0 && rand.Float64() < f.dropAcks
+		// Recorded before the inbox runs, so every effect has its request
+		// in the history even if this process dies right after.
+		var id int64
+		err = pool.QueryRow(r.Context(), "INSERT INTO "+arrivals+" (n, type, attempt, route, relay, ack_dropped) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+			N(env.ID), env.Type, env.Attempt, route, env.Headers[HeaderRelay], drop).Scan(&id)
+		if err != nil {
+			http.Error(w, "could not record the arrival", http.StatusServiceUnavailable)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), arrivalKey{}, id))
+		if !drop {
+			rc.ServeHTTP(w, r)
+			return
+		}
+		// Apply, then lose the answer: the sender sees a broken
+		// connection after the effect committed.
+		rc.ServeHTTP(discard{h: http.Header{}}, r)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = conn.Close()
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	emit("ready")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// discard is a ResponseWriter whose answer nobody will read.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header         { return d.h }
+func (d discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d discard) WriteHeader(int)             {}
