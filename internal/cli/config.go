@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +33,26 @@ type Config struct {
 // Route is one message type this app sends, and how.
 type Route struct {
 	Type string
-	// Transport is the one transport block present ("http").
+	// Transport is the one transport block present: http, kafka or nats.
 	Transport string
 	HTTP      *HTTPRoute
+	Kafka     *KafkaRoute
+	NATS      *NATSRoute
 	Ordered   bool
 	Line      int
+}
+
+// KafkaRoute is a kafka: block: the idempotent producer to one topic.
+type KafkaRoute struct {
+	Brokers []string
+	Topic   string
+}
+
+// NATSRoute is a nats: block: JetStream publishes to one subject.
+type NATSRoute struct {
+	URL     string
+	Subject string
+	Stream  string // optional: verified at start, and every publish expects it
 }
 
 // HTTPRoute is an http: block.
@@ -141,9 +158,22 @@ type rawConfig struct {
 }
 
 type rawRoute struct {
-	Type     string   `yaml:"type"`
-	HTTP     *rawHTTP `yaml:"http"`
-	Ordering string   `yaml:"ordering"`
+	Type     string    `yaml:"type"`
+	HTTP     *rawHTTP  `yaml:"http"`
+	Kafka    *rawKafka `yaml:"kafka"`
+	NATS     *rawNATS  `yaml:"nats"`
+	Ordering string    `yaml:"ordering"`
+}
+
+type rawKafka struct {
+	Brokers []string `yaml:"brokers"`
+	Topic   string   `yaml:"topic"`
+}
+
+type rawNATS struct {
+	URL     string `yaml:"url"`
+	Subject string `yaml:"subject"`
+	Stream  string `yaml:"stream"`
 }
 
 type rawHTTP struct {
@@ -170,6 +200,8 @@ var sections = map[string]reflect.Type{
 	"rawConfig": reflect.TypeFor[rawConfig](),
 	"rawRoute":  reflect.TypeFor[rawRoute](),
 	"rawHTTP":   reflect.TypeFor[rawHTTP](),
+	"rawKafka":  reflect.TypeFor[rawKafka](),
+	"rawNATS":   reflect.TypeFor[rawNATS](),
 	"rawRelay":  reflect.TypeFor[rawRelay](),
 }
 
@@ -244,7 +276,16 @@ func (p *parser) yamlErr(err error) error {
 				ce.Field = p.pathAt(ce.Line, u[1])
 				ce.Msg = fmt.Sprintf("unknown key %q (known keys here: %s)", u[1], strings.Join(knownKeys(sections[u[2]]), ", "))
 			} else if strings.Contains(ce.Msg, "cannot unmarshal") {
-				ce.Field = p.pathAt(ce.Line, "")
+				kind := yaml.Kind(0)
+				switch {
+				case strings.Contains(ce.Msg, "unmarshal !!map"):
+					kind = yaml.MappingNode
+				case strings.Contains(ce.Msg, "unmarshal !!seq"):
+					kind = yaml.SequenceNode
+				default:
+					kind = yaml.ScalarNode
+				}
+				ce.Field = p.pathAtKind(ce.Line, "", kind)
 				ce.Msg = friendlyUnmarshal(ce.Msg)
 			}
 		}
@@ -279,6 +320,8 @@ func friendlyUnmarshal(msg string) string {
 	switch {
 	case strings.Contains(msg, "into []cli.rawRoute"):
 		return "routes must be a list (each item starting with '- type: ...')"
+	case strings.Contains(msg, "into []string"):
+		return "expected a list here ([a, b] or '- a' lines)"
 	case strings.Contains(msg, "!!seq into"):
 		return "expected a single value or a mapping here, found a list"
 	case strings.Contains(msg, "!!map into"):
@@ -304,11 +347,21 @@ func knownKeys(t reflect.Type) []string {
 
 // pathAt finds the dotted path of the key named key on line (or of the
 // value on line, when key is empty), for messages.
-func (p *parser) pathAt(line int, key string) string {
+func (p *parser) pathAt(line int, key string) string { return p.pathAtKind(line, key, 0) }
+
+// pathAtKind is pathAt for a value of one kind (0: any).
+func (p *parser) pathAtKind(line int, key string, kind yaml.Kind) string {
+	// The deepest match wins: a mapping value starts on the line of its
+	// first key, and the message is about that key's value.
 	var found string
+	consider := func(path string) {
+		if len(path) > len(found) {
+			found = path
+		}
+	}
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
-		if found != "" || n == nil {
+		if n == nil {
 			return
 		}
 		switch n.Kind {
@@ -316,23 +369,21 @@ func (p *parser) pathAt(line int, key string) string {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
 				sub := join(path, k.Value)
-				if k.Line == line && (key == "" || k.Value == key) {
-					found = sub
-					return
+				if key != "" && k.Line == line && k.Value == key {
+					consider(sub)
 				}
-				if key == "" && v.Line == line {
-					found = sub
-					return
+				if key == "" && v.Line == line && (kind == 0 || v.Kind == kind) {
+					consider(sub)
 				}
 				walk(v, sub)
 			}
 		case yaml.SequenceNode:
 			for i, c := range n.Content {
-				if key == "" && c.Line == line && c.Kind == yaml.ScalarNode {
-					found = fmt.Sprintf("%s[%d]", path, i)
-					return
+				sub := fmt.Sprintf("%s[%d]", path, i)
+				if key == "" && c.Line == line && (c.Kind == kind || (kind == 0 && c.Kind == yaml.ScalarNode)) {
+					consider(sub)
 				}
-				walk(c, fmt.Sprintf("%s[%d]", path, i))
+				walk(c, sub)
 			}
 		}
 	}
@@ -624,8 +675,22 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	default:
 		return r, p.errAt([]any{"routes", i, "ordering"}, "unknown ordering %q (use key, or leave it out)", ord)
 	}
-	if rr.HTTP == nil {
-		return r, p.errAt([]any{"routes", i}, "route %q has no transport: add http: {url: ...}", r.Type)
+	var kinds []string
+	for k, present := range map[string]bool{"http": rr.HTTP != nil, "kafka": rr.Kafka != nil, "nats": rr.NATS != nil} {
+		if present {
+			kinds = append(kinds, k)
+		}
+	}
+	slices.Sort(kinds)
+	switch {
+	case len(kinds) == 0:
+		return r, p.errAt([]any{"routes", i}, "route %q has no transport: add http: {url: ..., token: ...} (or kafka: / nats:)", r.Type)
+	case len(kinds) > 1:
+		return r, p.errAt([]any{"routes", i, kinds[1]}, "route %q has %s: one transport per route", r.Type, strings.Join(kinds, " and "))
+	case rr.Kafka != nil:
+		return p.kafkaRoute(i, r, rr.Kafka)
+	case rr.NATS != nil:
+		return p.natsRoute(i, r, rr.NATS)
 	}
 	r.Transport = "http"
 	h := &HTTPRoute{}
@@ -654,6 +719,66 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 		return r, err
 	}
 	r.HTTP = h
+	return r, nil
+}
+
+func (p *parser) kafkaRoute(i int, r Route, rk *rawKafka) (Route, error) {
+	r.Transport = "kafka"
+	k := &KafkaRoute{}
+	at := func(key string, more ...any) []any { return append([]any{"routes", i, "kafka", key}, more...) }
+	for j, b := range rk.Brokers {
+		v, err := p.expand(b, at("brokers", j)...)
+		if err != nil {
+			return r, err
+		}
+		// One ${KAFKA_BROKERS} may stand for the whole comma-separated list.
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				if _, _, err := net.SplitHostPort(h); err != nil {
+					return r, p.errAt(at("brokers", j), "%q is not host:port", h)
+				}
+				k.Brokers = append(k.Brokers, h)
+			}
+		}
+	}
+	if len(k.Brokers) == 0 {
+		return r, p.errAt(at("brokers"), "required: a list of host:port seed brokers")
+	}
+	var err error
+	if k.Topic, err = p.expand(rk.Topic, at("topic")...); err != nil {
+		return r, err
+	}
+	if k.Topic == "" {
+		return r, p.errAt(at("topic"), "required: the topic this type is produced to")
+	}
+	r.Kafka = k
+	return r, nil
+}
+
+func (p *parser) natsRoute(i int, r Route, rn *rawNATS) (Route, error) {
+	r.Transport = "nats"
+	n := &NATSRoute{}
+	at := func(key string) []any { return []any{"routes", i, "nats", key} }
+	var err error
+	if n.URL, err = p.expand(rn.URL, at("url")...); err != nil {
+		return r, err
+	}
+	if n.URL == "" {
+		return r, p.errAt(at("url"), "required: the NATS server (nats://host:4222)")
+	}
+	if u, perr := url.Parse(n.URL); perr != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+		return r, p.errAt(at("url"), "%q is not a nats:// or tls:// URL", n.URL)
+	}
+	if n.Subject, err = p.expand(rn.Subject, at("subject")...); err != nil {
+		return r, err
+	}
+	if n.Subject == "" || strings.ContainsAny(n.Subject, " \t*>") {
+		return r, p.errAt(at("subject"), "required: one concrete subject (no spaces or wildcards)")
+	}
+	if n.Stream, err = p.expand(rn.Stream, at("stream")...); err != nil {
+		return r, err
+	}
+	r.NATS = n
 	return r, nil
 }
 

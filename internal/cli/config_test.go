@@ -77,6 +77,32 @@ func TestParseConfigDefaultsAndSQLite(t *testing.T) {
 	}
 }
 
+func TestParseConfigKafkaAndNATS(t *testing.T) {
+	in := `database: sqlite:/tmp/x.db
+app: a
+routes:
+  - type: a.kafka
+    kafka: {brokers: ["${KAFKA}", "k3:9092"], topic: pedidos}
+    ordering: key
+  - type: a.nats
+    nats:
+      url: nats://127.0.0.1:4222
+      subject: pedidos.criados
+      stream: PEDIDOS
+`
+	c, err := ParseConfig("m.yaml", []byte(in), envOf("KAFKA", "k1:9092, k2:9092"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, n := c.Routes[0], c.Routes[1]
+	if k.Transport != "kafka" || strings.Join(k.Kafka.Brokers, ",") != "k1:9092,k2:9092,k3:9092" || k.Kafka.Topic != "pedidos" || !k.Ordered {
+		t.Fatalf("kafka route: %+v %+v", k, k.Kafka)
+	}
+	if n.Transport != "nats" || n.NATS.Subject != "pedidos.criados" || n.NATS.Stream != "PEDIDOS" {
+		t.Fatalf("nats route: %+v %+v", n, n.NATS)
+	}
+}
+
 func TestParseConfigDollarEscape(t *testing.T) {
 	c, err := ParseConfig("m.yaml", []byte("database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p', token: 'a$$b$${NOT}'}\n"), envOf())
 	if err != nil {
@@ -122,6 +148,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{"zero concurrency", base(route) + "relay: {concurrency: 0}\n", 6, "relay.concurrency", "at least 1"},
 		{"bad bool", base(route) + "relay: {poll_only: maybe}\n", 6, "relay.poll_only", "not true or false"},
 		{"no transport", base("routes:\n  - type: t\n    ordering: key\n"), 4, "routes[0]", "has no transport"},
+		{"two transports", base("routes:\n  - type: t\n    http: {url: http://h/, token: x}\n    kafka: {brokers: [k:9092], topic: t}\n"), 6, "routes[0].kafka", "has http and kafka: one transport per route"},
+		{"kafka no brokers", base("routes:\n  - type: t\n    kafka: {topic: t}\n"), 5, "routes[0].kafka.brokers", "required"},
+		{"kafka bad broker", base("routes:\n  - type: t\n    kafka:\n      brokers: [k9092]\n      topic: t\n"), 6, "routes[0].kafka.brokers[0]", `"k9092" is not host:port`},
+		{"kafka brokers not a list", base("routes:\n  - type: t\n    kafka:\n      brokers: k:9092\n      topic: t\n"), 6, "routes[0].kafka.brokers", "expected a list"},
+		{"kafka no topic", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092]}\n"), 5, "routes[0].kafka.topic", "required"},
+		{"nats bad url", base("routes:\n  - type: t\n    nats: {url: 'http://n:4222', subject: s}\n"), 5, "routes[0].nats.url", "not a nats://"},
+		{"nats wildcard subject", base("routes:\n  - type: t\n    nats: {url: 'nats://n:4222', subject: 'a.*'}\n"), 5, "routes[0].nats.subject", "no spaces or wildcards"},
 		{"no type", base("routes:\n  - http: {url: http://h/, token: x}\n"), 4, "routes[0].type", "required"},
 		{"duplicate type", base(route + "  - type: pedido.criado\n    http: {url: http://h/, token: x}\n"), 6, "routes[1].type", "already routed by routes[0]"},
 		{"bad ordering", base("routes:\n  - type: t\n    ordering: fifo\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].ordering", `unknown ordering "fifo"`},

@@ -73,6 +73,14 @@ func destination(r Route) string {
 	switch r.Transport {
 	case "http":
 		return "POST " + r.HTTP.URL
+	case "kafka":
+		return "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
+	case "nats":
+		d := "subject " + r.NATS.Subject + " on " + r.NATS.URL
+		if r.NATS.Stream != "" {
+			d += " (stream " + r.NATS.Stream + ")"
+		}
+		return d
 	}
 	return r.Transport
 }

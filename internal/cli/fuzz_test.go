@@ -33,7 +33,14 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("accepted an incomplete config: %+v", c)
 		}
 		for _, r := range c.Routes {
-			if r.Type == "" || r.HTTP == nil || r.HTTP.URL == "" || r.HTTP.Timeout < 0 {
+			n := 0
+			for _, present := range []bool{r.HTTP != nil, r.Kafka != nil, r.NATS != nil} {
+				if present {
+					n++
+				}
+			}
+			if r.Type == "" || n != 1 || (r.HTTP != nil && (r.HTTP.URL == "" || r.HTTP.Token == "" || r.HTTP.Timeout < 0)) ||
+				(r.Kafka != nil && (len(r.Kafka.Brokers) == 0 || r.Kafka.Topic == "")) || (r.NATS != nil && r.NATS.Subject == "") {
 				t.Fatalf("accepted a bad route: %+v", r)
 			}
 		}

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/transport/kafka"
 	"github.com/xadm/mensageria/transport/m2mhttp"
+	natssender "github.com/xadm/mensageria/transport/nats"
 )
 
 // backend is an opened database.
@@ -65,8 +68,8 @@ func (b *backend) ping(ctx context.Context) error {
 	return nil
 }
 
-// newSender builds the Sender of a route.
-func newSender(r Route) (mensageria.Sender, error) {
+// newSender builds the Sender of a route, and what closes it.
+func newSender(ctx context.Context, r Route) (mensageria.Sender, func(), error) {
 	switch r.Transport {
 	case "http":
 		s, err := m2mhttp.NewSender(m2mhttp.SenderConfig{
@@ -76,35 +79,73 @@ func newSender(r Route) (mensageria.Sender, error) {
 			MaxConcurrent: r.HTTP.MaxConcurrent,
 		})
 		if err != nil {
-			return nil, &ConfigError{Line: r.Line, Field: "routes." + r.Type + ".http", Msg: err.Error()}
+			return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
 		}
-		return s, nil
+		return s, func() {}, nil
+	case "kafka":
+		s, err := kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic})
+		if err != nil {
+			return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
+		}
+		return s, s.Close, nil
+	case "nats":
+		nc, err := natsgo.Connect(r.NATS.URL, natsgo.Name("mensageria relay"), natsgo.MaxReconnects(-1))
+		if err != nil {
+			return nil, nil, fmt.Errorf("route %s: nats %s: %w", r.Type, r.NATS.URL, err)
+		}
+		s, err := natssender.NewSender(ctx, natssender.SenderConfig{Conn: nc, Subject: r.NATS.Subject, Stream: r.NATS.Stream})
+		if err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("route %s: %w", r.Type, err)
+		}
+		return s, func() { _ = nc.Drain() }, nil
 	}
-	return nil, fmt.Errorf("route %q: transport %q is not in this build", r.Type, r.Transport)
+	return nil, nil, fmt.Errorf("route %q: transport %q is not in this build", r.Type, r.Transport)
 }
 
-// registry builds the registry of a config's routes.
-func registry(c *Config) (*mensageria.Registry, error) {
+// enqueueOnly stands in for a route's Sender in clients that never relay
+// (enqueue, demo producers): the registry then still decides what may be
+// enqueued, without dialing any destination.
+var enqueueOnly = mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
+	return mensageria.Permanent(fmt.Errorf("this client only enqueues"))
+})
+
+// registry builds the registry of a config's routes. With live false the
+// Senders are stand-ins, for clients that only enqueue.
+func registry(ctx context.Context, c *Config, live bool) (*mensageria.Registry, func(), error) {
 	reg := mensageria.NewRegistry()
+	var closers []func()
+	closeAll := func() {
+		for _, f := range closers {
+			f()
+		}
+	}
 	for _, r := range c.Routes {
-		s, err := newSender(r)
-		if err != nil {
-			return nil, err
+		var s mensageria.Sender = enqueueOnly
+		if live {
+			var closeFn func()
+			var err error
+			if s, closeFn, err = newSender(ctx, r); err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			closers = append(closers, closeFn)
 		}
 		var opts []mensageria.RouteOption
 		if r.Ordered {
 			opts = append(opts, mensageria.Ordered())
 		}
 		if err := reg.Register(r.Type, s, opts...); err != nil {
-			return nil, err
+			closeAll()
+			return nil, nil, err
 		}
 	}
-	return reg, nil
+	return reg, closeAll, nil
 }
 
-// connect opens the database and a client for a config.
+// connect opens the database and an enqueue-only client for a config.
 func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*backend, *mensageria.Client, error) {
-	reg, err := registry(c)
+	reg, _, err := registry(ctx, c, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -65,10 +65,11 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				return err
 			}
 			ctx := cmd.Context()
-			reg, err := registry(c)
+			reg, closeSenders, err := registry(ctx, c, true)
 			if err != nil {
 				return err
 			}
+			defer closeSenders()
 			b, err := openBackend(ctx, c.Database, c.Schema)
 			if err != nil {
 				return err
