@@ -25,8 +25,9 @@
 //   - The caller's open transaction may hold a write lock (SQLite), so the
 //     suite never claims while one is open.
 //   - Purge with DeliveredBefore 0 deletes every delivered row (the
-//     client's DeliveredRetention 0 means keep none); InboxBefore 0 leaves
-//     the inbox alone.
+//     client's DeliveredRetention 0 means keep none). InboxBefore 0 is not
+//     pinned: the client never passes it (SQLite then leaves the inbox
+//     alone).
 //
 // Subtests run in parallel, each on its own Harness, and wait on the
 // database clock with short leases, so the suite takes seconds.
