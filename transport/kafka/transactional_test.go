@@ -159,50 +159,60 @@ func mustFail(errs []error) error {
 }
 
 // The commit request reaches the coordinator and commits, but the reply is
-// lost. The sender cannot tell from the error; it reopens and reads the
-// position record, which says the batch committed.
+// lost: either the connection drops (franz-go retries the EndTxn and the
+// coordinator recognises the retry), or an error comes back in place of the
+// answer (the outcome is unknown to the client; the sender re-registers
+// and reads the position record, which says the batch committed).
 func TestTransactionalCommitReplyLost(t *testing.T) {
-	c := newCluster(t, "orders")
-	s := newTxSender(t, c, "relay-app")
-	fwd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fwd.Close()
+	for _, how := range []string{"connection dropped", "error reply"} {
+		t.Run(how, func(t *testing.T) {
+			c := newCluster(t, "orders")
+			s := newTxSender(t, c, "relay-app")
+			fwd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fwd.Close()
 
-	var forwarding, intercepted atomic.Bool
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if forwarding.Load() || intercepted.Load() {
-			return nil, nil, false
-		}
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		intercepted.Store(true)
-		forwarding.Store(true)
-		var ferr error
-		c.SleepControl(func() {
-			_, ferr = fwd.Request(context.Background(), r)
+			var forwarding, intercepted atomic.Bool
+			c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				r := req.(*kmsg.EndTxnRequest)
+				if forwarding.Load() || intercepted.Load() || !r.Commit {
+					return nil, nil, false
+				}
+				intercepted.Store(true)
+				forwarding.Store(true)
+				var ferr error
+				c.SleepControl(func() { _, ferr = fwd.Request(context.Background(), r) })
+				forwarding.Store(false)
+				if ferr != nil {
+					t.Errorf("forwarding EndTxn: %v", ferr)
+				}
+				if how == "error reply" {
+					resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+					resp.ErrorCode = kerr.UnknownServerError.Code
+					return resp, nil, true
+				}
+				return nil, errors.New("reply lost"), true // closes the connection
+			})
+
+			b := deliveries("order", 1, 20)
+			errs := s.SendBatch(testCtx(t), b)
+			if !intercepted.Load() {
+				t.Fatal("EndTxn never intercepted")
+			}
+			if errs != nil {
+				t.Fatalf("SendBatch after a lost commit reply: %v; the batch had committed", errors.Join(errs...))
+			}
+			if s.Committed() != 1 || s.Aborted() != 0 {
+				t.Fatalf("committed %d aborted %d, want 1 and 0", s.Committed(), s.Aborted())
+			}
+			// The relay's settle is lost too: the retry is answered from
+			// the positions.
+			mustSend(t, s, b)
+			assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
 		})
-		forwarding.Store(false)
-		if ferr != nil {
-			t.Errorf("forwarding EndTxn: %v", ferr)
-		}
-		return nil, errors.New("reply lost"), true // closes the connection
-	})
-
-	b := deliveries("order", 1, 20)
-	errs := s.SendBatch(testCtx(t), b)
-	if !intercepted.Load() {
-		t.Fatal("EndTxn never intercepted")
 	}
-	t.Logf("SendBatch after a lost commit reply: %v (reconciled %d)", mustFail(errs), s.Reconciled())
-	if errs != nil {
-		// The relay would retry after backoff.
-		mustSend(t, s, b)
-	}
-	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
 }
 
 // The coordinator answers the commit with an error without committing.
