@@ -43,7 +43,10 @@ type Driver interface {
 	Insert(ctx context.Context, p InsertParams) error
 	// InsertTx writes p.Rows inside the caller's transaction. tx must be one
 	// of the transaction types the driver documents; anything else returns a
-	// *TxTypeError and writes nothing.
+	// *TxTypeError and writes nothing. When the database refuses the rows,
+	// nothing of the call is ever committed; whether the caller's
+	// transaction stays usable is the backend's own rule (PostgreSQL aborts
+	// it, as any failed statement does).
 	InsertTx(ctx context.Context, tx any, p InsertParams) error
 
 	// Claim leases up to p.Limit pending, due rows of p.Types to p.Token.
@@ -65,7 +68,8 @@ type Driver interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
 	// Purge deletes, in bounded batches, delivered outbox rows older than
-	// p.DeliveredBefore and inbox rows older than p.InboxBefore.
+	// p.DeliveredBefore (zero: every delivered row) and inbox rows older
+	// than p.InboxBefore (zero: none, the inbox is the dedup memory).
 	Purge(ctx context.Context, p PurgeParams) (PurgeResult, error)
 
 	// Stats reports the outbox per type, for status and metrics.

@@ -134,13 +134,23 @@ func TestAssertPartitionPassesForATypeScopedApp(t *testing.T) {
 	}
 }
 
-// greedyDriver claims every type whatever the relay asks, as a relay with
-// no type filter would.
+// greedyDriver behaves like a relay with no type filter: it also takes the
+// foreign rows, cannot route them and fails them, as the unfiltered relay
+// of the decision record did.
 type greedyDriver struct{ driver.Driver }
 
 func (g greedyDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
 	p.Types = append(p.Types, "mensageriatest.foreign")
-	return g.Driver.Claim(ctx, p)
+	jobs, err := g.Driver.Claim(ctx, p)
+	var mine []driver.Job
+	for _, j := range jobs {
+		if j.Type == "mensageriatest.foreign" {
+			_, _ = g.Driver.Settle(ctx, driver.SettleParams{Token: p.Token, Dead: []driver.Failure{{ID: j.ID, Error: "no sender registered for type"}}})
+			continue
+		}
+		mine = append(mine, j)
+	}
+	return mine, err
 }
 
 func TestAssertPartitionCatchesAGreedyRelay(t *testing.T) {

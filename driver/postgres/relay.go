@@ -176,11 +176,13 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 		return res, fmt.Errorf("mensageria/postgres: purge outbox: %w", err)
 	}
 	res.Outbox = int(tag.RowsAffected())
-	tag, err = d.pool.Exec(ctx, d.q.purgeInbox, p.InboxBefore, batch)
-	if err != nil {
-		return res, fmt.Errorf("mensageria/postgres: purge inbox: %w", err)
+	if p.InboxBefore > 0 { // zero keeps the inbox: it is the dedup memory
+		tag, err = d.pool.Exec(ctx, d.q.purgeInbox, p.InboxBefore, batch)
+		if err != nil {
+			return res, fmt.Errorf("mensageria/postgres: purge inbox: %w", err)
+		}
+		res.Inbox = int(tag.RowsAffected())
 	}
-	res.Inbox = int(tag.RowsAffected())
 	if _, err := d.pool.Exec(ctx, d.q.purgeCounts); err != nil {
 		return res, fmt.Errorf("mensageria/postgres: purge counts: %w", err)
 	}
