@@ -11,6 +11,10 @@ import (
 // (make chaos-long) the long profile is used.
 const EnvMessages = "MENSAGERIA_CHAOS_MESSAGES"
 
+// EnvProduceFor bounds production (a Go duration): a run that cannot wait
+// for all its messages still checks every one it enqueued.
+const EnvProduceFor = "MENSAGERIA_CHAOS_PRODUCE_FOR"
+
 func profileFromEnv(t *testing.T) profile {
 	p := profile{
 		messages:   20_000,
@@ -20,6 +24,7 @@ func profileFromEnv(t *testing.T) profile {
 		converge:   3 * time.Minute,
 		backlog:    3_000,
 		producers:  4,
+		perTx:      8,
 		dropAcks:   0.005,
 		rollback:   0.05,
 		poison:     0.002,
@@ -40,7 +45,16 @@ func profileFromEnv(t *testing.T) profile {
 			p.gap = 3 * time.Second
 			p.converge = 15 * time.Minute
 			p.backlog = 10_000
+			p.producers = 8
+			p.perTx = 16
 		}
+	}
+	if v := os.Getenv(EnvProduceFor); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvProduceFor, v, err)
+		}
+		p.produceFor = d
 	}
 	return p
 }

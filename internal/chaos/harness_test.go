@@ -71,9 +71,13 @@ type profile struct {
 	converge   time.Duration // after the last fault, for every message to settle
 	backlog    int           // producers wait while more rows than this are pending
 	producers  int
+	perTx      int // messages per business transaction: 1 to perTx
 	dropAcks   float64
 	rollback   float64
 	poison     float64
+	// produceFor, when set, ends production early: the run then checks
+	// what was enqueued so far.
+	produceFor time.Duration
 }
 
 type harness struct {
@@ -96,9 +100,11 @@ type harness struct {
 	fenced   atomic.Int64
 	backlog  atomic.Int64
 
-	nextN  atomic.Int64
-	histMu sync.Mutex
-	hist   History
+	nextN    atomic.Int64
+	started  time.Time
+	cutShort atomic.Bool
+	histMu   sync.Mutex
+	hist     History
 }
 
 func (h *harness) fault(kind string, n int) {
@@ -335,7 +341,7 @@ func (h *harness) startAll() {
 		h.t.Cleanup(func() { _ = ln.Close(); _ = lf.Close() })
 		rcv := &proc{h: h, name: a, extra: []*os.File{lf}, args: func(label string) []string {
 			return []string{"-mode", "receiver", "-db", testdb.URL(), "-schema", h.schema, "-run", h.run, "-label", label,
-				"-types", strings.Join(appTypes[a], ","), "-drop-acks", strconv.FormatFloat(h.p.dropAcks, 'f', -1, 64), "-conns", "6"}
+				"-types", strings.Join(appTypes[a], ","), "-drop-acks", strconv.FormatFloat(h.p.dropAcks, 'f', -1, 64), "-conns", "4"}
 		}}
 		h.receivers[a] = rcv
 		h.t.Cleanup(rcv.kill)
@@ -361,7 +367,7 @@ func (h *harness) startAll() {
 				}
 				return []string{"-mode", "relay", "-db", testdb.URL(), "-schema", h.schema, "-run", h.run, "-label", label,
 					"-app", h.appName[a], "-types", strings.Join(appTypes[a], ","), "-ordered", strings.Join(ordered, ","),
-					"-url", url, "-lease", h.p.lease.String(), "-conns", "5"}
+					"-url", url, "-lease", h.p.lease.String(), "-conns", "3"}
 			}}
 			h.relays[a] = append(h.relays[a], rl)
 			h.t.Cleanup(rl.kill)
@@ -406,10 +412,14 @@ func (h *harness) produce(p int, clients map[string]*mensageria.Client, deadline
 		for h.backlog.Load() > int64(h.p.backlog) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		k := int64(1 + rng.IntN(8))
+		k := int64(1 + rng.IntN(h.p.perTx))
 		last := h.nextN.Add(k)
 		first := last - k + 1
 		if first > total {
+			return nil
+		}
+		if h.p.produceFor > 0 && time.Since(h.started) > h.p.produceFor {
+			h.cutShort.Store(true)
 			return nil
 		}
 		last = min(last, total)
@@ -464,6 +474,7 @@ func (h *harness) produce(p int, clients map[string]*mensageria.Client, deadline
 // this producer writes.
 func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp map[string][]mensageria.Message, rollback bool, committedSoFar int64) (bool, error) {
 	for attempt := 0; ; attempt++ {
+		uncertain := false
 		ok, err := func() (bool, error) {
 			tx, err := h.pool.Begin(h.ctx)
 			if err != nil {
@@ -485,20 +496,27 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 				return false, tx.Rollback(h.ctx)
 			}
 			if err := tx.Commit(h.ctx); err != nil {
-				var v int64
-				if qerr := h.pool.QueryRow(h.ctx, "SELECT value FROM "+h.schema+".chaos_business WHERE producer = $1", p).Scan(&v); qerr != nil {
-					return false, fmt.Errorf("commit: %v; and its outcome is unknown: %v", err, qerr)
+				uncertain = true
+				for range 120 {
+					var v int64
+					qerr := h.pool.QueryRow(h.ctx, "SELECT value FROM "+h.schema+".chaos_business WHERE producer = $1", p).Scan(&v)
+					if qerr == nil {
+						return v == committedSoFar+1, nil
+					}
+					time.Sleep(500 * time.Millisecond)
 				}
-				return v == committedSoFar+1, nil
+				return false, fmt.Errorf("commit: %v; and its outcome stayed unknown", err)
 			}
 			return true, nil
 		}()
-		if err == nil || attempt == 5 {
+		// Retrying is safe only when the transaction surely did not
+		// commit.
+		if err == nil || uncertain || attempt == 50 {
 			return ok, err
 		}
-		// The transaction failed before commit (a busy server): nothing
-		// was written, so trying again is safe.
-		time.Sleep(100 * time.Millisecond)
+		// The transaction failed before commit (a busy server, no free
+		// connection slot): nothing was written.
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -751,6 +769,7 @@ func runChaos(t *testing.T, p profile) *Report {
 	}
 
 	start := time.Now()
+	h.started = start
 	stopNemesis := make(chan struct{})
 	nemesisDone := make(chan struct{})
 	go func() { defer close(nemesisDone); h.nemesis(ctx, stopNemesis) }()
@@ -784,6 +803,9 @@ wait:
 		}
 	}
 	h.logf("production done in %s", time.Since(start).Round(time.Millisecond))
+	if h.cutShort.Load() {
+		h.logf("production stopped by the %s time limit before %d messages", p.produceFor, p.messages)
+	}
 	close(stopNemesis)
 	<-nemesisDone
 	h.heal()
