@@ -327,6 +327,15 @@ func TestCommandsOnSQLite(t *testing.T) {
 		t.Fatalf("status text: %+v", r)
 	}
 
+	// --watch refreshes until the context ends.
+	wctx, wcancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	var wout syncBuffer
+	code := Run(wctx, []string{"status", "--watch", "--interval", "100ms", "--json", "--config", p}, IO{Out: &wout, Err: io.Discard, Env: func(k string) (string, bool) { v, ok := tokEnv[k]; return v, ok }})
+	wcancel()
+	if n := strings.Count(wout.String(), `"app":"pedidos"`); code != 0 || n < 2 {
+		t.Fatalf("status --watch: exit %d, %d snapshots", code, n)
+	}
+
 	// Dead letters: list, show, refuse without confirmation, retry.
 	r = c("", "dead", "list", "--json")
 	var dead []DeadMessage

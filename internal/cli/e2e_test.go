@@ -247,7 +247,7 @@ func TestDemoSQLite(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "PASS") {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
-	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched      25/25", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
+	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched  25/25 ok", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
@@ -279,4 +279,41 @@ func TestDemoPostgres(t *testing.T) {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
 	t.Logf("demo on PostgreSQL took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// bench wires internal/bench: one JSON object per scenario, in a scratch
+// schema that is dropped afterwards.
+func TestBenchCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench: long")
+	}
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t)
+	p := writeConfig(t, testdb.URL(), schema, "http://127.0.0.1:1/unused")
+	r := run(t, "", tokEnv, "bench", "--config", p, "--json", "--messages", "2000", "--duration", "1s", "--overhead-duration", "500ms", "--producers", "2")
+	if r.code != 0 {
+		t.Fatalf("bench: %+v", r)
+	}
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		var res struct {
+			Scenario string             `json:"scenario"`
+			Metrics  map[string]float64 `json:"metrics"`
+		}
+		if err := json.Unmarshal([]byte(l), &res); err != nil || len(res.Metrics) == 0 {
+			t.Fatalf("bench line %q: %v", l, err)
+		}
+		seen[res.Scenario] = true
+	}
+	if len(lines) != 3 || !seen["drain"] {
+		t.Fatalf("bench output: %s", r.out)
+	}
+	var left int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", schema+"_bench_%").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("scratch schema left behind: %d %v", left, err)
+	}
+	if r := run(t, "", tokEnv, "bench", "--config", p, "--scenario", "nope"); r.code != ExitUsage {
+		t.Fatalf("unknown scenario: %+v", r)
+	}
 }
