@@ -3,6 +3,7 @@ package m2mhttp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xadm/mensageria"
@@ -53,9 +55,23 @@ func (r *retries) OnDelivery(ev mensageria.DeliveryEvent) {
 
 func startRelay(t *testing.T, drv *postgres.Driver, routes map[string]string, tune func(*mensageria.Config)) *mensageria.Client {
 	t.Helper()
+	return startRelayWith(t, drv, routes, false, 300*time.Millisecond, tune)
+}
+
+// startRelayWith is startRelay whose routes use a BatchSender when batch
+// is set, with the given request timeout.
+func startRelayWith(t *testing.T, drv *postgres.Driver, routes map[string]string, batch bool, timeout time.Duration, tune func(*mensageria.Config)) *mensageria.Client {
+	t.Helper()
 	reg := mensageria.NewRegistry()
 	for typ, url := range routes {
-		s, err := NewSender(SenderConfig{URL: url, Token: "new-token", Timeout: 300 * time.Millisecond})
+		cfg := SenderConfig{URL: url, Token: "new-token", Timeout: timeout}
+		var s mensageria.Sender
+		var err error
+		if batch {
+			s, err = NewBatchSender(cfg)
+		} else {
+			s, err = NewSender(cfg)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +121,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // past the sender's timeout, or applies and then drops the connection
 // before answering (a lost ack). Every message must be applied exactly
 // once and none lost; the redeliveries are counted.
-func TestEndToEndUnreliableReceiver(t *testing.T) {
+func TestEndToEndUnreliableReceiver(t *testing.T) { unreliableReceiver(t, false) }
+
+// TestEndToEndBatchUnreliableReceiver is TestEndToEndUnreliableReceiver
+// with batch requests: every failure hits a whole batch, and a lost ack
+// loses the answers of every envelope in it.
+func TestEndToEndBatchUnreliableReceiver(t *testing.T) { unreliableReceiver(t, true) }
+
+func unreliableReceiver(t *testing.T, batch bool) {
 	const n = 300
 	drv, pool, schema := pg(t)
 	ctx := context.Background()
@@ -176,7 +199,13 @@ func TestEndToEndUnreliableReceiver(t *testing.T) {
 	defer srv.Close()
 
 	var hook retries
-	client := startRelay(t, drv, map[string]string{"order.closed": srv.URL + "/m2m"}, func(c *mensageria.Config) { c.Hooks = []mensageria.Hook{&hook} })
+	client := startRelayWith(t, drv, map[string]string{"order.closed": srv.URL + "/m2m"}, batch, 300*time.Millisecond, func(c *mensageria.Config) {
+		c.Hooks = []mensageria.Hook{&hook}
+		if batch {
+			// Batches of 5: enough requests for the chaos to hit each kind.
+			c.BatchSize = 5
+		}
+	})
 	msgs := make([]mensageria.Message, 0, n)
 	for i := range n {
 		msgs = append(msgs, mensageria.Message{Type: "order.closed", Key: fmt.Sprintf("order-%04d", i), Payload: []byte(`{"total":1}`)})
@@ -211,8 +240,8 @@ func TestEndToEndUnreliableReceiver(t *testing.T) {
 	if retried > redeliveries {
 		t.Errorf("relay reported %d retries, outbox counts only %d redeliveries", retried, redeliveries)
 	}
-	t.Logf("%d messages: %d redeliveries (%d reported as retries); receiver answered 503 %d, hung %d, lost the ack %d, passed %d; %d duplicates absorbed",
-		n, redeliveries, retried, failed.Load(), hung.Load(), lostAck.Load(), passed.Load(), duplicates.Load())
+	t.Logf("batch %v, %d messages: %d redeliveries (%d reported as retries); receiver answered 503 %d, hung %d, lost the ack %d, passed %d; %d duplicates absorbed",
+		batch, n, redeliveries, retried, failed.Load(), hung.Load(), lostAck.Load(), passed.Load(), duplicates.Load())
 	if redeliveries < int(failed.Load()+hung.Load()+lostAck.Load())/2 || lostAck.Load() == 0 || duplicates.Load() == 0 {
 		t.Errorf("the chaos did not exercise redelivery enough")
 	}
@@ -347,4 +376,144 @@ func TestEndToEndResponseClasses(t *testing.T) {
 	if hits["c.redirect"] != 1 {
 		t.Errorf("redirected message was tried %d times", hits["c.redirect"])
 	}
+}
+
+// TestEndToEndBatchOutcomes: through the real relay and a BatchSender,
+// each envelope's result in a batch answer ends as documented: applied
+// and duplicate delivered, refused and stale dead with their reason,
+// retry retried (Retry-After honoured) until applied; each applied once.
+func TestEndToEndBatchOutcomes(t *testing.T) {
+	drv, pool, schema := pg(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".effects (key text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every message of this consumer is older than its window.
+	staleInbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "archive", Window: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Applied before the relay runs: its delivery is a duplicate.
+	if _, err := inbox.Apply(ctx, &mensageria.Delivery{ID: uuid.Must(uuid.NewV7()), Key: "k-dup", CreatedAt: time.Now()},
+		func(context.Context, mensageria.Tx, *mensageria.Delivery) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// An effect may run more than once per attempt (ApplyBatch re-runs a
+	// failed batch's effects one by one), so outcomes go by attempt.
+	var mu sync.Mutex
+	tries := map[string]map[int]time.Time{}
+	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+		mu.Lock()
+		if tries[d.Key] == nil {
+			tries[d.Key] = map[int]time.Time{}
+		}
+		if _, ok := tries[d.Key][d.Attempt]; !ok {
+			tries[d.Key][d.Attempt] = time.Now()
+		}
+		mu.Unlock()
+		switch {
+		case d.Key == "k-perm":
+			return mensageria.Permanent(errors.New("no such order"))
+		case d.Key == "k-later" && d.Attempt == 1:
+			return mensageria.RetryAfter(errors.New("busy"), time.Second)
+		case d.Key == "k-fail" && d.Attempt <= 2:
+			return errors.New("db down")
+		}
+		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+schema+".effects (key) VALUES ($1)", d.Key)
+		return err
+	}
+	rc, err := NewReceiver(ReceiverConfig{
+		Tokens: []string{"new-token"},
+		Handlers: map[string]Handler{
+			"b.mixed": {Inbox: inbox, Effect: effect},
+			"b.stale": {Inbox: staleInbox, Effect: effect},
+		},
+		Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int64
+	checked := conforms(t, rc)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") != ContentTypeBatch {
+			t.Errorf("not a batch request: %v", r.Header)
+		}
+		requests.Add(1)
+		checked.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	var hook retries
+	client := startRelayWith(t, drv, map[string]string{"b.mixed": srv.URL, "b.stale": srv.URL, "b.unknown": srv.URL}, true, 5*time.Second, func(c *mensageria.Config) {
+		c.BackoffMax = 5 * time.Second
+		c.Hooks = []mensageria.Hook{&hook}
+	})
+	var msgs []mensageria.Message
+	for _, k := range []string{"k-ok", "k-dup", "k-perm", "k-later", "k-fail"} {
+		msgs = append(msgs, mensageria.Message{Type: "b.mixed", Key: k, Payload: []byte(`{}`)})
+	}
+	msgs = append(msgs, mensageria.Message{Type: "b.stale", Key: "k-stale"}, mensageria.Message{Type: "b.unknown", Key: "k-unknown"})
+	if _, err := client.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "every message to settle", func() bool {
+		return count(t, pool, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'") == 0
+	})
+	want := map[string]struct {
+		state    string
+		attempts int
+		reason   string // of a dead message; a delivered one's is cleared
+		effects  int
+	}{
+		"k-ok":      {"delivered", 1, "", 1},
+		"k-dup":     {"delivered", 1, "", 0},
+		"k-perm":    {"dead", 1, "http 422 Unprocessable Entity: Message refused: no such order", 0},
+		"k-later":   {"delivered", 2, "", 1},
+		"k-fail":    {"delivered", 3, "", 1},
+		"k-stale":   {"dead", 1, "http 409 Conflict: Message older than the dedup window", 0},
+		"k-unknown": {"dead", 1, `http 422 Unprocessable Entity: Unknown message type: this receiver takes no messages of type "b.unknown"`, 0},
+	}
+	rows, err := pool.Query(ctx, "SELECT key, state, attempts, coalesce(last_error, '') FROM "+schema+".outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][3]string{}
+	for rows.Next() {
+		var key, state, lastErr string
+		var attempts int
+		if err := rows.Scan(&key, &state, &attempts, &lastErr); err != nil {
+			t.Fatal(err)
+		}
+		got[key] = [3]string{state, fmt.Sprint(attempts), lastErr}
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	for key, w := range want {
+		g := got[key]
+		if g[0] != w.state || g[1] != fmt.Sprint(w.attempts) || !strings.Contains(g[2], w.reason) {
+			t.Errorf("%s: %s after %s attempts (%q); want %s after %d with %q", key, g[0], g[1], g[2], w.state, w.attempts, w.reason)
+		}
+		if n := count(t, pool, "SELECT count(*) FROM "+schema+".effects WHERE key = $1", key); n != w.effects {
+			t.Errorf("%s: applied %d times, want %d", key, n, w.effects)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d outbox rows, want %d", len(got), len(want))
+	}
+	hook.mu.Lock()
+	if hook.n != 3 {
+		t.Errorf("relay reported %d retries, want 3 (k-later once, k-fail twice)", hook.n)
+	}
+	hook.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if l := tries["k-later"]; len(l) < 2 || l[2].Sub(l[1]) < 900*time.Millisecond {
+		t.Errorf("Retry-After of 1s not honoured: tries at %v", l)
+	}
+	t.Logf("%d batch requests", requests.Load())
 }
