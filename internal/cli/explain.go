@@ -86,35 +86,55 @@ func destination(r Route) string {
 }
 
 func writeExplain(w io.Writer, c *Config, out explainOut) {
-	fmt.Fprintf(w, "app %s: %d route(s); election %s", out.App, len(out.Routes), out.Election)
+	head := fmt.Sprintf("app %s: %d route(s); election %s", out.App, len(out.Routes), out.Election)
 	if out.Election == "advisory" {
-		fmt.Fprint(w, " (one active relay per app; a deposed leader is fenced out)")
+		head += " (one active relay per app; a deposed leader is fenced out)."
 	} else {
-		fmt.Fprint(w, " (every replica relays; claims stay disjoint through row locks and leases)")
+		head += " (every replica relays; claims stay disjoint through row locks and leases)."
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Nothing is dropped silently: a message is delivered, or parked as dead with its reason")
-	fmt.Fprintln(w, "(a permanent refusal, or max attempts) for 'mensageria dead' to show, retry or discard.")
+	fmt.Fprint(w, wrap("", "", head))
+	fmt.Fprint(w, wrap("", "", "Nothing is dropped silently: a message is delivered, or parked as dead with its reason (a permanent refusal, or max attempts) for 'mensageria dead' to show, retry or discard."))
 	for _, r := range out.Routes {
 		m := r.Map
 		fmt.Fprintf(w, "\nroute %s  (line %d)\n", r.Type, r.Line)
 		fmt.Fprintf(w, "  transport   %s  %s\n", m.Transport, r.Destination)
 		fmt.Fprintf(w, "  end to end  %s\n", strings.ToUpper(string(m.EndToEnd)))
-		fmt.Fprintf(w, "  boundary    %s\n", m.Boundary)
+		fmt.Fprint(w, wrap("  boundary    ", "              ", m.Boundary))
 		if m.Ordering != "" {
-			fmt.Fprintf(w, "  ordering    %s\n", m.Ordering)
+			fmt.Fprint(w, wrap("  ordering    ", "              ", m.Ordering))
 		}
 		fmt.Fprintln(w, "  hops")
 		for _, h := range m.Hops {
-			fmt.Fprintf(w, "    %-22s -> %-22s %s\n", h.From, h.To, h.Level)
-			fmt.Fprintf(w, "      %s\n", h.Why)
+			fmt.Fprintf(w, "    %-21s -> %-21s %s\n", h.From, h.To, h.Level)
+			fmt.Fprint(w, wrap("      ", "      ", h.Why))
 			if h.Requires != "" {
-				fmt.Fprintf(w, "      requires: %s\n", h.Requires)
+				fmt.Fprint(w, wrap("      requires: ", "        ", h.Requires))
 			}
 		}
 		fmt.Fprintln(w, "  idempotency must defend")
 		for _, d := range m.Defend {
-			fmt.Fprintf(w, "    - %s\n", d)
+			fmt.Fprint(w, wrap("    - ", "      ", d))
 		}
 	}
+}
+
+// wrap fills text to 78 columns, the first line after first and the
+// others after indent.
+func wrap(first, indent, text string) string {
+	var b strings.Builder
+	line := first
+	empty := true
+	for _, word := range strings.Fields(text) {
+		if !empty && len(line)+1+len(word) > 78 {
+			b.WriteString(line + "\n")
+			line, empty = indent, true
+		}
+		if !empty {
+			line += " "
+		}
+		line += word
+		empty = false
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
