@@ -21,8 +21,13 @@ func TestOneActiveRelayPerApp(t *testing.T) {
 		ctx := context.Background()
 		app := uniqueApp("replicas")
 		recA, recB := &recorder{}, &recorder{}
-		a := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recA)))
-		bb := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB)))
+		// A lease long enough that a loaded machine does not stall the
+		// leader's renewals past it (which would be a legitimate failover).
+		cfgA := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recA))
+		cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB))
+		cfgA.Lease, cfgB.Lease = 5*time.Second, 5*time.Second
+		a := newClient(t, b.open(), cfgA)
+		bb := newClient(t, b.open(), cfgB)
 		start(t, a)
 		start(t, bb)
 		eventually(t, 10*time.Second, "a leader is elected", func() bool { return a.IsLeader() || bb.IsLeader() })

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
@@ -27,6 +29,8 @@ type backend struct {
 	table func(string) string
 	// begin opens a native transaction for EnqueueTx.
 	begin func() (tx any, commit, rollback func() error)
+	// execTx runs a statement inside an inbox transaction.
+	execTx func(tx mensageria.Tx, sql string, args ...any) error
 }
 
 // backends returns every backend the core tests run on.
@@ -70,6 +74,10 @@ func pgBackend(t *testing.T) *backend {
 			return n
 		},
 		table: func(s string) string { return schema + "." + s },
+		execTx: func(tx mensageria.Tx, sql string, args ...any) error {
+			_, err := tx.Raw().(pgx.Tx).Exec(ctx, sql, args...)
+			return err
+		},
 		begin: func() (any, func() error, func() error) {
 			tx, err := pool.Begin(ctx)
 			if err != nil {

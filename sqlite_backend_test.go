@@ -2,9 +2,11 @@ package mensageria_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
 )
@@ -39,6 +41,10 @@ func sqliteBackend(t *testing.T) *backend {
 			return n
 		},
 		table: func(s string) string { return "mensageria_" + s },
+		execTx: func(tx mensageria.Tx, q string, args ...any) error {
+			_, err := tx.Raw().(*sql.Tx).ExecContext(ctx, q, args...)
+			return err
+		},
 		begin: func() (any, func() error, func() error) {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {

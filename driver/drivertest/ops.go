@@ -45,7 +45,8 @@ func purge(t *testing.T, d driver.Driver, p driver.PurgeParams) driver.PurgeResu
 }
 
 func (s *suite) purgeTests() []test {
-	const age = 250 * time.Millisecond
+	// Long enough that the "young" rows stay young on a loaded machine.
+	const age = 2 * time.Second
 	return []test{
 		{"DeliveredOnlyOlderThanAge", func(t *testing.T, h *Harness) {
 			d := h.Driver
@@ -54,7 +55,7 @@ func (s *suite) purgeTests() []test {
 			pending := insertOne(t, d, "q", "1")
 			dead := insertOne(t, d, "r", "1")
 			kill(t, d, "r", dead)
-			time.Sleep(age + 150*time.Millisecond)
+			time.Sleep(age + 300*time.Millisecond)
 			young := insertOne(t, d, "p", "3")
 			deliver(t, d, "p", young)
 
@@ -86,7 +87,7 @@ func (s *suite) purgeTests() []test {
 			for _, k := range []string{"old1", "old2"} {
 				record(t, d, driver.InboxRecord{Consumer: "c", Key: k, MessageID: newID(t)})
 			}
-			time.Sleep(age + 150*time.Millisecond)
+			time.Sleep(age + 300*time.Millisecond)
 			record(t, d, driver.InboxRecord{Consumer: "c", Key: "young", MessageID: newID(t)})
 			if r := purge(t, d, driver.PurgeParams{InboxBefore: age, Batch: 1}); r.Inbox != 1 || r.Outbox != 0 {
 				t.Fatalf("first batch = %+v, want 1 inbox row", r)

@@ -52,7 +52,9 @@ func (t *pgTx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.In
 
 func (t *pgTx) Offset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
 	var pos int64
-	err := t.tx.QueryRow(ctx, "SELECT position FROM "+t.d.table("offsets")+" WHERE consumer = $1 AND source = $2 AND partition = $3",
+	// FOR UPDATE: a sink member dropped from its group while this
+	// transaction is open must not apply the same records as the new owner.
+	err := t.tx.QueryRow(ctx, "SELECT position FROM "+t.d.table("offsets")+" WHERE consumer = $1 AND source = $2 AND partition = $3 FOR UPDATE",
 		consumer, source, partition).Scan(&pos)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
