@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -40,6 +41,17 @@ type HTTPEndToEndConfig struct {
 	// Concurrency is the relay's (and the Sender's) deliveries in flight.
 	// Default 16.
 	Concurrency int
+	// BatchClaim is the relay's BatchSize in the batch mode: how many
+	// messages one claim takes, handed to the BatchSender at once. The
+	// single mode keeps the relay's default (100). Default 500.
+	BatchClaim int
+	// BatchItems is the BatchSender's MaxBatchItems: a claim is split into
+	// requests of at most this many envelopes, sent concurrently, each
+	// applied by the receiver in one transaction. Default 100.
+	BatchItems int
+	// Only runs one mode: "single" or "batch". Default: both, single
+	// first.
+	Only string
 	// Logf, when set, receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -48,6 +60,14 @@ type HTTPEndToEndConfig struct {
 // receiver inbox effect, the whole at-least-once path with every
 // guarantee on: msgs/s sustained while producers enqueue as fast as they
 // can, and commit-to-effect latency (p50-ms, p99-ms) at a paced rate.
+//
+// It measures two modes one after the other, each with its own relay,
+// receiver and message type in the same schema: single (m2mhttp.Sender,
+// one request and one receiver transaction per message: msgs/s, p50-ms,
+// p99-ms) and batch (m2mhttp.BatchSender, one request per BatchItems
+// messages of a claim, applied in one receiver transaction:
+// batch-msgs/s, batch-p50-ms, batch-p99-ms), and batch-ratio, the batch
+// throughput over the single one.
 func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	res := Result{Scenario: "http-end-to-end"}
 	if cfg.Pool == nil {
@@ -63,12 +83,16 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	def(&cfg.Rate, 1000)
 	def(&cfg.Concurrency, 16)
 	def(&cfg.Pacers, 16)
+	def(&cfg.BatchClaim, 500)
+	def(&cfg.BatchItems, 100)
 	if cfg.PacedFor <= 0 {
 		cfg.PacedFor = 10 * time.Second
 	}
-	logf := cfg.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
+	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "batch" {
+		return res, fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single or batch", cfg.Only)
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = fmt.Sprintf("bench_http_%08x", rand.Uint32())
@@ -85,20 +109,53 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	var notes []string
+	for _, batch := range []bool{false, true} {
+		mode, prefix := "single", ""
+		if batch {
+			mode, prefix = "batch", "batch-"
+		}
+		if cfg.Only != "" && cfg.Only != mode {
+			continue
+		}
+		m, note, err := httpMode(ctx, cfg, drv, batch)
+		if err != nil {
+			return res, fmt.Errorf("%s mode: %w", mode, err)
+		}
+		for k, v := range m {
+			res.Set(prefix+k, v)
+		}
+		notes = append(notes, note)
+	}
+	if s, b := res.Metrics["msgs/s"], res.Metrics["batch-msgs/s"]; s > 0 && b > 0 {
+		res.Set("batch-ratio", b/s)
+	}
+	res.Notes = strings.Join(notes, "; ")
+	return res, nil
+}
+
+// httpMode runs the throughput and the paced phase of one mode.
+func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, batch bool) (map[string]float64, string, error) {
+	mode, typ, app, claim := "single", "bench.http", "bench-http", 100
+	if batch {
+		mode, typ, app, claim = "batch", "bench.http.batch", "bench-http-batch", cfg.BatchClaim
+	}
+	logf := func(format string, args ...any) { cfg.Logf(mode+" "+format, args...) }
+	res := map[string]float64{}
 
 	// The receiving app: its inbox and an effect that records when it ran.
 	const tputMax = 1 << 22
 	var applied atomic.Int64
 	paced := make([]atomic.Int64, cfg.Rate*int(cfg.PacedFor/time.Second+1))
 	pacedEffect := make([]atomic.Int64, len(paced))
-	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "bench"})
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "bench-" + mode})
 	if err != nil {
-		return res, err
+		return nil, "", err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{
 		Tokens: []string{"bench-token"},
-		Handlers: map[string]m2mhttp.Handler{"bench.http": {Inbox: inbox, Effect: func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+		Handlers: map[string]m2mhttp.Handler{typ: {Inbox: inbox, Effect: func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 			if i, ok := strings.CutPrefix(d.Key, "p-"); ok {
 				if n, err := strconv.Atoi(i); err == nil && n < len(pacedEffect) {
 					pacedEffect[n].Store(time.Now().UnixNano())
@@ -110,11 +167,11 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 		Logger: quiet,
 	})
 	if err != nil {
-		return res, err
+		return nil, "", err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return res, err
+		return nil, "", err
 	}
 	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -125,22 +182,29 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	}()
 
 	// The sending app.
-	sender, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: "http://" + ln.Addr().String() + "/m2m", Token: "bench-token", MaxConcurrent: cfg.Concurrency})
+	scfg := m2mhttp.SenderConfig{URL: "http://" + ln.Addr().String() + "/m2m", Token: "bench-token", MaxConcurrent: cfg.Concurrency, MaxBatchItems: cfg.BatchItems}
+	var sender mensageria.Sender
+	if batch {
+		sender, err = m2mhttp.NewBatchSender(scfg)
+	} else {
+		sender, err = m2mhttp.NewSender(scfg)
+	}
 	if err != nil {
-		return res, err
+		return nil, "", err
 	}
 	client, err := mensageria.New(drv, &mensageria.Config{
-		App:            "bench-http",
-		Registry:       mensageria.NewRegistry().MustRegister("bench.http", sender),
+		App:            app,
+		Registry:       mensageria.NewRegistry().MustRegister(typ, sender),
+		BatchSize:      claim,
 		Concurrency:    cfg.Concurrency,
 		NotifyDebounce: time.Millisecond,
 		Logger:         quiet,
 	})
 	if err != nil {
-		return res, err
+		return nil, "", err
 	}
 	if err := client.Start(ctx); err != nil {
-		return res, err
+		return nil, "", err
 	}
 	defer func() {
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -182,7 +246,7 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 				}
 				msgs = msgs[:0]
 				for i := from; i < min(from+50, int64(cfg.Messages)); i++ {
-					msgs = append(msgs, mensageria.Message{Type: "bench.http", Key: "t-" + strconv.FormatInt(i, 10), Payload: []byte(Payload)})
+					msgs = append(msgs, mensageria.Message{Type: typ, Key: "t-" + strconv.FormatInt(i, 10), Payload: []byte(Payload)})
 				}
 				if _, err := client.Enqueue(ctx, msgs...); err != nil {
 					errs <- err
@@ -195,15 +259,15 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	enqueued := time.Since(start)
 	select {
 	case err := <-errs:
-		return res, err
+		return nil, "", err
 	default:
 	}
 	if err := waitApplied(int64(cfg.Messages), 10*time.Minute); err != nil {
-		return res, err
+		return nil, "", err
 	}
 	elapsed := time.Since(start)
-	res.Set("msgs/s", float64(cfg.Messages)/elapsed.Seconds())
-	res.Set("enqueue/s", float64(cfg.Messages)/enqueued.Seconds())
+	res["msgs/s"] = float64(cfg.Messages) / elapsed.Seconds()
+	res["enqueue/s"] = float64(cfg.Messages) / enqueued.Seconds()
 	logf("throughput: %d messages applied in %s (%.0f msgs/s; enqueue took %s)", cfg.Messages, elapsed.Round(time.Millisecond), float64(cfg.Messages)/elapsed.Seconds(), enqueued.Round(time.Millisecond))
 
 	// Latency: single-message transactions at a steady rate.
@@ -221,7 +285,7 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 					time.Sleep(d)
 				}
-				if _, err := client.Enqueue(ctx, mensageria.Message{Type: "bench.http", Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)}); err != nil {
+				if _, err := client.Enqueue(ctx, mensageria.Message{Type: typ, Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)}); err != nil {
 					errs <- err
 					return
 				}
@@ -233,11 +297,11 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	pacedElapsed := time.Since(start)
 	select {
 	case err := <-errs:
-		return res, err
+		return nil, "", err
 	default:
 	}
 	if err := waitApplied(base+int64(total), 2*time.Minute); err != nil {
-		return res, err
+		return nil, "", err
 	}
 	var lat Latencies
 	for i := range total {
@@ -246,10 +310,14 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 		// that is a latency below the clock's resolution here.
 		lat.Add(time.Duration(max(e-c, 0)))
 	}
-	res.Set("p50-ms", lat.PercentileMs(50))
-	res.Set("p99-ms", lat.PercentileMs(99))
-	res.Set("paced-rate", float64(total)/pacedElapsed.Seconds())
-	res.Notes = fmt.Sprintf("throughput: %d msgs, %d producers x 50/tx, relay concurrency %d; latency: %d msgs at %d/s, one per tx", cfg.Messages, cfg.Producers, cfg.Concurrency, total, cfg.Rate)
+	res["p50-ms"] = lat.PercentileMs(50)
+	res["p99-ms"] = lat.PercentileMs(99)
+	res["paced-rate"] = float64(total) / pacedElapsed.Seconds()
+	note := fmt.Sprintf("%s: throughput %d msgs, %d producers x 50/tx, relay concurrency %d, claims of %d", mode, cfg.Messages, cfg.Producers, cfg.Concurrency, claim)
+	if batch {
+		note += fmt.Sprintf(", requests of at most %d", cfg.BatchItems)
+	}
+	note += fmt.Sprintf("; latency %d msgs at %d/s, one per tx", total, cfg.Rate)
 	logf("latency at %.0f msgs/s: p50 %.2f ms, p99 %.2f ms over %d messages", float64(total)/pacedElapsed.Seconds(), lat.PercentileMs(50), lat.PercentileMs(99), total)
-	return res, nil
+	return res, note, nil
 }
