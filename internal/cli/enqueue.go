@@ -100,7 +100,7 @@ Apps in other languages enqueue with a plain INSERT instead:
 				}
 				msg.Headers[k] = v
 			}
-			b, cl, err := connect(cmd.Context(), c, func(cc *mensageria.Config) { cc.PollOnly = true })
+			b, cl, err := connect(cmd.Context(), c, nil)
 			if err != nil {
 				return err
 			}
