@@ -24,4 +24,24 @@
 //	408, 425, 429, 5xx, network  retried (Retry-After honoured)
 //	3xx                          dead: redirects are never followed
 //	409 and other 4xx            dead, with the problem's detail as reason
+//
+// A BatchSender (NewBatchSender) carries the messages of one type in a
+// claimed batch in one request to the same URL instead:
+//
+//	Content-Type: application/vnd.mensageria.batch+json
+//
+//	{"messages":[<envelope>, ...]}
+//
+// The receiver refuses a malformed batch body whole (400) and a batch over
+// its MaxBatchItems whole (413); otherwise it refuses each malformed or
+// unknown-type envelope on its own, applies the rest through each type's
+// Inbox.ApplyBatch (one transaction per type rather than per message),
+// and answers 200 with one result per envelope, in order:
+//
+//	{"results":[{"id":"<uuid>","status":"applied"},
+//	            {"id":"<uuid>","status":"retry","problem":{...},"retry_after":30}]}
+//
+// applied and duplicate are delivered, refused and stale dead, retry
+// retried, exactly as the same envelope's answer alone would be; any other
+// answer to the batch request applies to all of its envelopes.
 package m2mhttp

@@ -199,7 +199,9 @@ func unreliableReceiver(t *testing.T, batch bool) {
 	defer srv.Close()
 
 	var hook retries
-	client := startRelayWith(t, drv, map[string]string{"order.closed": srv.URL + "/m2m"}, batch, 300*time.Millisecond, func(c *mensageria.Config) {
+	// A 1s request timeout: at 300ms, under -race on a loaded machine,
+	// honest deliveries time out as often as the hung ones.
+	client := startRelayWith(t, drv, map[string]string{"order.closed": srv.URL + "/m2m"}, batch, time.Second, func(c *mensageria.Config) {
 		c.Hooks = []mensageria.Hook{&hook}
 		if batch {
 			// Batches of 5: enough requests for the chaos to hit each kind.
