@@ -112,4 +112,3 @@ func TestOrderedClaimProperty(t *testing.T) {
 		}
 	})
 }
-
