@@ -14,7 +14,7 @@ var (
 	benchOnly        = flag.String("http.only", "", "BenchmarkHTTPEndToEnd: run only the single or the batch mode")
 	benchMessages    = flag.Int("http.messages", 0, "BenchmarkHTTPEndToEnd: messages in each throughput phase (default 50000)")
 	benchConcurrency = flag.Int("http.concurrency", 0, "BenchmarkHTTPEndToEnd: relay and sender concurrency (default 16)")
-	benchClaim       = flag.Int("http.claim", 0, "BenchmarkHTTPEndToEnd: relay BatchSize in the batch mode (default 500)")
+	benchClaim       = flag.Int("http.claim", 0, "BenchmarkHTTPEndToEnd: relay BatchSize in the batch mode (default 100)")
 	benchItems       = flag.Int("http.items", 0, "BenchmarkHTTPEndToEnd: envelopes per batch request (default 100)")
 )
 
