@@ -130,10 +130,11 @@ var maps = map[string]Map{
 		Hops: []Hop{
 			enqueueHop,
 			{
-				From:  "outbox",
-				To:    "Kafka topic",
-				Level: AtLeastOnce,
-				Why:   "the idempotent producer removes its own retries within one producer session, but a relay that crashes after the produce and before the settle publishes the message again",
+				From:     "outbox",
+				To:       "Kafka topic",
+				Level:    AtLeastOnce,
+				Why:      "the idempotent producer removes its own retries within one producer session, but a relay that crashes after the produce and before the settle publishes the message again",
+				Requires: "for exactly-once on this hop, relay with kafka.TransactionalSender (library only): each batch is one Kafka transaction that also records its outbox positions, so a restarted relay reconciles instead of producing again; it needs one active relay per app and read_committed consumers",
 			},
 			{
 				From:     "Kafka topic",
@@ -172,8 +173,8 @@ var maps = map[string]Map{
 				From:     "JetStream stream",
 				To:       "effect in a database",
 				Level:    EffectivelyOnce,
-				Why:      "consumers ack after the effect and are redelivered on a missing ack; the inbox (or the stream sequence stored with the effect) absorbs the repeat",
-				Requires: "apply through an Inbox, or store the stream sequence in the effect's transaction",
+				Why:      "consumers ack after the effect and are redelivered on a missing ack; the inbox absorbs the repeat. With nats.Sink the stream sequence commits in the effect's transaction, which makes this hop exactly-once into that database",
+				Requires: "apply through an Inbox, or consume with nats.Sink on the same database as the effect",
 			},
 		},
 		EndToEnd: EffectivelyOnce,
