@@ -23,7 +23,11 @@ import (
 // The effect's error decides the answer: nil → 200 applied;
 // mensageria.Permanent(err) → 422 (the sender parks the message as dead
 // with err as reason); mensageria.RetryAfter(err, d) → 503 with
-// Retry-After; any other error → 500, retried. A panic is a 500 too.
+// Retry-After; any other error → 500, retried. A panic is a 500 too. In a
+// batch the same outcomes become the envelope's result: applied, refused,
+// retry (with retry_after), retry; the envelopes of one type in a batch
+// run through Inbox.ApplyBatch, so one failing effect makes its
+// neighbours' effects run again, each in a transaction of its own.
 type Handler struct {
 	Inbox  *mensageria.Inbox
 	Effect mensageria.Effect
@@ -201,7 +205,9 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("effect panicked: %v", e.value) }
 
-// ServeHTTP takes one envelope. See docs/openapi.yaml for every answer.
+// ServeHTTP takes one envelope (application/json) or a batch of them
+// (application/vnd.mensageria.batch+json). See docs/openapi.yaml for every
+// answer.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := r.Header.Get(mensageria.HeaderRequestID)
 	if !validRequestID(reqID) {
