@@ -14,7 +14,7 @@ import (
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.
-var benchScenarios = []string{"drain", "steady", "overhead", "backlog"}
+var benchScenarios = []string{"drain", "steady", "overhead", "http", "backlog"}
 
 type benchOptions struct {
 	scenarios   []string
@@ -42,6 +42,9 @@ dropped afterwards: it never touches the configured schema's rows.
              delivers (enqueue/s, delivered/s, keepup-ratio, p50-ms, p99-ms)
   overhead   a business transaction with and without one enqueue
              (overhead-ratio; NOTIFY's share apart)
+  http       outbox -> relay -> HTTP over loopback -> receiver inbox, single
+             and batch delivery side by side (msgs/s, batch-msgs/s, p50-ms,
+             p99-ms at a paced 1,000 msgs/s; slow: run with --scenario http)
   backlog    drain rate with a large backlog against a small one (slow:
              not run unless asked for with --scenario backlog)
 
@@ -121,6 +124,8 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 			r, err = bench.SteadyState(ctx, env, o.producers, o.duration)
 		case "overhead":
 			r, err = bench.EnqueueOverhead(ctx, env, o.overheadDur)
+		case "http":
+			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2})
 		case "backlog":
 			r, err = bench.Backlog(ctx, env, 10000, o.large, 10000)
 		}
