@@ -36,6 +36,11 @@ type Config struct {
 	BatchSize int
 	// Concurrency bounds deliveries in flight. Default 16.
 	Concurrency int
+	// BatchesInFlight is how many claimed batches may be delivering and
+	// settling at once, so the next claim overlaps the previous settle.
+	// Default 2; batching Senders (one request or transaction per batch)
+	// may want more.
+	BatchesInFlight int
 	// Lease is how long a claimed batch is reserved before another relay
 	// may take it again; also the election lease. Default 30s.
 	Lease time.Duration
@@ -103,6 +108,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	def(&out.BatchSize, 100)
 	def(&out.Concurrency, 16)
+	def(&out.BatchesInFlight, 2)
 	def(&out.MaxAttempts, 20)
 	defd(&out.Lease, 30*time.Second)
 	defd(&out.BackoffBase, time.Second)
@@ -122,6 +128,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, &ConfigError{Field: "BatchSize", Reason: "must be 1..10000"}
 	case out.Concurrency < 1:
 		return out, &ConfigError{Field: "Concurrency", Reason: "must be at least 1"}
+	case out.BatchesInFlight < 1 || out.BatchesInFlight > 64:
+		return out, &ConfigError{Field: "BatchesInFlight", Reason: "must be 1..64"}
 	case out.MaxAttempts < 1:
 		return out, &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
 	case out.Lease < time.Second:

@@ -15,10 +15,6 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// batchesInFlight lets the next claim overlap the delivery of the previous
-// batch, so a slow settle does not idle the Senders.
-const batchesInFlight = 2
-
 // stopGrace is how long Stop waits, once its context is done, for cancelled
 // deliveries to return and be released.
 const stopGrace = 2 * time.Second
@@ -101,7 +97,7 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}, 1),
 		wake:     make(chan struct{}, 1),
-		slots:    make(chan struct{}, batchesInFlight),
+		slots:    make(chan struct{}, cfg.BatchesInFlight),
 		sem:      make(chan struct{}, cfg.Concurrency),
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
