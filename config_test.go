@@ -11,7 +11,7 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.BatchSize != 100 || c.Concurrency != 16 || c.BatchesInFlight != 2 || c.Lease != 30*time.Second ||
+	if c.BatchSize != 500 || c.Concurrency != 16 || c.BatchesInFlight != 2 || c.Lease != 30*time.Second ||
 		c.MaxAttempts != 20 || c.Election != ElectionLeader || c.Registry == nil || c.Logger == nil || c.InboxWindow != 7*24*time.Hour {
 		t.Fatalf("defaults: %+v", c)
 	}
