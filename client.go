@@ -92,6 +92,15 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid
 	return ids, nil
 }
 
+// PrepareEnqueue validates msgs exactly as EnqueueTx does (a type without
+// a Sender, an invalid message: same typed errors) and returns the rows to
+// insert, for a driver that can queue them into a pipeline the caller sends
+// itself, such as postgres.Driver.QueueInsert into a pgx.Batch. That saves
+// EnqueueTx's own round trip to the database.
+func (c *Client) PrepareEnqueue(msgs ...Message) (driver.InsertParams, []uuid.UUID, error) {
+	return c.prepare(msgs)
+}
+
 const (
 	maxKeyLen     = 1000
 	maxPayloadLen = 16 << 20

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
 )
 
 // Contract 1: enqueue is atomic with the caller's transaction.
@@ -431,4 +434,47 @@ func TestInboxApplyBatch(t *testing.T) {
 			t.Fatalf("effects %v: want d twice (one rolled back) and e once", applied)
 		}
 	})
+}
+
+// The pipelined enqueue (PrepareEnqueue + QueueInsert) keeps EnqueueTx's
+// contract: atomic with the caller's transaction, fail-fast before anything
+// is queued.
+func TestPipelinedEnqueueIsAtomic(t *testing.T) {
+	b := pgBackend(t)
+	ctx := context.Background()
+	drv := b.open().(*postgres.Driver)
+	c := newClient(t, drv, fastConfig(uniqueApp("pipe"), mensageria.NewRegistry().MustRegister("t", &recorder{})))
+	if _, _, err := c.PrepareEnqueue(mensageria.Message{Type: "nope", Key: "k"}); !errors.Is(err, mensageria.ErrNoSender) {
+		t.Fatalf("PrepareEnqueue of an unregistered type: %v", err)
+	}
+	for _, commit := range []bool{false, true} {
+		tx, err := drv.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ids, err := c.PrepareEnqueue(mensageria.Message{Type: "t", Key: fmt.Sprintf("k-%v", commit)})
+		if err != nil || len(ids) != 1 {
+			t.Fatal(err)
+		}
+		batch := &pgx.Batch{}
+		batch.Queue("SELECT 1") // the business write
+		drv.QueueInsert(batch, p)
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'k-false'"); n != 0 {
+		t.Fatalf("a rolled-back pipelined enqueue left %d rows", n)
+	}
+	if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'k-true'"); n != 1 {
+		t.Fatalf("a committed pipelined enqueue left %d rows", n)
+	}
 }

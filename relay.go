@@ -15,6 +15,9 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
+// busyPoll is the pause between claims while messages keep arriving.
+const busyPoll = 2 * time.Millisecond
+
 // stopGrace is how long Stop waits, once its context is done, for cancelled
 // deliveries to return and be released.
 const stopGrace = 2 * time.Second
@@ -266,6 +269,17 @@ func (r *relay) claimLoop() {
 		}
 		return true
 	}
+	pause := func(d time.Duration) bool { // false when stopping
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-r.stopping:
+			return false
+		case <-r.wake:
+		case <-t.C:
+		}
+		return true
+	}
 	for !r.stopped() {
 		if len(r.types) == 0 || !r.leader.Load() {
 			if !wait() {
@@ -296,9 +310,12 @@ func (r *relay) claimLoop() {
 			r.deliver(jobs)
 		}()
 		if len(jobs.jobs) < r.cfg.BatchSize {
-			// The queue was drained at claim time: sleep until told
-			// otherwise instead of spinning on empty claims.
-			if !wait() {
+			// The queue was drained at claim time, but messages are
+			// flowing: look again after a short pause rather than wait
+			// for a (debounced) notification, so a steady stream is
+			// picked up within busyPoll. An empty claim then falls back
+			// to notifications and the poll.
+			if !pause(busyPoll) {
 				return
 			}
 		}

@@ -134,13 +134,7 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 	switch tx := tx.(type) {
 	case pgx.Tx:
 		b := &pgx.Batch{}
-		for start := 0; start < len(p.Rows); start += insertChunk {
-			rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
-			b.Queue(d.insertStatement(len(rows)), insertArgs(rows, false)...)
-		}
-		if p.Notify {
-			b.Queue("SELECT pg_notify($1, '')", d.channel)
-		}
+		d.QueueInsert(b, p)
 		return tx.SendBatch(ctx, b).Close()
 	case *sql.Tx:
 		for start := 0; start < len(p.Rows); start += insertChunk {
@@ -157,6 +151,20 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 		return nil
 	default:
 		return &driver.TxTypeError{Driver: "postgres", Got: fmt.Sprintf("%T", tx), Want: []string{"pgx.Tx", "*sql.Tx"}}
+	}
+}
+
+// QueueInsert queues p's rows (and the notification, when asked) into b,
+// to run in the caller's transaction when the caller sends the batch: the
+// enqueue then rides on a round trip the business write makes anyway.
+// Prepare p with Client.PrepareEnqueue.
+func (d *Driver) QueueInsert(b *pgx.Batch, p driver.InsertParams) {
+	for start := 0; start < len(p.Rows); start += insertChunk {
+		rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
+		b.Queue(d.insertStatement(len(rows)), insertArgs(rows, false)...)
+	}
+	if p.Notify && len(p.Rows) > 0 {
+		b.Queue("SELECT pg_notify($1, '')", d.channel)
 	}
 }
 
