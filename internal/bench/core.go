@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -405,26 +406,43 @@ func EnqueueOverhead(ctx context.Context, e Env, dur time.Duration) (Result, err
 		return r, err
 	}
 	// Interleave the variants twice so drift on the machine hits all alike.
-	sums := make([]float64, 5)
-	for round := 0; round < 2; round++ {
+	// Interleave short runs of every variant many times, so that drift on
+	// the machine (checkpoints, autovacuum, the disk's own cache) hits all
+	// of them alike; each ratio is a median over the rounds.
+	const rounds = 12
+	dur /= 4
+	per := make([][]float64, 5)
+	for round := 0; round < rounds; round++ {
 		for i, c := range []*mensageria.Client{nil, def, silent, every} {
 			us, err := run(c)
 			if err != nil {
 				return r, err
 			}
-			sums[i] += us / 2
+			per[i] = append(per[i], us)
 		}
 		us, err := pipelined(def)
 		if err != nil {
 			return r, err
 		}
-		sums[4] += us / 2
+		per[4] = append(per[4], us)
 	}
-	r.Set("pipelined-ratio", sums[4]/sums[0])
+	sums := make([]float64, 5)
+	ratio := func(i int) float64 {
+		rs := make([]float64, rounds)
+		for k := range rs {
+			rs[k] = per[i][k] / per[0][k]
+		}
+		sort.Float64s(rs)
+		return rs[rounds/2]
+	}
+	for i := range sums {
+		sums[i] = per[i][rounds/2] // a representative absolute figure
+	}
 	r.Set("business-us", sums[0])
 	r.Set("with-enqueue-us", sums[1])
-	r.Set("overhead-ratio", sums[1]/sums[0])
-	r.Set("no-notify-ratio", sums[2]/sums[0])
-	r.Set("notify-every-commit-ratio", sums[3]/sums[0])
+	r.Set("overhead-ratio", ratio(1))
+	r.Set("no-notify-ratio", ratio(2))
+	r.Set("notify-every-commit-ratio", ratio(3))
+	r.Set("pipelined-ratio", ratio(4))
 	return r, nil
 }
