@@ -95,18 +95,11 @@ standard input unless --yes is given.`,
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			_, b, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := b.ping(cmd.Context()); err != nil {
-				return err
-			}
 			jobs, err := b.drv.ListMessages(cmd.Context(), driver.ListFilter{State: driver.StateDead, Types: listTypes, AfterID: after, Limit: limit})
 			if err != nil {
 				return err
@@ -149,18 +142,11 @@ standard input unless --yes is given.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			c, b, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := b.ping(cmd.Context()); err != nil {
-				return err
-			}
 			jobs, err := b.drv.ListMessages(cmd.Context(), driver.ListFilter{IDs: ids, Limit: 1})
 			if err != nil {
 				return err
@@ -218,18 +204,11 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 			if len(ids) > 0 && len(types) > 0 {
 				return usageErr("dead %s takes message ids or --type, not both", verb)
 			}
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			c, b, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := b.ping(cmd.Context()); err != nil {
-				return err
-			}
 			if len(ids) > 1 || len(types) > 0 {
 				what := fmt.Sprintf("%d dead messages (%s)", len(ids), joinIDs(ids))
 				if len(types) > 0 {

@@ -30,18 +30,11 @@ func (a *app) migrateCommand() *cobra.Command {
 	var asJSON bool
 	run := func(mode driver.MigrateMode) func(*cobra.Command, []string) error {
 		return runE(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			c, b, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := b.ping(cmd.Context()); err != nil {
-				return err
-			}
 			res, err := b.drv.Migrate(cmd.Context(), mode)
 			behind := errors.Is(err, driver.ErrSchemaBehind)
 			if err != nil && !behind {

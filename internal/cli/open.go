@@ -169,3 +169,21 @@ func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*
 // nopDriver lets config validation run the library's own checks; New never
 // calls a driver method.
 type nopDriver struct{ driver.Driver }
+
+// connect loads the config and opens its database, checked reachable; the
+// caller closes the backend.
+func (a *app) connect(ctx context.Context) (*Config, *backend, error) {
+	c, err := a.loadConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := openBackend(ctx, c.Database, c.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.ping(ctx); err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return c, b, nil
+}

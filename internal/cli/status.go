@@ -140,18 +140,11 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "Show the outbox per type: pending, in flight, dead, delivered, oldest age, election holder",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			c, b, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := b.ping(cmd.Context()); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			for first := true; ; first = false {
 				st, err := collectStatus(ctx, c, b.drv)
