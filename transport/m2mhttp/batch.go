@@ -1,11 +1,9 @@
 package m2mhttp
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -81,19 +79,10 @@ func (e *BatchLimitError) Error() string {
 // as DecodeEnvelope does, and an entry that fails is refused on its own
 // (BatchItem.Err) without touching its neighbours.
 func DecodeBatch(b []byte, maxItems int) ([]BatchItem, error) {
-	bad := func(field, format string, a ...any) error {
-		return &EnvelopeError{Field: field, Reason: fmt.Sprintf(format, a...)}
-	}
-	if !utf8.Valid(b) {
-		return nil, bad("", "body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	tok, err := dec.Token()
+	bad := envelopeErr
+	dec, err := openObject(b, "a batch must be a JSON object")
 	if err != nil {
-		return nil, bad("", "not a JSON document: %v", jsonErr(err))
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, bad("", "a batch must be a JSON object")
+		return nil, err
 	}
 	var raws []json.RawMessage
 	seen := false

@@ -65,19 +65,10 @@ var requiredFields = []string{"id", "type", "key", "created_at", "attempt", "pay
 // renamed field, a null key) be applied as an empty value and then deduped
 // forever; refusing it makes the sender's message dead with a reason.
 func DecodeEnvelope(b []byte) (*Envelope, error) {
-	bad := func(field, format string, a ...any) error {
-		return &EnvelopeError{Field: field, Reason: fmt.Sprintf(format, a...)}
-	}
-	if !utf8.Valid(b) {
-		return nil, bad("", "body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	tok, err := dec.Token()
+	bad := envelopeErr
+	dec, err := openObject(b, "must be a JSON object")
 	if err != nil {
-		return nil, bad("", "not a JSON document: %v", jsonErr(err))
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, bad("", "must be a JSON object")
+		return nil, err
 	}
 	raw := make(map[string]json.RawMessage, len(envelopeFields))
 	for dec.More() {
@@ -241,4 +232,25 @@ func EncodeEnvelope(d *mensageria.Delivery) ([]byte, error) {
 		return nil, fmt.Errorf("encode envelope: %w", err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+func envelopeErr(field, format string, a ...any) error {
+	return &EnvelopeError{Field: field, Reason: fmt.Sprintf(format, a...)}
+}
+
+// openObject checks that b is UTF-8 and starts a JSON object, and returns
+// the decoder positioned inside it; notObject is the refusal otherwise.
+func openObject(b []byte, notObject string) (*json.Decoder, error) {
+	if !utf8.Valid(b) {
+		return nil, envelopeErr("", "body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, envelopeErr("", "not a JSON document: %v", jsonErr(err))
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, envelopeErr("", "%s", notObject)
+	}
+	return dec, nil
 }
