@@ -75,12 +75,26 @@ var noop = mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) err
 // relayDrain starts a relay over an already filled backlog and times it
 // until want messages are delivered and settled.
 func relayDrain(ctx context.Context, d driver.Driver, typ string, want int) (float64, error) {
+	return relayDrainTo(ctx, d, typ, noop, 0, want)
+}
+
+// relayDrainTo is relayDrain with the Sender, and the claim size (0: the
+// default), given. A Sender that is also a hook (the Kafka transactional
+// one follows the election) is registered as one too.
+func relayDrainTo(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int) (float64, error) {
 	counter := &deliveredCounter{done: make(chan struct{}), want: int64(want)}
+	hooks := []mensageria.Hook{counter}
+	if _, ok := s.(interface {
+		OnElection(mensageria.ElectionEvent)
+	}); ok {
+		hooks = append(hooks, s)
+	}
 	c, err := mensageria.New(d, &mensageria.Config{
-		App:      "bench-" + typ,
-		Registry: mensageria.NewRegistry().MustRegister(typ, noop),
-		Hooks:    []mensageria.Hook{counter},
-		Logger:   quiet(),
+		App:       "bench-" + typ,
+		Registry:  mensageria.NewRegistry().MustRegister(typ, s),
+		Hooks:     hooks,
+		BatchSize: batchSize,
+		Logger:    quiet(),
 	})
 	if err != nil {
 		return 0, err
