@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria"
@@ -267,6 +268,119 @@ func KafkaSink(ctx context.Context, brokers []string, topic string, records int,
 	elapsed := time.Since(start)
 	r := Result{Scenario: "kafka-sink-plain-at-least-once"}
 	r.Set("msgs/s", float64(records)/elapsed.Seconds())
+	r.Set("tx-p50-ms", lat.PercentileMs(50))
+	r.Set("tx-p99-ms", lat.PercentileMs(99))
+	return r, nil
+}
+
+// NatsSink measures consuming the records already in stream into the
+// database: through nats.Sink (effects and the stream sequence in one
+// transaction, batches of 100), or plain at-least-once (the same effects
+// and batches on a durable consumer, each message acknowledged after the
+// commit). The latencies are per database transaction.
+func NatsSink(ctx context.Context, nc *natsgo.Conn, stream string, records int, drv driver.Driver, insert InsertFunc, sequenceInDB bool) (Result, error) {
+	const batch = 100
+	consumer := fmt.Sprintf("bench-sink-%d", time.Now().UnixNano())
+	var (
+		lat Latencies
+		mu  sync.Mutex
+	)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Result{}, err
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = st.DeleteConsumer(context.WithoutCancel(ctx), consumer) }()
+	start := time.Now()
+	if sequenceInDB {
+		effect := func(ctx context.Context, tx mensageria.Tx, m jetstream.Msg) error {
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			return insert(ctx, tx, m.Subject(), 0, int64(md.Sequence.Stream), m.Data())
+		}
+		s, err := nats.NewSink(nats.SinkConfig{Conn: nc, Stream: stream, Consumer: consumer, Driver: drv,
+			Batch: batch, MaxWait: 100 * time.Millisecond, Effect: effect, Logger: quiet(),
+			OnBatch: func(b nats.BatchStats) {
+				mu.Lock()
+				lat.Add(b.Duration)
+				mu.Unlock()
+			}})
+		if err != nil {
+			return Result{}, err
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- s.Run(runCtx) }()
+		for s.Applied() < int64(records) {
+			select {
+			case err := <-errc:
+				return Result{}, fmt.Errorf("sink stopped: %v", err)
+			case <-ctx.Done():
+				return Result{}, ctx.Err()
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		elapsed := time.Since(start)
+		stop()
+		<-errc
+		r := Result{Scenario: "nats-sink-sequence-in-db"}
+		r.Set("msgs/s", float64(records)/elapsed.Seconds())
+		mu.Lock()
+		r.Set("tx-p50-ms", lat.PercentileMs(50))
+		r.Set("tx-p99-ms", lat.PercentileMs(99))
+		mu.Unlock()
+		return r, nil
+	}
+	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: consumer, AckPolicy: jetstream.AckExplicitPolicy,
+		MaxAckPending: 4 * batch, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return Result{}, err
+	}
+	done := 0
+	for done < records {
+		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(100*time.Millisecond))
+		if err != nil {
+			return Result{}, err
+		}
+		var msgs []jetstream.Msg
+		for m := range b.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		t0 := time.Now()
+		err = drv.InTx(runCtx, func(ctx context.Context, tx driver.Tx) error {
+			for _, m := range msgs {
+				md, err := m.Metadata()
+				if err != nil {
+					return err
+				}
+				if err := insert(ctx, tx, m.Subject(), 0, int64(md.Sequence.Stream), m.Data()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		mu.Lock()
+		lat.Add(time.Since(t0))
+		mu.Unlock()
+		for _, m := range msgs {
+			_ = m.Ack()
+		}
+		done += len(msgs)
+	}
+	r := Result{Scenario: "nats-sink-plain-at-least-once"}
+	r.Set("msgs/s", float64(records)/time.Since(start).Seconds())
 	r.Set("tx-p50-ms", lat.PercentileMs(50))
 	r.Set("tx-p99-ms", lat.PercentileMs(99))
 	return r, nil

@@ -258,6 +258,15 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 
 	cfg3 := cfg2
 	cfg3.Conn = nc
+	var statApplied, statSkipped, statTxs atomic.Int64
+	cfg3.OnBatch = func(b BatchStats) {
+		statApplied.Add(int64(b.Applied))
+		statSkipped.Add(int64(b.Skipped))
+		statTxs.Add(1)
+		if b.Stream != name || b.Applied+b.Skipped > cfg3.Batch || b.Duration <= 0 {
+			t.Errorf("batch stats %+v: stream %q, at most %d messages, a duration", b, name, cfg3.Batch)
+		}
+	}
 	s3, err := NewSink(cfg3)
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +288,10 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	}
 	if total != n {
 		t.Errorf("%d effects, want %d", total, n)
+	}
+	if statApplied.Load() != s3.Applied() || statSkipped.Load() != s3.Skipped() || statTxs.Load() == 0 {
+		t.Errorf("OnBatch saw %d applied, %d skipped in %d transactions; the sink counted %d, %d",
+			statApplied.Load(), statSkipped.Load(), statTxs.Load(), s3.Applied(), s3.Skipped())
 	}
 	t.Logf("applied: first %d, second %d, third %d (skipped %d, resets %d)", applied1, s2.Applied(), s3.Applied(), s3.Skipped(), s3.Resets())
 	_ = fmt.Sprint()

@@ -48,6 +48,17 @@ type SinkConfig struct {
 	RetryBackoff time.Duration
 	// Logger receives failures. Default slog.Default().
 	Logger *slog.Logger
+	// OnBatch, when set, is called after each committed transaction, for
+	// metrics. It must not block.
+	OnBatch func(BatchStats)
+}
+
+// BatchStats describes one committed sink transaction.
+type BatchStats struct {
+	Stream   string
+	Applied  int           // messages whose effect committed
+	Skipped  int           // messages at or below the stored sequence
+	Duration time.Duration // the transaction, retries excluded
 }
 
 // Sink consumes a JetStream stream into the database: a fetched batch's
@@ -289,6 +300,7 @@ func (s *Sink) apply(ctx context.Context, msgs []jetstream.Msg) error {
 		return nil
 	}
 	var applied, skipped int64
+	start := time.Now()
 	err := s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
 		applied, skipped = 0, 0
 		stored, ok, err := tx.Offset(ctx, s.cfg.Consumer, s.cfg.Stream, 0)
@@ -322,6 +334,9 @@ func (s *Sink) apply(ctx context.Context, msgs []jetstream.Msg) error {
 	}
 	s.applied.Add(applied)
 	s.skipped.Add(skipped)
+	if s.cfg.OnBatch != nil {
+		s.cfg.OnBatch(BatchStats{Stream: s.cfg.Stream, Applied: int(applied), Skipped: int(skipped), Duration: time.Since(start)})
+	}
 	return nil
 }
 
