@@ -3,17 +3,13 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
@@ -72,34 +68,6 @@ func BenchmarkKafkaRelay(b *testing.B) {
 	}
 }
 
-// BenchmarkKafkaRelayRatio: transactional over idempotent throughput at
-// batch 100, measured in this run on one cluster. The machine is shared, so
-// the two modes alternate over several rounds and the medians are
-// compared. Target ≥ 0.8.
-func BenchmarkKafkaRelayRatio(b *testing.B) {
-	c := benchCluster(b)
-	const rounds = 5
-	var idem, tx []float64
-	for range b.N {
-		idem, tx = idem[:0], tx[:0]
-		for range rounds {
-			ri, err := bench.KafkaRelay(context.Background(), c.ListenAddrs(), "idempotent", 100, 20000)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rt, err := bench.KafkaRelay(context.Background(), c.ListenAddrs(), "transactional", 100, 20000)
-			if err != nil {
-				b.Fatal(err)
-			}
-			idem, tx = append(idem, ri.Metrics["msgs/s"]), append(tx, rt.Metrics["msgs/s"])
-		}
-	}
-	mi, mt := median(idem), median(tx)
-	b.ReportMetric(mi, "idem-msgs/s")
-	b.ReportMetric(mt, "tx-msgs/s")
-	b.ReportMetric(mt/mi, "tx/idem-ratio")
-}
-
 // BenchmarkKafkaRelayDrain: the relay itself draining an outbox backlog in
 // PostgreSQL into Kafka, idempotent vs transactional, at claim sizes 1, 10,
 // 100, 1000. Run with -benchtime 1x.
@@ -125,119 +93,48 @@ func BenchmarkKafkaRelayDrain(b *testing.B) {
 	}
 }
 
-// BenchmarkKafkaRelayDrainRatio: the relay itself draining an outbox
-// backlog in PostgreSQL into Kafka, idempotent vs transactional, claims of
-// 100, everything else at the relay's defaults. The modes alternate over
-// rounds on one cluster and one database, and the medians are compared.
-// Target ≥ 0.8.
-func BenchmarkKafkaRelayDrainRatio(b *testing.B) {
+// BenchmarkKafkaCompare: at claims of 100, the relay draining a
+// PostgreSQL outbox into Kafka and the Sender alone, idempotent vs
+// transactional, alternating over rounds on one cluster and one database;
+// medians and ratios. Target: relay-tx/idem-ratio ≥ 0.8.
+func BenchmarkKafkaCompare(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
 	c := benchCluster(b)
-	const (
-		rounds = 3
-		n      = 30000
-	)
-	var idem, tx []float64
+	var r bench.Result
 	for range b.N {
-		idem, tx = idem[:0], tx[:0]
-		for range rounds {
-			for _, mode := range []string{"idempotent", "transactional"} {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-				r, err := bench.KafkaRelayDrain(ctx, env, c.ListenAddrs(), mode, 100, n)
-				cancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if mode == "idempotent" {
-					idem = append(idem, r.Metrics["msgs/s"])
-				} else {
-					tx = append(tx, r.Metrics["msgs/s"])
-				}
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		var err error
+		r, err = bench.KafkaCompare(ctx, env, c.ListenAddrs(), 100, 30000, 3)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
-	mi, mt := median(idem), median(tx)
-	b.ReportMetric(mi, "idem-msgs/s")
-	b.ReportMetric(mt, "tx-msgs/s")
-	b.ReportMetric(mt/mi, "tx/idem-ratio")
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
+	reportAll(b, r)
 }
 
 // BenchmarkKafkaSink: consuming into PostgreSQL with the offsets in the
 // database (kafka.Sink) vs plain at-least-once (same effects, offsets
 // committed to Kafka after the database commit).
 func BenchmarkKafkaSink(b *testing.B) {
-	pool := testdb.Pool(b)
-	schema := testdb.Schema(b)
-	drv, err := postgres.New(pool, &postgres.Config{Schema: schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".applied (source text, part int, off bigint, value bytea)"); err != nil {
-		b.Fatal(err)
-	}
-	insert := func(ctx context.Context, tx mensageria.Tx, topic string, p int32, off int64, v []byte) error {
-		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+schema+".applied VALUES ($1, $2, $3, $4)", topic, p, off, v)
-		return err
-	}
-	const records = 20000
+	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
 	c := benchCluster(b)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.AllowAutoTopicCreation())
-	if err != nil {
-		b.Fatal(err)
-	}
-	rs := make([]*kgo.Record, records)
-	for i := range rs {
-		rs[i] = &kgo.Record{Topic: "sink-bench", Key: fmt.Appendf(nil, "k%d", i%64), Value: []byte(`{"n":1,"pad":"0123456789abcdef0123456789abcdef"}`)}
-	}
-	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		b.Fatal(err)
-	}
-	cl.Close()
-	// The modes alternate over rounds, each going first in turn (the
-	// machine may be shared), and the medians are compared.
-	const rounds = 4
-	res := map[bool][]bench.Result{}
+	var r bench.Result
 	for range b.N {
-		clear(res)
-		for round := range rounds {
-			for _, db := range []bool{round%2 == 0, round%2 == 1} {
-				ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-				r, err := bench.KafkaSink(ctx, c.ListenAddrs(), "sink-bench", records, drv, insert, db)
-				cancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				res[db] = append(res[db], r)
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		var err error
+		r, err = bench.KafkaSinkCompare(ctx, env, c.ListenAddrs(), 20000, 4)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
-	db, plain := medians(res[true]), medians(res[false])
-	for _, m := range []string{"msgs/s", "tx-p50-ms", "tx-p99-ms"} {
-		b.ReportMetric(db[m], "db-"+m)
-		b.ReportMetric(plain[m], "plain-"+m)
-	}
-	b.ReportMetric(db["msgs/s"]/plain["msgs/s"], "db/plain-ratio")
+	reportAll(b, r)
 }
 
-// medians takes each metric's median over the rounds.
-func medians(rs []bench.Result) map[string]float64 {
-	out := map[string]float64{}
-	for name := range rs[0].Metrics {
-		var v []float64
-		for _, r := range rs {
-			v = append(v, r.Metrics[name])
-		}
-		out[name] = median(v)
+func reportAll(b *testing.B, r bench.Result) {
+	b.Helper()
+	for _, name := range slices.Sorted(maps.Keys(r.Metrics)) {
+		b.ReportMetric(r.Metrics[name], name)
 	}
-	return out
 }
