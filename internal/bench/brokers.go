@@ -24,6 +24,13 @@ import (
 // the previous one is still being delivered.
 const relayBatchesInFlight = 2
 
+// syntheticSeq numbers the deliveries SenderRun makes up, far above any
+// outbox row id: a transactional Sender remembers the row ids it committed
+// and would skip a made-up delivery that reused one.
+var syntheticSeq atomic.Int64
+
+func init() { syntheticSeq.Store(1 << 50) }
+
 // SenderRun drives a BatchSender the way the relay does: batches of
 // BatchSize, two in flight, each delivery's latency measured from the
 // start of its batch to the Sender's answer.
@@ -34,7 +41,6 @@ func SenderRun(ctx context.Context, scenario string, s mensageria.BatchSender, b
 	batches := messages / batchSize
 	var (
 		next     atomic.Int64
-		seq      atomic.Int64
 		mu       sync.Mutex
 		lat      Latencies
 		firstErr error
@@ -49,7 +55,7 @@ func SenderRun(ctx context.Context, scenario string, s mensageria.BatchSender, b
 				ds := make([]*mensageria.Delivery, batchSize)
 				for i := range ds {
 					id, _ := uuid.NewV7()
-					n := seq.Add(1)
+					n := syntheticSeq.Add(1)
 					ds[i] = &mensageria.Delivery{ID: id, Type: "bench", Key: fmt.Sprintf("k%d", n%64),
 						Payload: json.RawMessage(`{"n":1,"pad":"0123456789abcdef0123456789abcdef0123456789abcdef"}`), Attempt: 1, Seq: n}
 				}
@@ -91,7 +97,21 @@ func KafkaRelay(ctx context.Context, brokers []string, mode string, batchSize, m
 		return Result{}, err
 	}
 	defer closeSender()
-	return SenderRun(ctx, "kafka-relay-"+mode, s, batchSize, messages)
+	r, err := SenderRun(ctx, "kafka-relay-"+mode, s, batchSize, messages)
+	if err != nil {
+		return r, err
+	}
+	return r, allProduced(s)
+}
+
+// allProduced fails a run in which a transactional Sender answered a
+// delivery from its position records instead of producing it: the figure
+// would count messages that never crossed the wire.
+func allProduced(s mensageria.BatchSender) error {
+	if ts, ok := s.(*kafka.TransactionalSender); ok && ts.Reconciled() > 0 {
+		return fmt.Errorf("bench: %d deliveries were reconciled, not produced", ts.Reconciled())
+	}
+	return nil
 }
 
 // kafkaSender opens the Sender of a mode on topic and warms it up (topic
@@ -111,7 +131,7 @@ func kafkaSender(ctx context.Context, brokers []string, mode, topic string) (men
 		s, close = ks, ks.Close
 	case "transactional":
 		ts, err := kafka.NewTransactionalSender(ctx, kafka.TransactionalConfig{Brokers: brokers, Topic: topic,
-			TransactionalID: "bench-" + topic, PositionsTopic: "bench-positions", Opts: opts})
+			TransactionalID: "bench-" + topic, PositionsTopic: "bench-positions", Opts: opts, Logger: quiet()})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -149,6 +169,9 @@ func KafkaRelayDrain(ctx context.Context, e Env, brokers []string, mode string, 
 	defer closeSender()
 	rate, err := relayDrainTo(ctx, d, typ, s, batchSize, n)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := allProduced(s); err != nil {
 		return Result{}, err
 	}
 	r := Result{Scenario: "kafka-relay-drain-" + mode}

@@ -8,23 +8,30 @@ import (
 	"strings"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/xadm/mensageria/internal/bench"
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.
-var benchScenarios = []string{"drain", "steady", "overhead", "http", "backlog"}
+var benchScenarios = []string{"drain", "steady", "overhead", "http", "backlog", "kafka", "nats"}
 
 type benchOptions struct {
-	scenarios   []string
-	messages    int
-	duration    time.Duration
-	overheadDur time.Duration
-	producers   int
-	large       int
-	keep        bool
-	asJSON      bool
+	scenarios      []string
+	messages       int
+	duration       time.Duration
+	overheadDur    time.Duration
+	producers      int
+	large          int
+	brokerMessages int
+	batch          int
+	rounds         int
+	kafkaBrokers   []string
+	natsURL        string
+	keep           bool
+	asJSON         bool
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -47,6 +54,17 @@ dropped afterwards: it never touches the configured schema's rows.
              p99-ms at a paced 1,000 msgs/s; slow: run with --scenario http)
   backlog    drain rate with a large backlog against a small one (slow:
              not run unless asked for with --scenario backlog)
+  kafka      the relay draining the outbox into Kafka, and the Sender alone,
+             idempotent vs transactional at claims of --batch; then a sink
+             with the offsets in the database vs plain at-least-once. Without
+             --kafka-brokers it runs against franz-go's in-process kfake
+             cluster (3 brokers, 6 partitions: no network, no disk)
+  nats       the JetStream Sender with vs without Nats-Msg-Id, and a sink
+             with the stream sequence in the database vs plain at-least-once,
+             on scratch streams at --nats-url
+
+kafka and nats run each mode once per round (--rounds), rotating which goes
+first, and report medians and ratios.
 
 --json prints one JSON object per scenario.`,
 		Args: noArgs,
@@ -55,6 +73,14 @@ dropped afterwards: it never touches the configured schema's rows.
 				if !slices.Contains(benchScenarios, s) {
 					return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
 				}
+			}
+			switch {
+			case o.brokerMessages < 100:
+				return usageErr("--broker-messages %d: at least 100", o.brokerMessages)
+			case o.batch < 1 || o.batch > o.brokerMessages:
+				return usageErr("--batch %d: 1..--broker-messages", o.batch)
+			case o.rounds < 1:
+				return usageErr("--rounds %d: at least 1", o.rounds)
 			}
 			c, err := a.loadConfig()
 			if err != nil {
@@ -73,6 +99,11 @@ dropped afterwards: it never touches the configured schema's rows.
 	f.DurationVar(&o.overheadDur, "overhead-duration", 10*time.Second, "overhead: how long each variant runs")
 	f.IntVar(&o.producers, "producers", 8, "steady: concurrent producers")
 	f.IntVar(&o.large, "backlog-large", 1000000, "backlog: the large backlog (the small one is 10,000)")
+	f.IntVar(&o.brokerMessages, "broker-messages", 30000, "kafka, nats: messages per run")
+	f.IntVar(&o.batch, "batch", 100, "kafka: the relay's claim size")
+	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats: rounds of alternating modes")
+	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: an in-process kfake cluster)")
+	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
 	return cmd
@@ -128,23 +159,71 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2})
 		case "backlog":
 			r, err = bench.Backlog(ctx, env, 10000, o.large, 10000)
+		case "kafka":
+			var rs []bench.Result
+			rs, err = benchKafka(ctx, env, o)
+			if err == nil {
+				r = rs[len(rs)-1]
+				for _, extra := range rs[:len(rs)-1] {
+					if err := a.writeBench(extra, o.asJSON); err != nil {
+						return err
+					}
+				}
+			}
+		case "nats":
+			r, err = benchNats(ctx, env, o)
 		}
 		if err != nil {
 			failed++
 			fmt.Fprintf(a.io.Err, "bench: %s failed: %v\n", s, err)
 			continue
 		}
-		if o.asJSON {
-			if err := r.WriteJSON(a.io.Out); err != nil {
-				return err
-			}
-			continue
+		if err := a.writeBench(r, o.asJSON); err != nil {
+			return err
 		}
-		writeBenchResult(a, r)
 	}
 	if failed > 0 {
 		return silentExit(ExitFailure)
 	}
+	return nil
+}
+
+// benchKafka runs the Kafka relay comparison and the sink comparison.
+func benchKafka(ctx context.Context, env bench.Env, o benchOptions) ([]bench.Result, error) {
+	brokers := o.kafkaBrokers
+	if len(brokers) == 0 {
+		c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.DefaultNumPartitions(6), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			return nil, fmt.Errorf("in-process Kafka cluster: %w", err)
+		}
+		defer c.Close()
+		brokers = c.ListenAddrs()
+	}
+	relay, err := bench.KafkaCompare(ctx, env, brokers, o.batch, o.brokerMessages, o.rounds)
+	if err != nil {
+		return nil, err
+	}
+	sink, err := bench.KafkaSinkCompare(ctx, env, brokers, o.brokerMessages, o.rounds)
+	if err != nil {
+		return nil, err
+	}
+	return []bench.Result{relay, sink}, nil
+}
+
+func benchNats(ctx context.Context, env bench.Env, o benchOptions) (bench.Result, error) {
+	nc, err := natsgo.Connect(o.natsURL, natsgo.Timeout(5*time.Second))
+	if err != nil {
+		return bench.Result{}, fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
+	}
+	defer nc.Close()
+	return bench.NatsCompare(ctx, env, nc, o.brokerMessages, o.rounds)
+}
+
+func (a *app) writeBench(r bench.Result, asJSON bool) error {
+	if asJSON {
+		return r.WriteJSON(a.io.Out)
+	}
+	writeBenchResult(a, r)
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -315,5 +317,58 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if r := run(t, "", tokEnv, "bench", "--config", p, "--scenario", "nope"); r.code != ExitUsage {
 		t.Fatalf("unknown scenario: %+v", r)
+	}
+	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}} {
+		args := append([]string{"bench", "--config", p, "--scenario", "kafka"}, bad...)
+		if r := run(t, "", tokEnv, args...); r.code != ExitUsage {
+			t.Errorf("bench %v: %+v, want a usage error", bad, r)
+		}
+	}
+}
+
+// The broker scenarios: kafka on the in-process cluster, nats on the test
+// server; every mode measured, every ratio reported.
+func TestBenchBrokerScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench: long")
+	}
+	testdb.Pool(t)
+	if nc, err := natsgo.Connect(testdb.NatsURL(), natsgo.Timeout(2*time.Second)); err != nil {
+		testdb.Unavailable(t, "NATS at "+testdb.NatsURL(), err)
+	} else {
+		nc.Close()
+	}
+	p := writeConfig(t, testdb.URL(), testdb.Schema(t), "http://127.0.0.1:1/unused")
+	r := run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "kafka,nats",
+		"--broker-messages", "1000", "--rounds", "1", "--nats-url", testdb.NatsURL())
+	if r.code != 0 {
+		t.Fatalf("bench: %+v", r)
+	}
+	want := map[string][]string{
+		"kafka":      {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio"},
+		"kafka-sink": {"sink-db-msgs/s", "sink-plain-msgs/s", "sink-db/plain-ratio"},
+		"nats":       {"relay-msgid-msgs/s", "relay-plain-msgs/s", "relay-msgid/plain-ratio", "sink-db/plain-ratio"},
+	}
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d results, want %d:\n%s", len(lines), len(want), r.out)
+	}
+	for _, l := range lines {
+		var res struct {
+			Scenario string             `json:"scenario"`
+			Metrics  map[string]float64 `json:"metrics"`
+		}
+		if err := json.Unmarshal([]byte(l), &res); err != nil {
+			t.Fatalf("bench line %q: %v", l, err)
+		}
+		names, ok := want[res.Scenario]
+		if !ok {
+			t.Fatalf("unexpected scenario %q", res.Scenario)
+		}
+		for _, n := range names {
+			if v := res.Metrics[n]; !(v > 0) {
+				t.Errorf("%s: %s = %v, want > 0", res.Scenario, n, v)
+			}
+		}
 	}
 }

@@ -33,6 +33,18 @@ func URL() string {
 	return DefaultURL
 }
 
+// EnvNatsURL names the variable that points tests at a nats-server with
+// JetStream.
+const EnvNatsURL = "MENSAGERIA_TEST_NATS_URL"
+
+// NatsURL returns the configured test NATS URL (default the local server).
+func NatsURL() string {
+	if u := os.Getenv(EnvNatsURL); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
 var (
 	once    sync.Once
 	pool    *pgxpool.Pool

@@ -3,7 +3,6 @@ package nats_test
 import (
 	"context"
 	"maps"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -16,10 +15,7 @@ import (
 
 func benchConn(b *testing.B) *natsgo.Conn {
 	b.Helper()
-	url := os.Getenv("MENSAGERIA_TEST_NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
+	url := testdb.NatsURL()
 	nc, err := natsgo.Connect(url)
 	if err != nil {
 		testdb.Unavailable(b, "NATS at "+url, err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
@@ -17,15 +16,7 @@ import (
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
-// EnvURL points the tests at a nats-server with JetStream.
-const EnvURL = "MENSAGERIA_TEST_NATS_URL"
-
-func natsURL() string {
-	if u := os.Getenv(EnvURL); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
+func natsURL() string { return testdb.NatsURL() }
 
 // connect returns a connection, or skips (fails under CI) when the server is
 // down, like the database helper.
