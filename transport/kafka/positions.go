@@ -6,39 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// positions is the rolling window of outbox rows committed to Kafka by one
-// transactional id: the row ids (Delivery.Seq) of the last few batches. A
-// set, not a high-water mark, because outbox ids commit out of order and a
-// batch need not be contiguous. It changes in place only once a
-// transaction committed, and keeps each batch's encoding so that a commit
-// costs its own batch, not the whole window.
-type positions struct {
-	max     int
-	batches [][]int64 // oldest first
-	ranges  [][]int64 // each batch as [lo1, hi1, lo2, hi2, ...]
-	seen    map[int64]struct{}
-}
+// rowSet is a set of outbox row ids (Delivery.Seq) kept as sorted,
+// disjoint, inclusive ranges [lo1, hi1, lo2, hi2, ...]: a claimed batch is
+// mostly consecutive ids, so a batch of hundreds is one or two ranges, and
+// a lookup first checks the envelope [lo, hi], which rules out every batch
+// but the ones it belongs to.
+type rowSet []int64
 
-func newPositions(max int) *positions {
-	return &positions{max: max, seen: map[int64]struct{}{}}
-}
-
-func (p *positions) has(seq int64) bool {
-	_, ok := p.seen[seq]
-	return ok
-}
-
-// toRanges encodes a batch as inclusive ranges of consecutive ids.
-func toRanges(batch []int64) []int64 {
-	s := slices.Clone(batch)
+// newRowSet builds the set of ids (in any order, duplicates allowed).
+func newRowSet(ids []int64) rowSet {
+	s := slices.Clone(ids)
 	slices.Sort(s)
-	var rs []int64
+	var rs rowSet
 	for i := 0; i < len(s); {
 		j := i
 		for j+1 < len(s) && s[j+1] <= s[j]+1 {
@@ -50,45 +36,99 @@ func toRanges(batch []int64) []int64 {
 	return rs
 }
 
+func (s rowSet) has(id int64) bool {
+	if len(s) == 0 || id < s[0] || id > s[len(s)-1] {
+		return false
+	}
+	// The first range whose hi is ≥ id holds it if its lo is ≤ id.
+	i := sort.Search(len(s)/2, func(k int) bool { return s[2*k+1] >= id })
+	return i < len(s)/2 && s[2*i] <= id
+}
+
+// overlaps reports whether s and o share an id.
+func (s rowSet) overlaps(o rowSet) bool {
+	if len(s) == 0 || len(o) == 0 || s[len(s)-1] < o[0] || o[len(o)-1] < s[0] {
+		return false
+	}
+	for i, j := 0, 0; i < len(s) && j < len(o); {
+		switch {
+		case s[i+1] < o[j]:
+			i += 2
+		case o[j+1] < s[i]:
+			j += 2
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// positions is the rolling window of outbox rows committed to Kafka by one
+// transactional id: the row ids of its last few transactions. A set, not a
+// high-water mark, because outbox ids commit out of order and a batch need
+// not be contiguous. It changes in place only once a transaction committed.
+type positions struct {
+	max     int
+	batches []rowSet // oldest first
+}
+
+func newPositions(max int) *positions { return &positions{max: max} }
+
+func (p *positions) has(id int64) bool {
+	for _, b := range p.batches {
+		if b.has(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// overlaps reports whether any row of set was committed in the window.
+func (p *positions) overlaps(set rowSet) bool {
+	for _, b := range p.batches {
+		if b.overlaps(set) {
+			return true
+		}
+	}
+	return false
+}
+
 // encodeWith returns the record value of the window as it will be once
-// batch commits, and the batch's ranges for add; p is left as it is.
-func (p *positions) encodeWith(batch []int64) (ranges []int64, value []byte) {
-	rs := toRanges(batch)
-	keep := p.ranges
+// batch commits; p is left as it is.
+func (p *positions) encodeWith(batch rowSet) []byte {
+	keep := p.batches
 	if over := len(keep) + 1 - p.max; over > 0 {
 		keep = keep[over:]
 	}
-	rec := positionRecord{Version: 1, Batches: append(slices.Clone(keep), rs)}
-	value, _ = json.Marshal(rec) // ints only; cannot fail
-	return rs, value
+	return encodeBatches(append(slices.Clone(keep), batch))
 }
 
 // add records a committed batch, dropping the oldest beyond the window.
-func (p *positions) add(batch, ranges []int64) {
+func (p *positions) add(batch rowSet) {
 	p.batches = append(p.batches, batch)
-	p.ranges = append(p.ranges, ranges)
-	for _, s := range batch {
-		p.seen[s] = struct{}{}
-	}
-	for len(p.batches) > p.max {
-		for _, s := range p.batches[0] {
-			delete(p.seen, s)
-		}
-		p.batches, p.ranges = p.batches[1:], p.ranges[1:]
+	if over := len(p.batches) - p.max; over > 0 {
+		p.batches = slices.Delete(p.batches, 0, over)
 	}
 }
 
 // encode is the record value of the window as it is.
-func (p *positions) encode() []byte {
-	b, _ := json.Marshal(positionRecord{Version: 1, Batches: p.ranges})
-	return b
+func (p *positions) encode() []byte { return encodeBatches(p.batches) }
+
+func encodeBatches(bs []rowSet) []byte {
+	rec := positionRecord{Version: 1, Batches: make([][]int64, len(bs))}
+	for i, b := range bs {
+		rec.Batches[i] = b
+	}
+	v, _ := json.Marshal(rec) // ints only; cannot fail
+	return v
 }
 
 // positionRecord is the value stored under the transactional id. Ranges
 // keep it small: a claimed batch is mostly consecutive row ids.
 type positionRecord struct {
 	Version int `json:"v"`
-	// Batches holds each batch as [lo1, hi1, lo2, hi2, ...], inclusive.
+	// Batches holds each transaction's rows as sorted, disjoint, inclusive
+	// ranges [lo1, hi1, lo2, hi2, ...].
 	Batches [][]int64 `json:"batches"`
 }
 
@@ -122,19 +162,20 @@ func decodePositions(max int, b []byte) (*positions, error) {
 		rec.Batches = rec.Batches[over:]
 	}
 	for _, rs := range rec.Batches {
-		if len(rs)%2 != 0 {
-			return nil, errors.New("odd range list")
+		if len(rs) == 0 || len(rs)%2 != 0 {
+			return nil, errors.New("a batch must be a non-empty list of lo, hi pairs")
 		}
-		var batch []int64
 		for i := 0; i < len(rs); i += 2 {
-			if rs[i+1] < rs[i] || rs[i+1]-rs[i] > 1<<20 {
-				return nil, errors.New("bad range")
+			// Each range in order, and apart from the one before it:
+			// what has() and overlaps() rely on.
+			if rs[i] < 1 {
+				return nil, errors.New("outbox row ids start at 1")
 			}
-			for s := rs[i]; s <= rs[i+1]; s++ {
-				batch = append(batch, s)
+			if rs[i+1] < rs[i] || (i > 0 && rs[i] <= rs[i-1]) {
+				return nil, errors.New("ranges must be ascending and disjoint")
 			}
 		}
-		p.add(batch, rs)
+		p.add(rowSet(rs))
 	}
 	return p, nil
 }

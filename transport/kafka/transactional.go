@@ -88,7 +88,7 @@ type TransactionalSender struct {
 
 	mu       sync.Mutex // guards the fields below and every lane's pos
 	lanes    []*lane
-	inflight map[int64]chan struct{} // row → closed when its transaction ends
+	inflight []*reservation // the rows of the transactions in progress
 	fenced   error
 	closed   bool
 	rearming bool
@@ -147,7 +147,6 @@ func NewTransactionalSender(ctx context.Context, cfg TransactionalConfig) (*Tran
 		base:     append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...),
 		log:      cfg.Logger.With("transactional_id", cfg.TransactionalID),
 		free:     make(chan *lane, cfg.Lanes),
-		inflight: map[int64]chan struct{}{},
 	}
 	for i := range cfg.Lanes {
 		l := &lane{id: cfg.TransactionalID}
@@ -352,53 +351,73 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 	}
 	defer func() { s.free <- l }()
 
-	todo, mine, errAll := s.reserve(ctx, ds)
+	res, errAll := s.reserve(ctx, ds)
 	if errAll != nil {
 		return fill(len(ds), errAll)
 	}
-	defer s.release(mine)
-	if len(todo) == 0 {
+	defer s.release(res)
+	if len(res.todo) == 0 {
 		return nil
 	}
 	if l.cl == nil {
 		if err := s.open(ctx, l); err != nil {
-			return s.failAll(ds, todo, s.failed(l, err))
+			return s.failAll(ds, res.todo, s.failed(l, err))
 		}
 		// The reopened record may show rows committed by a predecessor.
 		s.mu.Lock()
-		todo = slices.DeleteFunc(todo, func(i int) bool {
-			if l.pos.has(ds[i].Seq) {
-				s.reconciled.Add(1)
-				return true
-			}
-			return false
-		})
+		if l.pos.overlaps(res.rows) {
+			n := len(res.todo)
+			res.todo = slices.DeleteFunc(res.todo, func(i int) bool { return l.pos.has(ds[i].Seq) })
+			s.reconciled.Add(int64(n - len(res.todo)))
+			res.rows = rowsOf(ds, res.todo)
+		}
 		s.mu.Unlock()
-		if len(todo) == 0 {
+		if len(res.todo) == 0 {
 			return nil
 		}
 	}
-	return s.transact(ctx, l, ds, todo)
+	return s.transact(ctx, l, ds, res)
+}
+
+// reservation is one SendBatch's claim on its rows while it runs: the
+// indexes into ds still to produce, and their row ids.
+type reservation struct {
+	todo []int
+	rows rowSet
+	done chan struct{} // closed when the batch ends
+}
+
+func rowsOf(ds []*mensageria.Delivery, idx []int) rowSet {
+	ids := make([]int64, len(idx))
+	for k, i := range idx {
+		ids[k] = ds[i].Seq
+	}
+	return newRowSet(ids)
 }
 
 // reserve splits ds into the rows some lane already committed and the rows
 // to produce, and marks the latter in flight. A row in flight on another
 // lane (its lease ran out and the relay claimed it again) is waited for
 // first: producing it in parallel could commit it twice.
-func (s *TransactionalSender) reserve(ctx context.Context, ds []*mensageria.Delivery) (todo []int, mine chan struct{}, err error) {
+func (s *TransactionalSender) reserve(ctx context.Context, ds []*mensageria.Delivery) (*reservation, error) {
+	all := make([]int, len(ds))
+	for i := range all {
+		all[i] = i
+	}
+	res := &reservation{todo: all, rows: rowsOf(ds, all), done: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		switch {
 		case s.closed:
-			return nil, nil, ErrClosed
+			return nil, ErrClosed
 		case s.fenced != nil:
-			return nil, nil, fencedErr(s.fenced)
+			return nil, fencedErr(s.fenced)
 		}
 		var busy chan struct{}
-		for _, d := range ds {
-			if ch, ok := s.inflight[d.Seq]; ok {
-				busy = ch
+		for _, other := range s.inflight {
+			if other.rows.overlaps(res.rows) {
+				busy = other.done
 				break
 			}
 		}
@@ -410,48 +429,43 @@ func (s *TransactionalSender) reserve(ctx context.Context, ds []*mensageria.Deli
 		case <-busy:
 		case <-ctx.Done():
 			s.mu.Lock()
-			return nil, nil, ctx.Err()
+			return nil, ctx.Err()
 		}
 		s.mu.Lock()
 	}
-	mine = make(chan struct{})
-	done := 0
-	for i, d := range ds {
-		if s.committedLocked(d.Seq) {
-			done++
-			continue
-		}
-		todo = append(todo, i)
-		s.inflight[d.Seq] = mine
-	}
-	if done > 0 {
+	if s.committedLocked(res.rows) {
+		res.todo = slices.DeleteFunc(res.todo, func(i int) bool {
+			for _, l := range s.lanes {
+				if l.pos != nil && l.pos.has(ds[i].Seq) {
+					return true
+				}
+			}
+			return false
+		})
+		done := len(ds) - len(res.todo)
+		res.rows = rowsOf(ds, res.todo)
 		s.reconciled.Add(int64(done))
 		s.log.Info("outbox rows already committed to Kafka; not producing them again", "rows", done)
 	}
-	return todo, mine, nil
+	s.inflight = append(s.inflight, res)
+	return res, nil
 }
 
-func (s *TransactionalSender) committedLocked(seq int64) bool {
+// committedLocked reports whether a lane committed any of rows.
+func (s *TransactionalSender) committedLocked(rows rowSet) bool {
 	for _, l := range s.lanes {
-		if l.pos != nil && l.pos.has(seq) {
+		if l.pos != nil && l.pos.overlaps(rows) {
 			return true
 		}
 	}
 	return false
 }
 
-func (s *TransactionalSender) release(mine chan struct{}) {
-	if mine == nil {
-		return
-	}
+func (s *TransactionalSender) release(res *reservation) {
 	s.mu.Lock()
-	for seq, ch := range s.inflight {
-		if ch == mine {
-			delete(s.inflight, seq)
-		}
-	}
+	s.inflight = slices.DeleteFunc(s.inflight, func(r *reservation) bool { return r == res })
 	s.mu.Unlock()
-	close(mine)
+	close(res.done)
 }
 
 func (s *TransactionalSender) failAll(ds []*mensageria.Delivery, todo []int, err error) []error {
@@ -485,17 +499,14 @@ func (s *TransactionalSender) failed(l *lane, err error) error {
 // caller's: cancelling an in-flight EndTxn would leave the outcome unknown.
 const endTimeout = 30 * time.Second
 
-func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensageria.Delivery, todo []int) []error {
+func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensageria.Delivery, res *reservation) []error {
+	todo := res.todo
 	cl := l.cl
 	if err := cl.BeginTransaction(); err != nil {
 		return s.failAll(ds, todo, s.failed(l, err))
 	}
-	seqs := make([]int64, len(todo))
-	for k, i := range todo {
-		seqs[k] = ds[i].Seq
-	}
 	s.mu.Lock()
-	ranges, value := l.pos.encodeWith(seqs)
+	value := l.pos.encodeWith(res.rows)
 	s.mu.Unlock()
 
 	var (
@@ -576,7 +587,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 			return s.failAll(ds, todo, s.failed(l, fmt.Errorf("commit outcome unknown (%w); reopening: %w", err, oerr)))
 		}
 		s.mu.Lock()
-		happened := l.pos.has(seqs[0])
+		happened := l.pos.has(ds[todo[0]].Seq)
 		s.mu.Unlock()
 		if happened {
 			s.aborted.Add(-1)
@@ -588,7 +599,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 	}
 	s.committed.Add(1)
 	s.mu.Lock()
-	l.pos.add(seqs, ranges)
+	l.pos.add(res.rows)
 	s.mu.Unlock()
 	return nil
 }
