@@ -29,15 +29,21 @@ func benchCluster(b *testing.B) *kfake.Cluster {
 	return c
 }
 
-func messagesFor(batch int) int {
+// messagesFor sizes a run to last about a second or more: the relay moves
+// tens of thousands of messages a second at claims of 100, the Sender alone
+// hundreds of thousands.
+func messagesFor(batch int, senderAlone bool) int {
+	n := 20000
 	switch {
 	case batch <= 1:
-		return 1000
+		n = 1000
 	case batch <= 10:
-		return 5000
-	default:
-		return max(20000, batch*20)
+		n = 5000
 	}
+	if senderAlone && batch >= 100 {
+		n *= 10
+	}
+	return n
 }
 
 func report(b *testing.B, r bench.Result, names ...string) {
@@ -57,7 +63,7 @@ func BenchmarkKafkaRelay(b *testing.B) {
 				var r bench.Result
 				for range b.N {
 					var err error
-					r, err = bench.KafkaRelay(context.Background(), c.ListenAddrs(), mode, batch, messagesFor(batch))
+					r, err = bench.KafkaRelay(context.Background(), c.ListenAddrs(), mode, batch, messagesFor(batch, true))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -81,7 +87,7 @@ func BenchmarkKafkaRelayDrain(b *testing.B) {
 				for range b.N {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 					var err error
-					r, err = bench.KafkaRelayDrain(ctx, env, c.ListenAddrs(), mode, batch, messagesFor(batch))
+					r, err = bench.KafkaRelayDrain(ctx, env, c.ListenAddrs(), mode, batch, messagesFor(batch, false))
 					cancel()
 					if err != nil {
 						b.Fatal(err)
