@@ -55,6 +55,23 @@ func (e *InvalidMessageError) Error() string {
 // Is makes errors.Is(err, ErrInvalidMessage) true.
 func (e *InvalidMessageError) Is(target error) bool { return target == ErrInvalidMessage }
 
+// DecodeError says which part of a received broker message could not be
+// read back into a Delivery (the transports' DeliveryOf functions): a
+// message not published by a mensageria Sender, or damaged on the way.
+// errors.Is(err, ErrInvalidMessage) holds.
+type DecodeError struct {
+	Transport string // "kafka", "nats"
+	Field     string // the header, or "payload"
+	Reason    string
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("mensageria/%s: received message: %s: %s", e.Transport, e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidMessage) true.
+func (e *DecodeError) Is(target error) bool { return target == ErrInvalidMessage }
+
 // ConfigError names the Config field that is wrong.
 type ConfigError struct {
 	Field  string

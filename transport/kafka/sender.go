@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/wire"
 )
 
 // Record header names set by the Senders. The message id is the identity a
@@ -14,6 +15,9 @@ import (
 const (
 	HeaderMessageID = "mensageria-id"
 	HeaderType      = "mensageria-type"
+	// HeaderCreatedAt carries the enqueue time (RFC 3339, UTC), which a
+	// receiving Inbox needs for its dedup window.
+	HeaderCreatedAt = "mensageria-created-at"
 )
 
 // SenderConfig configures a Sender.
@@ -138,11 +142,14 @@ func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []err
 }
 
 func toRecord(topic string, d *mensageria.Delivery) *kgo.Record {
-	hs := make([]kgo.RecordHeader, 0, 2+len(d.Headers))
+	hs := make([]kgo.RecordHeader, 0, 3+len(d.Headers))
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(d.ID.String())},
 		kgo.RecordHeader{Key: HeaderType, Value: []byte(d.Type)},
 	)
+	if !d.CreatedAt.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderCreatedAt, Value: wire.AppendTime(nil, d.CreatedAt)})
+	}
 	for k, v := range d.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}

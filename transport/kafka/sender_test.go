@@ -2,7 +2,9 @@ package kafka
 
 import (
 	"errors"
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -21,6 +23,10 @@ func TestSenderRecordsCarryKeyAndIdentity(t *testing.T) {
 	defer s.Close()
 	ds := deliveries("order", 1, 40)
 	ds[0].Headers = map[string]string{mensageria.HeaderRequestID: "req-1"}
+	enqueued := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.FixedZone("BRT", -3*3600))
+	for i, d := range ds {
+		d.CreatedAt = enqueued.Add(time.Duration(i) * time.Millisecond)
+	}
 	if errs := s.SendBatch(testCtx(t), ds); errs != nil {
 		t.Fatal(errors.Join(errs...))
 	}
@@ -48,6 +54,16 @@ func TestSenderRecordsCarryKeyAndIdentity(t *testing.T) {
 			t.Fatalf("key %s in partitions %d and %d", d.Key, p, r.Partition)
 		}
 		partOf[d.Key] = r.Partition
+		// What a receiver reads back is the delivery, enqueue time
+		// included: an Inbox with a dedup window needs it.
+		got, err := DeliveryOf(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != d.ID || got.Type != d.Type || got.Key != d.Key || string(got.Payload) != string(d.Payload) ||
+			!got.CreatedAt.Equal(d.CreatedAt) || !maps.Equal(got.Headers, d.Headers) || got.Seq != r.Offset {
+			t.Fatalf("DeliveryOf = %+v, want %+v", got, d)
+		}
 	}
 	found := false
 	for _, r := range rs {

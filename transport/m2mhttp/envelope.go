@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/wire"
 )
 
 // Envelope is the JSON body of one delivery.
@@ -129,8 +130,8 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 	if s, err = jsonString(raw["created_at"]); err != nil {
 		return nil, bad("created_at", "%v", err)
 	}
-	if e.CreatedAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
-		return nil, bad("created_at", "must be an RFC 3339 date-time")
+	if e.CreatedAt, err = wire.ParseTime(s); err != nil {
+		return nil, bad("created_at", "%v", err)
 	}
 	a := raw["attempt"]
 	n, err := strconv.ParseInt(string(a), 10, 64)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/wire"
 )
 
 // Header names set by the Sender besides Nats-Msg-Id.
@@ -212,7 +213,7 @@ func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
 	m.Header.Set(HeaderType, d.Type)
 	m.Header.Set(HeaderKey, d.Key)
 	if !d.CreatedAt.IsZero() {
-		m.Header.Set(HeaderCreatedAt, d.CreatedAt.UTC().Format(time.RFC3339Nano))
+		m.Header.Set(HeaderCreatedAt, string(wire.AppendTime(nil, d.CreatedAt)))
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/wire"
 )
 
 // Effect applies one message inside the sink's database transaction, the
@@ -360,22 +362,54 @@ func (s *Sink) skip(ctx context.Context, m jetstream.Msg) error {
 }
 
 // DeliveryOf rebuilds the mensageria delivery a Sender published, so a
-// plain JetStream consumer can apply it through a mensageria.Inbox.
+// plain JetStream consumer can apply it through a mensageria.Inbox. The
+// message is outside input: one that no Sender published, or one damaged
+// on the way, gets a *mensageria.DecodeError.
 func DeliveryOf(m jetstream.Msg) (*mensageria.Delivery, error) {
-	h := m.Headers()
-	id, err := uuid.Parse(h.Get(HeaderMessageID))
+	d, err := deliveryFrom(m.Headers(), m.Data())
 	if err != nil {
-		return nil, fmt.Errorf("mensageria/nats: %s header: %w", HeaderMessageID, err)
-	}
-	d := &mensageria.Delivery{ID: id, Type: h.Get(HeaderType), Key: h.Get(HeaderKey), Payload: m.Data()}
-	if v := h.Get(HeaderCreatedAt); v != "" {
-		if d.CreatedAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return nil, fmt.Errorf("mensageria/nats: %s header: %w", HeaderCreatedAt, err)
-		}
+		return nil, err
 	}
 	if md, err := m.Metadata(); err == nil {
 		d.Attempt = int(md.NumDelivered)
 		d.Seq = int64(md.Sequence.Stream)
+	}
+	return d, nil
+}
+
+// deliveryFrom is DeliveryOf without the server's metadata. Headers other
+// than the Sender's own and the server's (Nats-*) are the delivery's.
+func deliveryFrom(h natsgo.Header, data []byte) (*mensageria.Delivery, error) {
+	bad := func(field, reason string) error {
+		return &mensageria.DecodeError{Transport: "nats", Field: field, Reason: reason}
+	}
+	raw := h.Get(HeaderMessageID)
+	if raw == "" {
+		return nil, bad(HeaderMessageID, "missing: not published by a mensageria Sender")
+	}
+	id, err := uuid.Parse(raw)
+	if err != nil {
+		return nil, bad(HeaderMessageID, err.Error())
+	}
+	d := &mensageria.Delivery{ID: id, Type: h.Get(HeaderType), Key: h.Get(HeaderKey), Payload: data}
+	if d.Type == "" {
+		return nil, bad(HeaderType, "missing or empty")
+	}
+	if v := h.Get(HeaderCreatedAt); v != "" {
+		if d.CreatedAt, err = wire.ParseTime(v); err != nil {
+			return nil, bad(HeaderCreatedAt, err.Error())
+		}
+	}
+	for k, vs := range h {
+		switch {
+		case len(vs) == 0, k == HeaderMessageID, k == HeaderType, k == HeaderKey, k == HeaderCreatedAt,
+			strings.HasPrefix(k, "Nats-"):
+			continue
+		}
+		if d.Headers == nil {
+			d.Headers = map[string]string{}
+		}
+		d.Headers[k] = vs[0]
 	}
 	return d, nil
 }
