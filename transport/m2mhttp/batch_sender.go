@@ -180,9 +180,19 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 	if int64(len(b)) > limit {
 		return nil, fmt.Errorf("POST %s: batch answer larger than %d bytes", s.url, limit)
 	}
+	errs, err := decodeBatchAnswer(b, ds)
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: %w", s.url, err)
+	}
+	return errs, nil
+}
+
+// decodeBatchAnswer reads a receiver's batch answer into one outcome per
+// delivery, or refuses it whole.
+func decodeBatchAnswer(b []byte, ds []*mensageria.Delivery) ([]error, error) {
 	var a batchAnswer
 	if err := json.Unmarshal(b, &a); err != nil || len(a.Results) != len(ds) {
-		return nil, fmt.Errorf("POST %s: malformed batch answer: %d results for %d messages", s.url, len(a.Results), len(ds))
+		return nil, fmt.Errorf("malformed batch answer: %d results for %d messages", len(a.Results), len(ds))
 	}
 	errs := make([]error, len(ds))
 	for i, r := range a.Results {
@@ -223,7 +233,7 @@ func itemError(d *mensageria.Delivery, r BatchResult) error {
 		return mensageria.Permanent(se)
 	}
 	if r.RetryAfter > 0 {
-		return mensageria.RetryAfter(se, time.Duration(min(r.RetryAfter, int64(365*24*time.Hour/time.Second)))*time.Second)
+		return mensageria.RetryAfter(se, time.Duration(min(r.RetryAfter, int64(maxRetryAfter/time.Second)))*time.Second)
 	}
 	return se
 }

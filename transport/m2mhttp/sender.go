@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xadm/mensageria"
 )
@@ -261,11 +262,16 @@ func classify(resp *http.Response, now time.Time) error {
 
 func readReason(resp *http.Response, se *StatusError) {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBodyBytes))
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get(headerContentType))
+	reasonFrom(resp.Header.Get(headerContentType), b, se)
+}
+
+// reasonFrom reads a refusal's body, a problem document or text, into se.
+func reasonFrom(contentType string, b []byte, se *StatusError) {
+	mt, _, _ := mime.ParseMediaType(contentType)
 	if mt == contentTypeProblem || mt == contentTypeJSON {
 		var p Problem
 		if json.Unmarshal(b, &p) == nil && (p.Title != "" || p.Detail != "") {
-			p.Title, p.Detail = truncate(p.Title), truncate(p.Detail)
+			p.Title, p.Detail, p.RequestID = truncate(p.Title), truncate(p.Detail), truncate(p.RequestID)
 			se.Problem = &p
 			return
 		}
@@ -273,7 +279,10 @@ func readReason(resp *http.Response, se *StatusError) {
 	se.Text = truncate(strings.TrimSpace(string(b)))
 }
 
-// truncate keeps a peer's text from filling the outbox's last_error.
+// truncate keeps a peer's text from filling the outbox's last_error, and
+// keeps it storable: control characters (NUL above all, which PostgreSQL
+// text refuses) become spaces, invalid UTF-8 becomes U+FFFD, and the cut
+// falls between runes.
 func truncate(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
@@ -282,10 +291,17 @@ func truncate(s string) string {
 		return r
 	}, s)
 	if len(s) > maxReasonFromPeerLength {
-		s = s[:maxReasonFromPeerLength] + "…"
+		cut := maxReasonFromPeerLength
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return s
 }
+
+// maxRetryAfter bounds a peer's Retry-After: a year, not centuries.
+const maxRetryAfter = 365 * 24 * time.Hour
 
 // parseRetryAfter reads delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
 // A date in the past means "now", which still leaves the relay's backoff.
@@ -298,20 +314,13 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		if n < 0 {
 			return 0, false
 		}
-		if n > int64(365*24*time.Hour/time.Second) {
-			n = int64(365 * 24 * time.Hour / time.Second)
-		}
-		return time.Duration(n) * time.Second, true
+		return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second, true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	d := t.Sub(now)
-	if d < 0 {
-		d = 0
-	}
-	return d, true
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
 }
 
 // validHeaderValue accepts visible ASCII and inner spaces: what every
