@@ -408,3 +408,153 @@ func NatsSink(ctx context.Context, nc *natsgo.Conn, stream string, records int, 
 	r.Set("tx-p99-ms", lat.PercentileMs(99))
 	return r, nil
 }
+
+// KafkaPaced measures commit-to-consumer latency through the relay into
+// Kafka in one mode: pacers enqueue rate messages a second, one per
+// transaction, for a second of warm-up and then dur, and a read_committed
+// consumer notes when each record reaches it. The relay runs at its defaults with claims of
+// batchSize.
+func KafkaPaced(ctx context.Context, e Env, brokers []string, mode string, batchSize, rate int, dur time.Duration) (Result, error) {
+	d, err := e.driver()
+	if err != nil {
+		return Result{}, err
+	}
+	// A drain before leaves dead rows whose vacuum would run during (and be
+	// billed to) this phase's tail latency.
+	if err := e.settle(ctx); err != nil {
+		return Result{}, err
+	}
+	stamp := time.Now().UnixNano()
+	typ := fmt.Sprintf("bench.kafka.paced.%s.%d", mode, stamp)
+	topic := fmt.Sprintf("bench-paced-%s-%d", mode, stamp)
+	s, closeSender, err := kafkaSender(ctx, brokers, mode, topic)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeSender()
+	hooks := []mensageria.Hook{}
+	if h, ok := s.(interface {
+		OnElection(mensageria.ElectionEvent)
+	}); ok {
+		hooks = append(hooks, h)
+	}
+	c, err := mensageria.New(d, &mensageria.Config{
+		App:       "bench-" + typ,
+		Registry:  mensageria.NewRegistry().MustRegister(typ, s),
+		Hooks:     hooks,
+		BatchSize: batchSize,
+		Logger:    quiet(),
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = c.Stop(stopCtx)
+	}()
+
+	// The first second paces too but is not measured: the pool's
+	// connections and the relay's loops settle in it.
+	skip := rate
+	total := skip + int(float64(rate)*dur.Seconds())
+	committed := make([]atomic.Int64, total)
+	consumed := make([]atomic.Int64, total)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return Result{}, err
+	}
+	defer cl.Close()
+	var (
+		seen atomic.Int64
+		warm = make(chan struct{})
+	)
+	consumeCtx, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+	go func() {
+		for consumeCtx.Err() == nil {
+			fs := cl.PollFetches(consumeCtx)
+			now := time.Now().UnixNano()
+			fs.EachRecord(func(r *kgo.Record) {
+				if string(r.Key) == "warm-up" {
+					close(warm)
+					return
+				}
+				var i int
+				if _, err := fmt.Sscanf(string(r.Key), "p-%d", &i); err == nil && i >= 0 && i < total &&
+					consumed[i].CompareAndSwap(0, now) {
+					seen.Add(1)
+				}
+			})
+		}
+	}()
+
+	// One message through the whole path first: the relay elected, the
+	// consumer assigned and fetching, before anything is timed.
+	if _, err := c.Enqueue(ctx, mensageria.Message{Type: typ, Key: "warm-up", Payload: []byte(Payload)}); err != nil {
+		return Result{}, err
+	}
+	select {
+	case <-warm:
+	case <-time.After(time.Minute):
+		return Result{}, errors.New("bench: the warm-up message did not reach the consumer within a minute")
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+
+	const pacers = 16
+	interval := time.Second / time.Duration(rate)
+	errs := make(chan error, pacers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for p := range pacers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < total; i += pacers {
+				if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
+					time.Sleep(w)
+				}
+				if _, err := c.Enqueue(ctx, mensageria.Message{Type: typ, Key: fmt.Sprintf("p-%d", i), Payload: []byte(Payload)}); err != nil {
+					errs <- err
+					return
+				}
+				committed[i].Store(time.Now().UnixNano())
+			}
+		}()
+	}
+	wg.Wait()
+	pacedFor := time.Since(start)
+	select {
+	case err := <-errs:
+		return Result{}, err
+	default:
+	}
+	deadline := time.Now().Add(time.Minute)
+	for seen.Load() < int64(total) {
+		if time.Now().After(deadline) {
+			return Result{}, fmt.Errorf("bench: %d of %d paced records consumed after a minute", seen.Load(), total)
+		}
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var lat Latencies
+	for i := skip; i < total; i++ {
+		// A record can reach the consumer before its producer notes the
+		// commit time: a latency below the clock's resolution here.
+		lat.Add(time.Duration(max(consumed[i].Load()-committed[i].Load(), 0)))
+	}
+	r := Result{Scenario: "kafka-paced-" + mode}
+	r.Set("paced-rate", float64(total)/pacedFor.Seconds())
+	r.Set("paced-msgs", float64(total-skip))
+	r.Set("p50-ms", lat.PercentileMs(50))
+	r.Set("p99-ms", lat.PercentileMs(99))
+	return r, nil
+}

@@ -28,6 +28,7 @@ type benchOptions struct {
 	brokerMessages int
 	batch          int
 	rounds         int
+	pacedFor       time.Duration
 	kafkaBrokers   []string
 	natsURL        string
 	keep           bool
@@ -54,8 +55,10 @@ dropped afterwards: it never touches the configured schema's rows.
              p99-ms at a paced 1,000 msgs/s; slow: run with --scenario http)
   backlog    drain rate with a large backlog against a small one (slow:
              not run unless asked for with --scenario backlog)
-  kafka      the relay draining the outbox into Kafka, and the Sender alone,
-             idempotent vs transactional at claims of --batch; then a sink
+  kafka      commit-to-consumer latency through the relay at a paced 1,000
+             msgs/s (--paced-for), the relay draining the outbox into Kafka,
+             and the Sender alone, idempotent vs transactional at claims of
+             --batch; then a sink
              with the offsets in the database vs plain at-least-once. Without
              --kafka-brokers it runs against franz-go's in-process kfake
              cluster (3 brokers, 6 partitions: no network, no disk)
@@ -81,6 +84,8 @@ first, and report medians and ratios.
 				return usageErr("--batch %d: 1..--broker-messages", o.batch)
 			case o.rounds < 1:
 				return usageErr("--rounds %d: at least 1", o.rounds)
+			case o.pacedFor < 100*time.Millisecond:
+				return usageErr("--paced-for %s: at least 100ms", o.pacedFor)
 			}
 			c, err := a.loadConfig()
 			if err != nil {
@@ -102,6 +107,7 @@ first, and report medians and ratios.
 	f.IntVar(&o.brokerMessages, "broker-messages", 30000, "kafka, nats: messages per run")
 	f.IntVar(&o.batch, "batch", 100, "kafka: the relay's claim size")
 	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats: rounds of alternating modes")
+	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka: how long each mode's latency phase paces 1,000 msgs/s")
 	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: an in-process kfake cluster)")
 	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
@@ -199,7 +205,8 @@ func benchKafka(ctx context.Context, env bench.Env, o benchOptions) ([]bench.Res
 		defer c.Close()
 		brokers = c.ListenAddrs()
 	}
-	relay, err := bench.KafkaCompare(ctx, env, brokers, o.batch, o.brokerMessages, o.rounds)
+	relay, err := bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: brokers, Batch: o.batch,
+		Messages: o.brokerMessages, Rounds: o.rounds, PacedFor: o.pacedFor})
 	if err != nil {
 		return nil, err
 	}

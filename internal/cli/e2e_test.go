@@ -318,7 +318,7 @@ func TestBenchCommand(t *testing.T) {
 	if r := run(t, "", tokEnv, "bench", "--config", p, "--scenario", "nope"); r.code != ExitUsage {
 		t.Fatalf("unknown scenario: %+v", r)
 	}
-	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}} {
+	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}, {"--paced-for", "1ms"}} {
 		args := append([]string{"bench", "--config", p, "--scenario", "kafka"}, bad...)
 		if r := run(t, "", tokEnv, args...); r.code != ExitUsage {
 			t.Errorf("bench %v: %+v, want a usage error", bad, r)
@@ -340,12 +340,12 @@ func TestBenchBrokerScenarios(t *testing.T) {
 	}
 	p := writeConfig(t, testdb.URL(), testdb.Schema(t), "http://127.0.0.1:1/unused")
 	r := run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "kafka,nats",
-		"--broker-messages", "1000", "--rounds", "1", "--nats-url", testdb.NatsURL())
+		"--broker-messages", "1000", "--rounds", "1", "--paced-for", "300ms", "--nats-url", testdb.NatsURL())
 	if r.code != 0 {
 		t.Fatalf("bench: %+v", r)
 	}
 	want := map[string][]string{
-		"kafka":      {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio"},
+		"kafka":      {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio", "paced-idempotent-p50-ms", "paced-transactional-p99-ms"},
 		"kafka-sink": {"sink-db-msgs/s", "sink-plain-msgs/s", "sink-db/plain-ratio"},
 		"nats":       {"relay-msgid-msgs/s", "relay-plain-msgs/s", "relay-msgid/plain-ratio", "sink-db/plain-ratio"},
 	}

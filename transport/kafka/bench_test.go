@@ -110,7 +110,7 @@ func BenchmarkKafkaCompare(b *testing.B) {
 	for range b.N {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		var err error
-		r, err = bench.KafkaCompare(ctx, env, c.ListenAddrs(), 100, 30000, 3)
+		r, err = bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: c.ListenAddrs()})
 		cancel()
 		if err != nil {
 			b.Fatal(err)
