@@ -6,7 +6,8 @@ package bench
 import (
 	"encoding/json"
 	"io"
-	"sort"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -36,22 +37,43 @@ func (r Result) WriteJSON(w io.Writer) error {
 	return err
 }
 
-// Latencies collects durations and reports percentiles.
-type Latencies struct{ d []time.Duration }
+// Latencies collects durations and reports percentiles. It is safe for
+// concurrent use: sinks and senders report from their own goroutines.
+type Latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
 
 // Add records one latency.
-func (l *Latencies) Add(d time.Duration) { l.d = append(l.d, d) }
+func (l *Latencies) Add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
 
 // Len is the number of samples.
-func (l *Latencies) Len() int { return len(l.d) }
+func (l *Latencies) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
+}
 
 // PercentileMs returns the p-th percentile (0-100) in milliseconds.
 func (l *Latencies) PercentileMs(p float64) float64 {
-	if len(l.d) == 0 {
+	l.mu.Lock()
+	s := slices.Clone(l.d)
+	l.mu.Unlock()
+	if len(s) == 0 {
 		return 0
 	}
-	s := append([]time.Duration(nil), l.d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	slices.Sort(s)
 	i := int(p / 100 * float64(len(s)-1))
 	return float64(s[i]) / float64(time.Millisecond)
+}
+
+// setPercentiles records lat's p50 and p99 in r as <prefix>p50-ms and
+// <prefix>p99-ms.
+func (r *Result) setPercentiles(prefix string, lat *Latencies) {
+	r.Set(prefix+"p50-ms", lat.PercentileMs(50))
+	r.Set(prefix+"p99-ms", lat.PercentileMs(99))
 }

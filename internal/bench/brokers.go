@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,7 +42,7 @@ func SenderRun(ctx context.Context, scenario string, s mensageria.BatchSender, b
 	batches := messages / batchSize
 	var (
 		next     atomic.Int64
-		mu       sync.Mutex
+		mu       sync.Mutex // guards firstErr
 		lat      Latencies
 		firstErr error
 		wg       sync.WaitGroup
@@ -62,14 +63,14 @@ func SenderRun(ctx context.Context, scenario string, s mensageria.BatchSender, b
 				t0 := time.Now()
 				errs := s.SendBatch(ctx, ds)
 				d := time.Since(t0)
-				mu.Lock()
-				if errs != nil && firstErr == nil {
-					firstErr = errors.Join(errs...)
-				}
 				for range ds {
 					lat.Add(d)
 				}
-				mu.Unlock()
+				if errs != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, errors.Join(errs...))
+					mu.Unlock()
+				}
 			}
 		}()
 	}
@@ -80,8 +81,7 @@ func SenderRun(ctx context.Context, scenario string, s mensageria.BatchSender, b
 	}
 	r := Result{Scenario: scenario}
 	r.Set("msgs/s", float64(batches*batchSize)/elapsed.Seconds())
-	r.Set("p50-ms", lat.PercentileMs(50))
-	r.Set("p99-ms", lat.PercentileMs(99))
+	r.setPercentiles("", &lat)
 	r.Set("batch", float64(batchSize))
 	return r, nil
 }
@@ -206,49 +206,19 @@ type InsertFunc func(ctx context.Context, tx mensageria.Tx, topic string, partit
 // The latencies are per database transaction.
 func KafkaSink(ctx context.Context, brokers []string, topic string, records int, drv driver.Driver, insert InsertFunc, offsetsInDB bool) (Result, error) {
 	group := fmt.Sprintf("bench-sink-%d", time.Now().UnixNano())
-	var (
-		lat  Latencies
-		mu   sync.Mutex
-		done atomic.Int64
-	)
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	var lat Latencies
 	start := time.Now()
 	if offsetsInDB {
 		s, err := kafka.NewSink(kafka.SinkConfig{Brokers: brokers, Group: group, Topics: []string{topic}, Driver: drv,
-			Opts: []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
-			OnBatch: func(b kafka.BatchStats) {
-				mu.Lock()
-				lat.Add(b.Duration)
-				mu.Unlock()
-			},
+			Opts:    []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+			OnBatch: func(b kafka.BatchStats) { lat.Add(b.Duration) },
 			Effect: func(ctx context.Context, tx mensageria.Tx, r *kgo.Record) error {
 				return insert(ctx, tx, r.Topic, r.Partition, r.Offset, r.Value)
 			}})
 		if err != nil {
 			return Result{}, err
 		}
-		errc := make(chan error, 1)
-		go func() { errc <- s.Run(runCtx) }()
-		for s.Applied() < int64(records) {
-			select {
-			case err := <-errc:
-				return Result{}, fmt.Errorf("sink stopped: %v", err)
-			case <-ctx.Done():
-				return Result{}, ctx.Err()
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-		elapsed := time.Since(start)
-		stop()
-		<-errc
-		r := Result{Scenario: "kafka-sink-offsets-in-db"}
-		r.Set("msgs/s", float64(records)/elapsed.Seconds())
-		mu.Lock()
-		r.Set("tx-p50-ms", lat.PercentileMs(50))
-		r.Set("tx-p99-ms", lat.PercentileMs(99))
-		mu.Unlock()
-		return r, nil
+		return awaitSink(ctx, "kafka-sink-offsets-in-db", s.Run, s.Applied, records, start, &lat)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
@@ -257,43 +227,39 @@ func KafkaSink(ctx context.Context, brokers []string, topic string, records int,
 		return Result{}, err
 	}
 	defer cl.Close()
-	for done.Load() < int64(records) {
-		fs := cl.PollRecords(runCtx, 500)
-		if err := runCtx.Err(); err != nil {
-			return Result{}, err
-		}
-		var ferr error
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if ferr != nil || len(p.Records) == 0 {
-				return
-			}
-			t0 := time.Now()
-			ferr = drv.InTx(runCtx, func(ctx context.Context, tx driver.Tx) error {
-				for _, r := range p.Records {
-					if err := insert(ctx, tx, r.Topic, r.Partition, r.Offset, r.Value); err != nil {
-						return err
-					}
+	var applied atomic.Int64
+	run := func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			fs := cl.PollRecords(ctx, 500)
+			var err error
+			fs.EachPartition(func(p kgo.FetchTopicPartition) {
+				if err != nil || len(p.Records) == 0 {
+					return
 				}
-				return nil
+				t0 := time.Now()
+				err = drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+					for _, r := range p.Records {
+						if err := insert(ctx, tx, r.Topic, r.Partition, r.Offset, r.Value); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err == nil {
+					lat.Add(time.Since(t0))
+					applied.Add(int64(len(p.Records)))
+				}
 			})
-			mu.Lock()
-			lat.Add(time.Since(t0))
-			mu.Unlock()
-			done.Add(int64(len(p.Records)))
-		})
-		if ferr != nil {
-			return Result{}, ferr
+			if err == nil {
+				err = cl.CommitUncommittedOffsets(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
 		}
-		if err := cl.CommitUncommittedOffsets(runCtx); err != nil {
-			return Result{}, err
-		}
+		return nil
 	}
-	elapsed := time.Since(start)
-	r := Result{Scenario: "kafka-sink-plain-at-least-once"}
-	r.Set("msgs/s", float64(records)/elapsed.Seconds())
-	r.Set("tx-p50-ms", lat.PercentileMs(50))
-	r.Set("tx-p99-ms", lat.PercentileMs(99))
-	return r, nil
+	return awaitSink(ctx, "kafka-sink-plain-at-least-once", run, applied.Load, records, start, &lat)
 }
 
 // NatsSink measures consuming the records already in stream into the
@@ -304,12 +270,7 @@ func KafkaSink(ctx context.Context, brokers []string, topic string, records int,
 func NatsSink(ctx context.Context, nc *natsgo.Conn, stream string, records int, drv driver.Driver, insert InsertFunc, sequenceInDB bool) (Result, error) {
 	const batch = 100
 	consumer := fmt.Sprintf("bench-sink-%d", time.Now().UnixNano())
-	var (
-		lat Latencies
-		mu  sync.Mutex
-	)
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	var lat Latencies
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return Result{}, err
@@ -319,94 +280,66 @@ func NatsSink(ctx context.Context, nc *natsgo.Conn, stream string, records int, 
 		return Result{}, err
 	}
 	defer func() { _ = st.DeleteConsumer(context.WithoutCancel(ctx), consumer) }()
+	apply := func(ctx context.Context, tx mensageria.Tx, m jetstream.Msg) error {
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		return insert(ctx, tx, m.Subject(), 0, int64(md.Sequence.Stream), m.Data())
+	}
 	start := time.Now()
 	if sequenceInDB {
-		effect := func(ctx context.Context, tx mensageria.Tx, m jetstream.Msg) error {
-			md, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			return insert(ctx, tx, m.Subject(), 0, int64(md.Sequence.Stream), m.Data())
-		}
 		s, err := nats.NewSink(nats.SinkConfig{Conn: nc, Stream: stream, Consumer: consumer, Driver: drv,
-			Batch: batch, MaxWait: 100 * time.Millisecond, Effect: effect, Logger: quiet(),
-			OnBatch: func(b nats.BatchStats) {
-				mu.Lock()
-				lat.Add(b.Duration)
-				mu.Unlock()
-			}})
+			Batch: batch, MaxWait: 100 * time.Millisecond, Effect: apply, Logger: quiet(),
+			OnBatch: func(b nats.BatchStats) { lat.Add(b.Duration) }})
 		if err != nil {
 			return Result{}, err
 		}
-		errc := make(chan error, 1)
-		go func() { errc <- s.Run(runCtx) }()
-		for s.Applied() < int64(records) {
-			select {
-			case err := <-errc:
-				return Result{}, fmt.Errorf("sink stopped: %v", err)
-			case <-ctx.Done():
-				return Result{}, ctx.Err()
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-		elapsed := time.Since(start)
-		stop()
-		<-errc
-		r := Result{Scenario: "nats-sink-sequence-in-db"}
-		r.Set("msgs/s", float64(records)/elapsed.Seconds())
-		mu.Lock()
-		r.Set("tx-p50-ms", lat.PercentileMs(50))
-		r.Set("tx-p99-ms", lat.PercentileMs(99))
-		mu.Unlock()
-		return r, nil
+		return awaitSink(ctx, "nats-sink-sequence-in-db", s.Run, s.Applied, records, start, &lat)
 	}
 	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: consumer, AckPolicy: jetstream.AckExplicitPolicy,
 		MaxAckPending: 4 * batch, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return Result{}, err
 	}
-	done := 0
-	for done < records {
-		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(100*time.Millisecond))
-		if err != nil {
-			return Result{}, err
-		}
-		var msgs []jetstream.Msg
-		for m := range b.Messages() {
-			msgs = append(msgs, m)
-		}
-		if len(msgs) == 0 {
-			continue
-		}
-		t0 := time.Now()
-		err = drv.InTx(runCtx, func(ctx context.Context, tx driver.Tx) error {
-			for _, m := range msgs {
-				md, err := m.Metadata()
-				if err != nil {
-					return err
-				}
-				if err := insert(ctx, tx, m.Subject(), 0, int64(md.Sequence.Stream), m.Data()); err != nil {
-					return err
-				}
+	var applied atomic.Int64
+	run := func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			b, err := cons.Fetch(batch, jetstream.FetchMaxWait(100*time.Millisecond))
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return Result{}, err
+			var msgs []jetstream.Msg
+			for m := range b.Messages() {
+				msgs = append(msgs, m)
+			}
+			if len(msgs) == 0 {
+				continue
+			}
+			t0 := time.Now()
+			err = drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+				for _, m := range msgs {
+					if err := apply(ctx, tx, m); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			lat.Add(time.Since(t0))
+			for _, m := range msgs {
+				_ = m.Ack()
+			}
+			applied.Add(int64(len(msgs)))
 		}
-		mu.Lock()
-		lat.Add(time.Since(t0))
-		mu.Unlock()
-		for _, m := range msgs {
-			_ = m.Ack()
-		}
-		done += len(msgs)
+		return nil
 	}
-	r := Result{Scenario: "nats-sink-plain-at-least-once"}
-	r.Set("msgs/s", float64(records)/time.Since(start).Seconds())
-	r.Set("tx-p50-ms", lat.PercentileMs(50))
-	r.Set("tx-p99-ms", lat.PercentileMs(99))
-	return r, nil
+	return awaitSink(ctx, "nats-sink-plain-at-least-once", run, applied.Load, records, start, &lat)
 }
 
 // KafkaPaced measures commit-to-consumer latency through the relay into
@@ -432,19 +365,7 @@ func KafkaPaced(ctx context.Context, e Env, brokers []string, mode string, batch
 		return Result{}, err
 	}
 	defer closeSender()
-	hooks := []mensageria.Hook{}
-	if h, ok := s.(interface {
-		OnElection(mensageria.ElectionEvent)
-	}); ok {
-		hooks = append(hooks, h)
-	}
-	c, err := mensageria.New(d, &mensageria.Config{
-		App:       "bench-" + typ,
-		Registry:  mensageria.NewRegistry().MustRegister(typ, s),
-		Hooks:     hooks,
-		BatchSize: batchSize,
-		Logger:    quiet(),
-	})
+	c, err := newRelay(d, typ, s, batchSize)
 	if err != nil {
 		return Result{}, err
 	}
@@ -507,33 +428,13 @@ func KafkaPaced(ctx context.Context, e Env, brokers []string, mode string, batch
 		return Result{}, ctx.Err()
 	}
 
-	const pacers = 16
-	interval := time.Second / time.Duration(rate)
-	errs := make(chan error, pacers)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for p := range pacers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := p; i < total; i += pacers {
-				if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
-					time.Sleep(w)
-				}
-				if _, err := c.Enqueue(ctx, mensageria.Message{Type: typ, Key: fmt.Sprintf("p-%d", i), Payload: []byte(Payload)}); err != nil {
-					errs <- err
-					return
-				}
-				committed[i].Store(time.Now().UnixNano())
-			}
-		}()
-	}
-	wg.Wait()
-	pacedFor := time.Since(start)
-	select {
-	case err := <-errs:
+	pacedFor, err := pace(ctx, rate, total, 16, func(ctx context.Context, i int) error {
+		_, err := c.Enqueue(ctx, mensageria.Message{Type: typ, Key: fmt.Sprintf("p-%d", i), Payload: []byte(Payload)})
+		committed[i].Store(time.Now().UnixNano())
+		return err
+	})
+	if err != nil {
 		return Result{}, err
-	default:
 	}
 	deadline := time.Now().Add(time.Minute)
 	for seen.Load() < int64(total) {
@@ -554,7 +455,6 @@ func KafkaPaced(ctx context.Context, e Env, brokers []string, mode string, batch
 	r := Result{Scenario: "kafka-paced-" + mode}
 	r.Set("paced-rate", float64(total)/pacedFor.Seconds())
 	r.Set("paced-msgs", float64(total-skip))
-	r.Set("p50-ms", lat.PercentileMs(50))
-	r.Set("p99-ms", lat.PercentileMs(99))
+	r.setPercentiles("", &lat)
 	return r, nil
 }

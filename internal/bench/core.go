@@ -79,23 +79,10 @@ func relayDrain(ctx context.Context, d driver.Driver, typ string, want int) (flo
 }
 
 // relayDrainTo is relayDrain with the Sender, and the claim size (0: the
-// default), given. A Sender that is also a hook (the Kafka transactional
-// one follows the election) is registered as one too.
+// default), given.
 func relayDrainTo(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int) (float64, error) {
 	counter := &deliveredCounter{done: make(chan struct{}), want: int64(want)}
-	hooks := []mensageria.Hook{counter}
-	if _, ok := s.(interface {
-		OnElection(mensageria.ElectionEvent)
-	}); ok {
-		hooks = append(hooks, s)
-	}
-	c, err := mensageria.New(d, &mensageria.Config{
-		App:       "bench-" + typ,
-		Registry:  mensageria.NewRegistry().MustRegister(typ, s),
-		Hooks:     hooks,
-		BatchSize: batchSize,
-		Logger:    quiet(),
-	})
+	c, err := newRelay(d, typ, s, batchSize, counter)
 	if err != nil {
 		return 0, err
 	}

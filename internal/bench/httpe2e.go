@@ -276,31 +276,13 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 	total := int(float64(cfg.Rate) * cfg.PacedFor.Seconds())
 	total = min(total, len(paced))
 	base := applied.Load()
-	interval := time.Second / time.Duration(cfg.Rate)
-	pacers := cfg.Pacers
-	start = time.Now()
-	for p := range pacers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := p; i < total; i += pacers {
-				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-					time.Sleep(d)
-				}
-				if _, err := client.Enqueue(ctx, mensageria.Message{Type: typ, Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)}); err != nil {
-					errs <- err
-					return
-				}
-				paced[i].Store(time.Now().UnixNano())
-			}
-		}()
-	}
-	wg.Wait()
-	pacedElapsed := time.Since(start)
-	select {
-	case err := <-errs:
+	pacedElapsed, err := pace(ctx, cfg.Rate, total, cfg.Pacers, func(ctx context.Context, i int) error {
+		_, err := client.Enqueue(ctx, mensageria.Message{Type: typ, Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)})
+		paced[i].Store(time.Now().UnixNano())
+		return err
+	})
+	if err != nil {
 		return nil, "", err
-	default:
 	}
 	if err := waitApplied(base+int64(total), 2*time.Minute); err != nil {
 		return nil, "", err

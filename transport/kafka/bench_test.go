@@ -46,32 +46,12 @@ func messagesFor(batch int, senderAlone bool) int {
 	return n
 }
 
-func report(b *testing.B, r bench.Result, names ...string) {
-	b.Helper()
-	for _, n := range names {
-		b.ReportMetric(r.Metrics[n], n)
-	}
-}
-
-// BenchmarkKafkaRelay: the relay's Kafka Sender, idempotent vs
+// BenchmarkKafkaRelay: the relay's Kafka Sender alone, idempotent vs
 // transactional, at batch sizes 1, 10, 100, 1000. Run with -benchtime 1x.
 func BenchmarkKafkaRelay(b *testing.B) {
-	for _, mode := range []string{"idempotent", "transactional"} {
-		for _, batch := range []int{1, 10, 100, 1000} {
-			b.Run(fmt.Sprintf("%s/batch=%d", mode, batch), func(b *testing.B) {
-				c := benchCluster(b)
-				var r bench.Result
-				for range b.N {
-					var err error
-					r, err = bench.KafkaRelay(context.Background(), c.ListenAddrs(), mode, batch, messagesFor(batch, true))
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				report(b, r, "msgs/s", "p50-ms", "p99-ms")
-			})
-		}
-	}
+	eachModeAndBatch(b, func(ctx context.Context, brokers []string, mode string, batch int) (bench.Result, error) {
+		return bench.KafkaRelay(ctx, brokers, mode, batch, messagesFor(batch, true))
+	})
 }
 
 // BenchmarkKafkaRelayDrain: the relay itself draining an outbox backlog in
@@ -79,44 +59,37 @@ func BenchmarkKafkaRelay(b *testing.B) {
 // 100, 1000. Run with -benchtime 1x.
 func BenchmarkKafkaRelayDrain(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
+	eachModeAndBatch(b, func(ctx context.Context, brokers []string, mode string, batch int) (bench.Result, error) {
+		return bench.KafkaRelayDrain(ctx, env, brokers, mode, batch, messagesFor(batch, false))
+	})
+}
+
+// eachModeAndBatch runs one sub-benchmark per mode and batch size, each on
+// a cluster of its own.
+func eachModeAndBatch(b *testing.B, run func(ctx context.Context, brokers []string, mode string, batch int) (bench.Result, error)) {
 	for _, mode := range []string{"idempotent", "transactional"} {
 		for _, batch := range []int{1, 10, 100, 1000} {
 			b.Run(fmt.Sprintf("%s/batch=%d", mode, batch), func(b *testing.B) {
 				c := benchCluster(b)
-				var r bench.Result
-				for range b.N {
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-					var err error
-					r, err = bench.KafkaRelayDrain(ctx, env, c.ListenAddrs(), mode, batch, messagesFor(batch, false))
-					cancel()
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				report(b, r, "msgs/s")
+				runScenario(b, func(ctx context.Context) (bench.Result, error) {
+					return run(ctx, c.ListenAddrs(), mode, batch)
+				})
 			})
 		}
 	}
 }
 
-// BenchmarkKafkaCompare: at claims of 100, the relay draining a
+// BenchmarkKafkaCompare: at claims of 100, commit-to-consumer latency
+// through the relay at a paced 1,000 msgs/s, then the relay draining a
 // PostgreSQL outbox into Kafka and the Sender alone, idempotent vs
 // transactional, alternating over rounds on one cluster and one database;
 // medians and ratios. Target: relay-tx/idem-ratio ≥ 0.8.
 func BenchmarkKafkaCompare(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
 	c := benchCluster(b)
-	var r bench.Result
-	for range b.N {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		var err error
-		r, err = bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: c.ListenAddrs()})
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	reportAll(b, r)
+	runScenario(b, func(ctx context.Context) (bench.Result, error) {
+		return bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: c.ListenAddrs()})
+	})
 }
 
 // BenchmarkKafkaSink: consuming into PostgreSQL with the offsets in the
@@ -125,11 +98,20 @@ func BenchmarkKafkaCompare(b *testing.B) {
 func BenchmarkKafkaSink(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
 	c := benchCluster(b)
+	runScenario(b, func(ctx context.Context) (bench.Result, error) {
+		return bench.KafkaSinkCompare(ctx, env, c.ListenAddrs(), 20000, 4)
+	})
+}
+
+// runScenario runs a scenario b.N times and reports every metric of the
+// last run.
+func runScenario(b *testing.B, scenario func(context.Context) (bench.Result, error)) {
+	b.Helper()
 	var r bench.Result
 	for range b.N {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		var err error
-		r, err = bench.KafkaSinkCompare(ctx, env, c.ListenAddrs(), 20000, 4)
+		r, err = scenario(ctx)
 		cancel()
 		if err != nil {
 			b.Fatal(err)
