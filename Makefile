@@ -26,6 +26,10 @@ demo:
 bench: services
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
 
+## fuzz: every fuzz target for FUZZTIME each (default 30s)
+fuzz: services
+	@bash scripts/fuzz.sh
+
 ## chaos: the fault-injection suite, short profile, verbose (docs/reliability.md)
 chaos: services
 	$(GO) test -count=1 -v -run 'TestChaos$$' -timeout 15m ./internal/chaos/
