@@ -7,7 +7,8 @@
 //     At least once from the outbox into Kafka: a retry inside one producer
 //     session is deduplicated by the broker, a redelivery by the relay
 //     (after a crash or a lost acknowledgement) is a new record. Receivers
-//     dedupe through an inbox, by the natural key or the message id header.
+//     dedupe through an inbox, by the natural key or the message id header;
+//     DeliveryOf reads a record back into the delivery an Inbox applies.
 //   - TransactionalSender: each relay batch is one Kafka transaction that
 //     also writes the batch's outbox positions to a compacted topic. After a
 //     crash between the Kafka commit and the database settle, the next
