@@ -270,6 +270,9 @@ func TestEndToEndResponseClasses(t *testing.T) {
 		"c.throttle": {status: 429, retryAfter: "2", failFirst: 1},
 		"c.down":     {status: 503, failFirst: 3},
 		"c.timeout":  {status: 408, failFirst: 2},
+		// A long refusal in a multibyte script: cut at the byte limit it
+		// would end inside a character, which PostgreSQL refuses to store.
+		"c.long": {status: 422, problem: "x" + strings.Repeat("é", maxReasonFromPeerLength)},
 	}
 	var mu sync.Mutex
 	hits := map[string]int{}
@@ -355,6 +358,7 @@ func TestEndToEndResponseClasses(t *testing.T) {
 		"c.throttle": {"delivered", 2, "429"},
 		"c.down":     {"delivered", 4, "503"},
 		"c.timeout":  {"delivered", 3, "408"},
+		"c.long":     {"dead", 1, "xéé"},
 	}
 	for typ, w := range want {
 		g := got[typ]
