@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -202,17 +204,45 @@ func TestRetryThenDeadWithReason(t *testing.T) {
 	})
 }
 
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0))
-}
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
+// A Sender's error is stored whatever bytes it holds: a NUL, invalid
+// UTF-8 or a long text cut inside a character would be refused by
+// PostgreSQL and fail the settle of the whole batch.
+func TestUnstorableErrorTextStillSettles(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		rec := &recorder{fail: func(d *mensageria.Delivery) error {
+			if d.Key == "garbled" {
+				return mensageria.Permanent(errors.New("bad\x00byte \xff" + strings.Repeat("é", 1500)))
+			}
+			return nil
+		}}
+		c := newClient(t, b.open(), fastConfig(uniqueApp("garbled"), mensageria.NewRegistry().MustRegister("t", rec)))
+		for _, k := range []string{"garbled", "fine"} {
+			if _, err := c.Enqueue(ctx, mensageria.Message{Type: "t", Key: k}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	return -1
+		start(t, c)
+		eventually(t, 20*time.Second, "both settled", func() bool {
+			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE state = 'pending'") == 0
+		})
+		dead, err := c.Driver().ListMessages(ctx, driver.ListFilter{State: driver.StateDead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 1 || dead[0].Key != "garbled" || dead[0].Attempt != 1 {
+			t.Fatalf("dead: %+v, want the garbled message after one attempt", dead)
+		}
+		e := dead[0].LastError
+		if !utf8.ValidString(e) || strings.ContainsRune(e, 0) || !strings.Contains(e, "bad byte \uFFFDéé") || !strings.HasSuffix(e, "…") {
+			t.Fatalf("last error %q", e)
+		}
+		if rec.keys()["fine"] != 1 {
+			t.Fatalf("the batch's other message was delivered %d times", rec.keys()["fine"])
+		}
+	})
 }
 
 // Contract 3 under a crash: a relay that claimed a batch and died leaves

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -501,10 +503,18 @@ func (r *relay) classify(ctx context.Context, d *Delivery, err error) outcome {
 
 const maxErrorLen = 2000
 
+// errText is what the row keeps of a Sender's error. It must be storable
+// whatever the Sender returned: PostgreSQL text refuses NUL and invalid
+// UTF-8, and one refused value would fail the settle of the whole batch.
 func errText(err error) string {
-	s := err.Error()
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", " ")
 	if len(s) > maxErrorLen {
-		s = s[:maxErrorLen] + "…"
+		cut := maxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return s
 }
