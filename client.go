@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,6 +147,8 @@ func validateMessage(i int, m *Message) error {
 		return bad("Key", fmt.Sprintf("longer than %d bytes", maxKeyLen))
 	case !utf8.ValidString(m.Key) || !utf8.ValidString(m.Type):
 		return bad("Key", "type and key must be valid UTF-8")
+	case strings.ContainsRune(m.Key, 0):
+		return bad("Key", "must not contain NUL, which PostgreSQL text cannot hold")
 	case len(m.Payload) > maxPayloadLen:
 		return bad("Payload", fmt.Sprintf("larger than %d bytes", maxPayloadLen))
 	case len(m.Payload) > 0 && !json.Valid(m.Payload):

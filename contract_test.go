@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xadm/mensageria"
@@ -82,6 +83,7 @@ func TestEnqueueRejectsInvalidMessages(t *testing.T) {
 			"no key":       {Type: "t"},
 			"bad json":     {Type: "t", Key: "k", Payload: json.RawMessage(`{"a":`)},
 			"empty header": {Type: "t", Key: "k", Headers: map[string]string{"": "x"}},
+			"NUL in key":   {Type: "t", Key: "k\x00"},
 		} {
 			_, err := c.Enqueue(context.Background(), m)
 			var ime *mensageria.InvalidMessageError
@@ -507,4 +509,32 @@ func TestPipelinedEnqueueIsAtomic(t *testing.T) {
 	if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'k-true'"); n != 1 {
 		t.Fatalf("a committed pipelined enqueue left %d rows", n)
 	}
+}
+
+// Keys the database cannot store are refused before anything is written,
+// with the error that says why, instead of a database error mid-transaction.
+func TestUnstorableKeysAreRefused(t *testing.T) {
+	if err := mensageria.NewRegistry().Register("t\x00", &recorder{}); !errors.Is(err, mensageria.ErrConfig) {
+		t.Errorf("registering a type with NUL: %v, want ErrConfig", err)
+	}
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		in, err := mensageria.NewInbox(b.open(), mensageria.InboxConfig{Consumer: "nul"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		for _, key := range []string{"a\x00b", "a\xffb"} {
+			d := &mensageria.Delivery{ID: uuid.Must(uuid.NewV7()), Type: "t", Key: key, Attempt: 1}
+			_, err := in.Apply(context.Background(), d, func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
+				ran = true
+				return nil
+			})
+			if !errors.Is(err, mensageria.ErrInvalidMessage) {
+				t.Errorf("Apply with key %q: %v, want ErrInvalidMessage", key, err)
+			}
+		}
+		if ran {
+			t.Error("the effect ran for a refused delivery")
+		}
+	})
 }

@@ -41,7 +41,8 @@ func (e *NoSenderError) Error() string {
 // Is makes errors.Is(err, ErrNoSender) true.
 func (e *NoSenderError) Is(target error) bool { return target == ErrNoSender }
 
-// InvalidMessageError says which message of an Enqueue call is wrong.
+// InvalidMessageError says which message of an Enqueue call (or which
+// delivery handed to an Inbox) is wrong. Nothing was written.
 type InvalidMessageError struct {
 	Index  int
 	Field  string
@@ -49,7 +50,7 @@ type InvalidMessageError struct {
 }
 
 func (e *InvalidMessageError) Error() string {
-	return fmt.Sprintf("mensageria: message %d: %s: %s; nothing was enqueued", e.Index, e.Field, e.Reason)
+	return fmt.Sprintf("mensageria: message %d: %s: %s; nothing was written", e.Index, e.Field, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrInvalidMessage) true.

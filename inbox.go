@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -157,8 +159,11 @@ func (in *Inbox) applyIn(ctx context.Context, tx driver.Tx, d *Delivery, effect 
 		return ApplyResult{}, errors.New("mensageria: nil delivery")
 	}
 	key := in.cfg.DedupKey(d)
-	if key == "" {
+	switch {
+	case key == "":
 		return ApplyResult{}, &InvalidMessageError{Field: "Key", Reason: "empty dedup key"}
+	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+		return ApplyResult{}, &InvalidMessageError{Field: "Key", Reason: "the dedup key must be valid UTF-8 without NUL"}
 	}
 	rec := driver.InboxRecord{Consumer: in.cfg.Consumer, Key: key, MessageID: d.ID}
 	if in.cfg.Window > 0 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Sender delivers messages of one type to their destination. Send returns
@@ -126,6 +128,9 @@ func validateType(typ string) error {
 	}
 	if len(typ) > maxTypeLen {
 		return &ConfigError{Field: "Type", Reason: fmt.Sprintf("message type longer than %d bytes", maxTypeLen)}
+	}
+	if !utf8.ValidString(typ) || strings.ContainsRune(typ, 0) {
+		return &ConfigError{Field: "Type", Reason: "message type must be valid UTF-8 without NUL"}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -118,14 +119,17 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 	if e.Type, err = jsonString(raw["type"]); err != nil {
 		return nil, bad("type", "%v", err)
 	}
-	if e.Type == "" || len(e.Type) > maxTypeLen {
-		return nil, bad("type", "must be 1-%d bytes", maxTypeLen)
+	if e.Type == "" || len(e.Type) > maxTypeLen || strings.ContainsRune(e.Type, 0) {
+		return nil, bad("type", "must be 1-%d bytes, without NUL", maxTypeLen)
 	}
 	if e.Key, err = jsonString(raw["key"]); err != nil {
 		return nil, bad("key", "%v", err)
 	}
-	if e.Key == "" || len(e.Key) > maxKeyLen {
-		return nil, bad("key", "must be 1-%d bytes", maxKeyLen)
+	if e.Key == "" || len(e.Key) > maxKeyLen || strings.ContainsRune(e.Key, 0) {
+		// NUL: the inbox's text column cannot hold it, and a database
+		// error would be answered 500 and retried until the sender gives
+		// up.
+		return nil, bad("key", "must be 1-%d bytes, without NUL", maxKeyLen)
 	}
 	if s, err = jsonString(raw["created_at"]); err != nil {
 		return nil, bad("created_at", "%v", err)

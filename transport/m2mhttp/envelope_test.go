@@ -93,6 +93,8 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 		{"type number", with("type", `7`), "type"},
 		{"type too long", with("type", `"`+strings.Repeat("t", 201)+`"`), "type"},
 		{"key empty", with("key", `""`), "key"},
+		{"key with NUL", with("key", `"a\u0000b"`), "key"},
+		{"type with NUL", with("type", `"t\u0000"`), "type"},
 		{"key array", with("key", `["k"]`), "key"},
 		{"created_at not a date", with("created_at", `"yesterday"`), "created_at"},
 		{"created_at no zone", with("created_at", `"2026-11-30T12:00:00"`), "created_at"},
