@@ -240,9 +240,13 @@ func writeBenchResult(a *app, r bench.Result) {
 		names = append(names, k)
 	}
 	slices.Sort(names)
+	width := 0
+	for _, k := range names {
+		width = max(width, len(k))
+	}
 	fmt.Fprintf(a.io.Out, "%s\n", r.Scenario)
 	for _, k := range names {
-		fmt.Fprintf(a.io.Out, "  %-20s %12.2f\n", k, r.Metrics[k])
+		fmt.Fprintf(a.io.Out, "  %-*s %12.2f\n", width, k, r.Metrics[k])
 	}
 	if r.Notes != "" {
 		fmt.Fprintf(a.io.Out, "  %s\n", r.Notes)
