@@ -19,6 +19,11 @@ var ErrFenced = errors.New("mensageria/kafka: transactional id fenced by a newer
 // Close.
 var ErrClosed = errors.New("mensageria/kafka: closed")
 
+// ErrNoRowID is returned by a TransactionalSender for a batch holding a
+// delivery without its outbox row id (Delivery.Seq below 1). The relay
+// always sets it; a caller driving the sender directly must too.
+var ErrNoRowID = errors.New("mensageria/kafka: the transactional sender needs each delivery's outbox row id in Delivery.Seq")
+
 // FencedError names the transactional id that was fenced.
 type FencedError struct {
 	TransactionalID string

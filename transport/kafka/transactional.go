@@ -343,6 +343,14 @@ func fill(n int, err error) []error {
 // and each gets an error. Rows a lane already committed are answered nil
 // without producing them.
 func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
+	for _, d := range ds {
+		if d.Seq < 1 {
+			// The row id is what the position records remember; without
+			// it two messages would pass for one and the second be
+			// skipped as already committed.
+			return fill(len(ds), mensageria.Permanent(ErrNoRowID))
+		}
+	}
 	var l *lane
 	select {
 	case l = <-s.free:

@@ -367,6 +367,27 @@ func TestTransactionalConfig(t *testing.T) {
 	}
 }
 
+// Without row ids two messages would pass for one: the batch is refused
+// whole, permanently, and nothing is produced.
+func TestTransactionalRefusesDeliveriesWithoutRowID(t *testing.T) {
+	c := newCluster(t, "orders")
+	s := newTxSender(t, c, "relay-app")
+	b := deliveries("order", 1, 3)
+	b[1].Seq = 0
+	errs := s.SendBatch(testCtx(t), b)
+	if len(errs) != len(b) {
+		t.Fatalf("%d errors for %d deliveries", len(errs), len(b))
+	}
+	for i, err := range errs {
+		if !errors.Is(err, ErrNoRowID) || !mensageria.IsPermanent(err) {
+			t.Errorf("delivery %d: %v, want a permanent ErrNoRowID", i, err)
+		}
+	}
+	if got := consumeAll(t, c.ListenAddrs(), "orders", false); len(got) != 0 {
+		t.Fatalf("%d records produced from a refused batch", len(got))
+	}
+}
+
 // The relay can hand the same rows to two lanes at once (a lease ran out
 // while the first transaction was still open). The second waits for the
 // first and then answers from its position record.
