@@ -130,7 +130,7 @@ func kafkaSender(ctx context.Context, brokers []string, mode, topic string) (men
 		}
 		s, close = ks, ks.Close
 	case "transactional":
-		ts, err := kafka.NewTransactionalSender(ctx, kafka.TransactionalConfig{Brokers: brokers, Topic: topic,
+		ts, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: brokers, Topic: topic,
 			TransactionalID: "bench-" + topic, PositionsTopic: "bench-positions", Opts: opts, Logger: quiet()})
 		if err != nil {
 			return nil, nil, err

@@ -42,10 +42,12 @@ type Route struct {
 	Line      int
 }
 
-// KafkaRoute is a kafka: block: the idempotent producer to one topic.
+// KafkaRoute is a kafka: block: the idempotent producer to one topic, or
+// with TransactionalID the transactional sender (exactly once into Kafka).
 type KafkaRoute struct {
-	Brokers []string
-	Topic   string
+	Brokers         []string
+	Topic           string
+	TransactionalID string
 }
 
 // NATSRoute is a nats: block: JetStream publishes to one subject.
@@ -166,8 +168,9 @@ type rawRoute struct {
 }
 
 type rawKafka struct {
-	Brokers []string `yaml:"brokers"`
-	Topic   string   `yaml:"topic"`
+	Brokers         []string `yaml:"brokers"`
+	Topic           string   `yaml:"topic"`
+	TransactionalID string   `yaml:"transactional_id"`
 }
 
 type rawNATS struct {
@@ -605,6 +608,22 @@ func (p *parser) build(raw *rawConfig) (*Config, error) {
 	if c.Relay.Election == "" {
 		c.Relay.Election = mensageria.ElectionLeader
 	}
+	// A transactional id is a fence: two routes sharing one would fence
+	// each other, and relays that are not elected would fence the leader.
+	txIDs := map[string]int{}
+	for i, r := range c.Routes {
+		if r.Kafka == nil || r.Kafka.TransactionalID == "" {
+			continue
+		}
+		at := []any{"routes", i, "kafka", "transactional_id"}
+		if c.Relay.Election == mensageria.ElectionNone {
+			return nil, p.errAt(at, "needs relay.election: advisory: with election none every replica would use the id and fence the others")
+		}
+		if first, dup := txIDs[r.Kafka.TransactionalID]; dup {
+			return nil, p.errAt(at, "%q is already used by routes[%d]: each route needs its own transactional id", r.Kafka.TransactionalID, first)
+		}
+		txIDs[r.Kafka.TransactionalID] = i
+	}
 	// The library's own validation catches the remaining limits (app name,
 	// batch range); report them against the file too.
 	cc := c.ClientConfig()
@@ -750,6 +769,9 @@ func (p *parser) kafkaRoute(i int, r Route, rk *rawKafka) (Route, error) {
 	}
 	if k.Topic == "" {
 		return r, p.errAt(at("topic"), "required: the topic this type is produced to")
+	}
+	if k.TransactionalID, err = p.expand(rk.TransactionalID, at("transactional_id")...); err != nil {
+		return r, err
 	}
 	r.Kafka = k
 	return r, nil

@@ -64,6 +64,9 @@ type Options struct {
 	Ordered bool
 	// NoElection: replicas relay concurrently (election none).
 	NoElection bool
+	// KafkaTransactional: a kafka route relayed with the transactional
+	// sender (a transactional_id in the config).
+	KafkaTransactional bool
 }
 
 // For returns the map of a transport; ok is false for one it does not know.
@@ -75,6 +78,17 @@ func For(transport string, o Options) (Map, bool) {
 	// Copy the slices so callers cannot change the shared data.
 	m.Hops = slices.Clone(m.Hops)
 	m.Defend = slices.Clone(m.Defend)
+	if transport == "kafka" && o.KafkaTransactional {
+		m.Hops[1] = kafkaTransactionalHop
+		m.EndToEnd = ExactlyOnce
+		m.Boundary = "exactly-once from the outbox into Kafka for read_committed consumers, and from Kafka into one database through kafka.Sink; it holds while one relay at a time uses the transactional id (election advisory) and a committed batch is settled before Window newer ones commit"
+		m.Defend = []string{
+			"consumers that apply through anything but kafka.Sink or an Inbox (their own effects repeat on their own redeliveries)",
+			"consumers in read_uncommitted mode see aborted records",
+			"effects outside the database that stores the offsets",
+			"a second relay of the same topic under another transactional id, or election none: a batch can then be produced twice",
+		}
+	}
 	if o.Ordered {
 		m.Ordering = orderedText
 		if o.NoElection {
@@ -87,6 +101,16 @@ func For(transport string, o Options) (Map, bool) {
 const orderedText = "per key, in enqueue order: only the oldest unsettled message of a key is claimed, so a failing message blocks its own key and no other; a redelivery repeats a message but never overtakes it."
 
 const orderedNoElection = "With election none, concurrent relays keep the order only as long as the leases hold: a relay paused past its lease can deliver late; prefer election advisory for ordered routes."
+
+// kafkaTransactionalHop replaces the kafka route's at-least-once hop when
+// the relay uses the transactional sender.
+var kafkaTransactionalHop = Hop{
+	From:     "outbox",
+	To:       "Kafka topic",
+	Level:    ExactlyOnce,
+	Why:      "each relay batch is one Kafka transaction that also records which outbox rows it carried; a relay restarted between the Kafka commit and the database settle reads that record back and answers the rows delivered instead of producing them again",
+	Requires: "election advisory (one relay uses the transactional id at a time), the same transactional_id on every replica of the app and a different one per app and route, read_committed consumers",
+}
 
 // enqueueHop is the first hop of every route: the outbox row and the
 // business write share one transaction.
@@ -134,7 +158,7 @@ var maps = map[string]Map{
 				To:       "Kafka topic",
 				Level:    AtLeastOnce,
 				Why:      "the idempotent producer removes its own retries within one producer session, but a relay that crashes after the produce and before the settle publishes the message again",
-				Requires: "for exactly-once on this hop, relay with kafka.TransactionalSender (library only): each batch is one Kafka transaction that also records its outbox positions, so a restarted relay reconciles instead of producing again; it needs one active relay per app and read_committed consumers",
+				Requires: "for exactly-once on this hop, set transactional_id on the route (kafka.TransactionalSender in the library): each batch is one Kafka transaction that also records its outbox positions, so a restarted relay reconciles instead of producing again; it needs one active relay per app and read_committed consumers",
 			},
 			{
 				From:     "Kafka topic",

@@ -28,6 +28,16 @@ func TestMaps(t *testing.T) {
 	if !exactly {
 		t.Error("kafka: exactly-once inside Kafka is missing")
 	}
+	tx, _ := For("kafka", Options{KafkaTransactional: true})
+	if tx.Hops[1].Level != ExactlyOnce || tx.EndToEnd != ExactlyOnce || tx.Boundary == k.Boundary {
+		t.Errorf("kafka with a transactional id: %+v", tx)
+	}
+	if again, _ := For("kafka", Options{}); again.Hops[1].Level != AtLeastOnce {
+		t.Error("the transactional variant changed the shared kafka map")
+	}
+	if h, _ := For("http", Options{KafkaTransactional: true}); h.Hops[1].Level != AtLeastOnce {
+		t.Error("KafkaTransactional applies to kafka routes only")
+	}
 	m, _ := For("http", Options{Ordered: true, NoElection: true})
 	if m.Ordering == "" {
 		t.Error("ordered route without ordering text")

@@ -31,7 +31,7 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("mensageria/kafka: transactional id %q was fenced by a newer producer (%v); this sender must be replaced", e.TransactionalID, e.Err)
+	return fmt.Sprintf("mensageria/kafka: transactional id %q was fenced by a newer producer (%v); this sender waits until its process wins the relay election", e.TransactionalID, e.Err)
 }
 
 // Is makes errors.Is(err, ErrFenced) true.

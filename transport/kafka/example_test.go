@@ -29,7 +29,7 @@ func ExampleTransactionalSender() {
 	}
 	defer cluster.Close()
 
-	sender, err := kafka.NewTransactionalSender(ctx, kafka.TransactionalConfig{
+	sender, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{
 		Brokers:         cluster.ListenAddrs(),
 		TransactionalID: "mensageria-relay-pedidos", // the same on every replica of the app
 		Topic:           "pedidos",

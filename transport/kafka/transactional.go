@@ -31,9 +31,9 @@ type TransactionalConfig struct {
 	// TransactionalID names this app's relay to the transaction
 	// coordinator. It must be stable across restarts and the same on every
 	// replica of the app (for example "mensageria-relay-" + app), and
-	// different between apps: a new producer with the id fences the old
-	// one, which is what makes a crashed or paused relay harmless. Lane i
-	// > 0 uses TransactionalID + "." + i. Required.
+	// different between apps: the newly elected relay's producer fences
+	// the previous one, which is what makes a crashed or paused relay
+	// harmless. Lane i > 0 uses TransactionalID + "." + i. Required.
 	TransactionalID string
 	// Topic receives every message. Required unless TopicFor is set.
 	Topic string
@@ -86,6 +86,9 @@ type TransactionalSender struct {
 
 	free chan *lane // lanes not running a transaction
 
+	openMu sync.Mutex  // serialises openAll
+	opened atomic.Bool // every lane was registered once
+
 	mu       sync.Mutex // guards the fields below and every lane's pos
 	lanes    []*lane
 	inflight []*reservation // the rows of the transactions in progress
@@ -111,10 +114,13 @@ type lane struct {
 	pos *positions  // guarded by TransactionalSender.mu
 }
 
-// NewTransactionalSender validates cfg, takes over the transactional ids
-// (fencing any older producer with them and aborting what it left open)
-// and reads the position records back. It needs the cluster.
-func NewTransactionalSender(ctx context.Context, cfg TransactionalConfig) (*TransactionalSender, error) {
+// NewTransactionalSender validates cfg. It does not contact the cluster:
+// registering the transactional ids fences every other producer with them,
+// so that happens only in the process that relays, when it first sends,
+// when it wins the relay election (OnElection), or when Open is called.
+// Every replica of an app can therefore build its sender at start without
+// fencing the one that is relaying.
+func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, error) {
 	topicFor, err := topicFunc(cfg.Topic, cfg.TopicFor)
 	if err != nil {
 		return nil, err
@@ -148,16 +154,16 @@ func NewTransactionalSender(ctx context.Context, cfg TransactionalConfig) (*Tran
 		log:      cfg.Logger.With("transactional_id", cfg.TransactionalID),
 		free:     make(chan *lane, cfg.Lanes),
 	}
+	// Options are checked now; a client that is never used does not dial.
+	cl, err := kgo.NewClient(append(slices.Clone(s.base), kgo.TransactionalID(cfg.TransactionalID))...)
+	if err != nil {
+		return nil, &ConfigError{Field: "Opts", Reason: err.Error()}
+	}
+	cl.Close()
 	for i := range cfg.Lanes {
 		l := &lane{id: cfg.TransactionalID}
 		if i > 0 {
 			l.id += "." + strconv.Itoa(i)
-		}
-		if err := s.open(ctx, l); err != nil {
-			for _, o := range s.lanes {
-				o.cl.Close()
-			}
-			return nil, err
 		}
 		s.lanes = append(s.lanes, l)
 		s.free <- l
@@ -262,15 +268,15 @@ func fencedErr(err error) error {
 
 // OnElection ties the transactional ids to the relay election when the
 // sender is passed to mensageria.Config.Hooks: a process that becomes the
-// app's leader while fenced re-registers every lane's id (it is the
-// rightful owner now, and fencing the old one is the point) and rereads the
-// positions, while a fenced process that is not the leader stays fenced.
+// app's leader registers every lane's id (it is the rightful owner now, and
+// fencing the previous one is the point) and reads the positions, ahead of
+// its first batch; a fenced process that is not the leader stays fenced.
 func (s *TransactionalSender) OnElection(ev mensageria.ElectionEvent) {
 	if !ev.Leader {
 		return
 	}
 	s.mu.Lock()
-	start := s.fenced != nil && !s.rearming && !s.closed
+	start := (s.fenced != nil || !s.opened.Load()) && !s.rearming && !s.closed
 	if start {
 		s.rearming = true
 	}
@@ -280,52 +286,103 @@ func (s *TransactionalSender) OnElection(ev mensageria.ElectionEvent) {
 	}
 }
 
-// rearm takes every lane (waiting for batches in progress), reopens them
-// all, then lifts the fenced state. All of them: a lane left to the
-// previous owner would let two relays commit the same rows.
+// Open registers every lane's transactional id now, fencing any other
+// producer with it and aborting what that one left open, and reads the
+// position records back. The sender does this by itself on first use and
+// when its process wins the relay election; call Open only in a process
+// that is about to relay (to fail at start when the cluster is
+// unreachable), never in a standby replica: it would fence the relaying
+// one.
+func (s *TransactionalSender) Open(ctx context.Context) error {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	return s.openAll(ctx)
+}
+
+// ensureOpen opens every lane before the first batch. All of them, not
+// just the one a batch takes: a predecessor may have committed rows on any
+// lane, and the positions of all must be known before any row is produced.
+func (s *TransactionalSender) ensureOpen(ctx context.Context) error {
+	if s.opened.Load() {
+		return nil
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened.Load() {
+		return nil
+	}
+	return s.openAll(ctx)
+}
+
+// openAll takes every lane (waiting for batches in progress), reopens them
+// all and lifts a fenced state. The caller holds openMu.
+func (s *TransactionalSender) openAll(ctx context.Context) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	held := make([]*lane, 0, len(s.lanes))
+	defer func() {
+		for _, l := range held {
+			s.free <- l
+		}
+	}()
+	for range s.lanes {
+		select {
+		case l := <-s.free:
+			held = append(held, l)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for _, l := range held {
+		if l.cl != nil {
+			l.cl.Close()
+			l.cl = nil
+		}
+		if err := s.open(ctx, l); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.fenced = nil
+	s.mu.Unlock()
+	s.opened.Store(true)
+	return nil
+}
+
+// rearm reopens every lane after this process won the election, retrying
+// for a while: all of them, since a lane left to the previous owner would
+// let two relays commit the same rows.
 func (s *TransactionalSender) rearm() {
 	defer func() {
 		s.mu.Lock()
 		s.rearming = false
 		s.mu.Unlock()
 	}()
-	n := len(s.lanes)
-	held := make([]*lane, 0, n)
-	for range n {
-		held = append(held, <-s.free)
-	}
-	defer func() {
-		for _, l := range held {
-			s.free <- l
-		}
-	}()
 	wait := time.Second
 	for attempt := 1; attempt <= 5; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
-		var err error
-		for _, l := range held {
-			if l.cl != nil {
-				l.cl.Close()
-				l.cl = nil
-			}
-			if err = s.open(ctx, l); err != nil {
-				break
-			}
-		}
-		cancel()
+		s.openMu.Lock()
 		s.mu.Lock()
-		closed := s.closed
-		if err == nil {
-			s.fenced = nil
-		}
+		done := s.opened.Load() && s.fenced == nil // a first batch got there first
 		s.mu.Unlock()
-		if err == nil || closed {
-			if err == nil {
-				s.log.Info("relay elected: transactional ids registered again")
-			}
+		var err error
+		if !done {
+			err = s.openAll(ctx)
+		}
+		s.openMu.Unlock()
+		cancel()
+		if err == nil {
+			s.log.Info("relay elected: transactional ids registered")
 			return
 		}
-		s.log.Warn("re-registering the transactional ids failed", "attempt", attempt, "err", err)
+		if errors.Is(err, ErrClosed) {
+			return
+		}
+		s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
 		time.Sleep(wait)
 		wait *= 2
 	}
@@ -350,6 +407,9 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 			// skipped as already committed.
 			return fill(len(ds), mensageria.Permanent(ErrNoRowID))
 		}
+	}
+	if err := s.ensureOpen(ctx); err != nil {
+		return fill(len(ds), fencedErr(err))
 	}
 	var l *lane
 	select {

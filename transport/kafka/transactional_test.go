@@ -19,7 +19,7 @@ import (
 
 func newTxSender(t testing.TB, c *kfake.Cluster, id string) *TransactionalSender {
 	t.Helper()
-	s, err := NewTransactionalSender(testCtx(t), TransactionalConfig{
+	s, err := NewTransactionalSender(TransactionalConfig{
 		Brokers:         c.ListenAddrs(),
 		TransactionalID: id,
 		Topic:           "orders",
@@ -125,7 +125,12 @@ func TestTransactionalZombieFenced(t *testing.T) {
 	// committing it; meanwhile the new leader starts.
 	b2 := deliveries("order", 11, 10)
 	var leader *TransactionalSender
-	zombie.beforeCommit = func() { leader = newTxSender(t, c, "relay-app") }
+	zombie.beforeCommit = func() {
+		leader = newTxSender(t, c, "relay-app")
+		if err := leader.Open(testCtx(t)); err != nil { // as on winning the election
+			t.Fatal(err)
+		}
+	}
 	errs := zombie.SendBatch(testCtx(t), b2)
 	zombie.beforeCommit = nil
 	if errs == nil || !errors.Is(errs[0], ErrFenced) {
@@ -361,7 +366,7 @@ func TestTransactionalConfig(t *testing.T) {
 		{Brokers: []string{"x:1"}, TransactionalID: "x"},
 		{Brokers: []string{"x:1"}, TransactionalID: "x", Topic: "t", Window: -1},
 	} {
-		if _, err := NewTransactionalSender(context.Background(), cfg); !errors.Is(err, mensageria.ErrConfig) {
+		if _, err := NewTransactionalSender(cfg); !errors.Is(err, mensageria.ErrConfig) {
 			t.Errorf("%+v: %v, want ErrConfig", cfg, err)
 		}
 	}
@@ -419,6 +424,34 @@ func TestTransactionalSameRowsOnTwoLanes(t *testing.T) {
 		t.Fatalf("reconciled %d, want the twin's 30", s.Reconciled())
 	}
 	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b)
+}
+
+// Every replica of an app builds its sender at start, with the same
+// transactional id. A standby's must not fence the relaying one; when the
+// standby wins the election, it takes the ids over and knows what the
+// previous leader committed.
+func TestTransactionalStandbyDoesNotFenceTheLeader(t *testing.T) {
+	c := newCluster(t, "orders")
+	leader := newTxSender(t, c, "relay-app")
+	leader.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 1})
+	b1, b2, b3 := deliveries("order", 1, 10), deliveries("order", 11, 10), deliveries("order", 21, 10)
+	mustSend(t, leader, b1)
+
+	standby := newTxSender(t, c, "relay-app")
+	standby.OnElection(mensageria.ElectionEvent{App: "shop", Leader: false})
+	mustSend(t, leader, b2) // still the owner of the ids
+
+	// Failover: b2's settle was lost with the leader; the standby is
+	// elected and claims b2 again with new rows.
+	standby.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 2})
+	mustSend(t, standby, append(append([]*mensageria.Delivery{}, b2...), b3...))
+	if standby.Reconciled() != 10 {
+		t.Fatalf("the new leader reconciled %d rows, want b2's 10", standby.Reconciled())
+	}
+	if errs := leader.SendBatch(testCtx(t), deliveries("order", 31, 1)); errs == nil || !errors.Is(errs[0], ErrFenced) {
+		t.Fatalf("the old leader was not fenced by the new one: %v", errs)
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2, b3)
 }
 
 // A fenced sender stays fenced until its process wins the relay election
