@@ -18,9 +18,7 @@ import (
 // election (the Kafka transactional one) is registered as a hook too, as
 // its docs ask.
 func newRelay(d driver.Driver, typ string, s mensageria.Sender, batchSize int, hooks ...mensageria.Hook) (*mensageria.Client, error) {
-	if h, ok := s.(interface {
-		OnElection(mensageria.ElectionEvent)
-	}); ok {
+	if h, ok := s.(mensageria.OnElection); ok {
 		hooks = append(hooks, h)
 	}
 	return mensageria.New(d, &mensageria.Config{

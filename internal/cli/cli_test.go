@@ -197,6 +197,30 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// A kafka route with a transactional id is relayed exactly once into Kafka,
+// and explain says so; without one it stays at-least-once.
+func TestExplainKafkaTransactional(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "k.yaml")
+	cfg := "database: sqlite:/tmp/unused.db\napp: a\nroutes:\n" +
+		"  - type: a.tx\n    kafka: {brokers: [k:9092], topic: t, transactional_id: mensageria-relay-a}\n" +
+		"  - type: a.plain\n    kafka: {brokers: [k:9092], topic: t}\n"
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", nil, "explain", "--json", "--config", p)
+	var out explainOut
+	if err := json.Unmarshal([]byte(r.out), &out); err != nil || r.code != 0 {
+		t.Fatalf("explain --json: %v %d %s", err, r.code, r.out)
+	}
+	tx, plain := out.Routes[0], out.Routes[1]
+	if tx.Map.Hops[1].Level != "exactly-once" || tx.Map.EndToEnd != "exactly-once" || !strings.Contains(tx.Destination, "transactional id mensageria-relay-a") {
+		t.Errorf("transactional route: %+v", tx)
+	}
+	if plain.Map.Hops[1].Level != "at-least-once" || plain.Map.EndToEnd == "exactly-once" {
+		t.Errorf("plain route: %+v", plain)
+	}
+}
+
 func TestPayloadArg(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "p.json")

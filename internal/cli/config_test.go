@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestParseConfigKafkaAndNATS(t *testing.T) {
 app: a
 routes:
   - type: a.kafka
-    kafka: {brokers: ["${KAFKA}", "k3:9092"], topic: pedidos}
+    kafka: {brokers: ["${KAFKA}", "k3:9092"], topic: pedidos, transactional_id: "mensageria-relay-a"}
     ordering: key
   - type: a.nats
     nats:
@@ -95,7 +96,8 @@ routes:
 		t.Fatal(err)
 	}
 	k, n := c.Routes[0], c.Routes[1]
-	if k.Transport != "kafka" || strings.Join(k.Kafka.Brokers, ",") != "k1:9092,k2:9092,k3:9092" || k.Kafka.Topic != "pedidos" || !k.Ordered {
+	if k.Transport != "kafka" || strings.Join(k.Kafka.Brokers, ",") != "k1:9092,k2:9092,k3:9092" || k.Kafka.Topic != "pedidos" || !k.Ordered ||
+		k.Kafka.TransactionalID != "mensageria-relay-a" {
 		t.Fatalf("kafka route: %+v %+v", k, k.Kafka)
 	}
 	if n.Transport != "nats" || n.NATS.Subject != "pedidos.criados" || n.NATS.Stream != "PEDIDOS" {
@@ -153,6 +155,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"kafka bad broker", base("routes:\n  - type: t\n    kafka:\n      brokers: [k9092]\n      topic: t\n"), 6, "routes[0].kafka.brokers[0]", `"k9092" is not host:port`},
 		{"kafka brokers not a list", base("routes:\n  - type: t\n    kafka:\n      brokers: k:9092\n      topic: t\n"), 6, "routes[0].kafka.brokers", "expected a list"},
 		{"kafka no topic", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092]}\n"), 5, "routes[0].kafka.topic", "required"},
+		{"transactional id with election none", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092], topic: t, transactional_id: x}\n") + "relay: {election: none}\n", 5, "routes[0].kafka.transactional_id", "needs relay.election: advisory"},
+		{"transactional id shared", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092], topic: t, transactional_id: x}\n  - type: u\n    kafka: {brokers: [k:9092], topic: u, transactional_id: x}\n"), 7, "routes[1].kafka.transactional_id", `"x" is already used by routes[0]`},
 		{"nats bad url", base("routes:\n  - type: t\n    nats: {url: 'http://n:4222', subject: s}\n"), 5, "routes[0].nats.url", "not a nats://"},
 		{"nats wildcard subject", base("routes:\n  - type: t\n    nats: {url: 'nats://n:4222', subject: 'a.*'}\n"), 5, "routes[0].nats.subject", "no spaces or wildcards"},
 		{"no type", base("routes:\n  - http: {url: http://h/, token: x}\n"), 4, "routes[0].type", "required"},
@@ -194,5 +198,33 @@ func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
 		if _, err := ParseConfig("m.yaml", []byte(in), envOf()); err == nil {
 			t.Errorf("no error for %q", in)
 		}
+	}
+}
+
+// The annotated example in docs/config.md is a valid config that means
+// what its comments say.
+func TestDocumentedConfigExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/config.md has no yaml example")
+	}
+	c, err := ParseConfig("docs/config.md", []byte(example), envOf("FATURAMENTO_TOKEN", "tok", "KAFKA_BROKERS", "k1:9092,k2:9092"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Routes) != 3 || c.Routes[0].HTTP == nil || c.Routes[1].Kafka == nil || c.Routes[2].NATS == nil {
+		t.Fatalf("routes: %+v", c.Routes)
+	}
+	k := c.Routes[1]
+	if !k.Ordered || len(k.Kafka.Brokers) != 2 || k.Kafka.TransactionalID == "" || c.Relay.Election != mensageria.ElectionLeader {
+		t.Fatalf("kafka route %+v %+v, election %v", k, k.Kafka, c.Relay.Election)
+	}
+	if h := c.Routes[0].HTTP; h.Timeout != 10*time.Second || h.MaxConcurrent != 16 || h.Token != "tok" {
+		t.Fatalf("http route %+v", h)
 	}
 }

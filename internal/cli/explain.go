@@ -43,7 +43,8 @@ reach a side effect. It reads the config only; it never connects.`,
 			}
 			out := explainOut{App: c.App, Election: electionName(c.Relay.Election)}
 			for _, r := range c.Routes {
-				m, ok := guarantee.For(r.Transport, guarantee.Options{Ordered: r.Ordered, NoElection: c.Relay.Election == mensageria.ElectionNone})
+				m, ok := guarantee.For(r.Transport, guarantee.Options{Ordered: r.Ordered, NoElection: c.Relay.Election == mensageria.ElectionNone,
+					KafkaTransactional: r.Kafka != nil && r.Kafka.TransactionalID != ""})
 				if !ok {
 					return fmt.Errorf("route %q: no guarantee map for transport %q", r.Type, r.Transport)
 				}
@@ -74,7 +75,11 @@ func destination(r Route) string {
 	case "http":
 		return "POST " + r.HTTP.URL
 	case "kafka":
-		return "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
+		d := "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
+		if r.Kafka.TransactionalID != "" {
+			d += " (transactional id " + r.Kafka.TransactionalID + ")"
+		}
+		return d
 	case "nats":
 		d := "subject " + r.NATS.Subject + " on " + r.NATS.URL
 		if r.NATS.Stream != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,7 +70,7 @@ func (b *backend) ping(ctx context.Context) error {
 }
 
 // newSender builds the Sender of a route, and what closes it.
-func newSender(ctx context.Context, r Route) (mensageria.Sender, func(), error) {
+func newSender(ctx context.Context, r Route, log *slog.Logger) (mensageria.Sender, func(), error) {
 	switch r.Transport {
 	case "http":
 		s, err := m2mhttp.NewSender(m2mhttp.SenderConfig{
@@ -83,6 +84,14 @@ func newSender(ctx context.Context, r Route) (mensageria.Sender, func(), error) 
 		}
 		return s, func() {}, nil
 	case "kafka":
+		if r.Kafka.TransactionalID != "" {
+			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
+				TransactionalID: r.Kafka.TransactionalID, Logger: log})
+			if err != nil {
+				return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
+			}
+			return s, s.Close, nil
+		}
 		s, err := kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic})
 		if err != nil {
 			return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
@@ -110,10 +119,14 @@ var enqueueOnly = mensageria.SenderFunc(func(context.Context, *mensageria.Delive
 	return mensageria.Permanent(fmt.Errorf("this client only enqueues"))
 })
 
-// registry builds the registry of a config's routes. With live false the
-// Senders are stand-ins, for clients that only enqueue.
-func registry(ctx context.Context, c *Config, live bool) (*mensageria.Registry, func(), error) {
+// registry builds the registry of a config's routes, and the Senders that
+// follow the relay election (a Kafka route with a transactional id), to be
+// passed as hooks. With a nil log the Senders are stand-ins, for clients
+// that only enqueue.
+func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Registry, []mensageria.Hook, func(), error) {
+	live := log != nil
 	reg := mensageria.NewRegistry()
+	var hooks []mensageria.Hook
 	var closers []func()
 	closeAll := func() {
 		for _, f := range closers {
@@ -125,11 +138,14 @@ func registry(ctx context.Context, c *Config, live bool) (*mensageria.Registry, 
 		if live {
 			var closeFn func()
 			var err error
-			if s, closeFn, err = newSender(ctx, r); err != nil {
+			if s, closeFn, err = newSender(ctx, r, log); err != nil {
 				closeAll()
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			closers = append(closers, closeFn)
+			if h, ok := s.(mensageria.OnElection); ok {
+				hooks = append(hooks, h)
+			}
 		}
 		var opts []mensageria.RouteOption
 		if r.Ordered {
@@ -137,15 +153,15 @@ func registry(ctx context.Context, c *Config, live bool) (*mensageria.Registry, 
 		}
 		if err := reg.Register(r.Type, s, opts...); err != nil {
 			closeAll()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return reg, closeAll, nil
+	return reg, hooks, closeAll, nil
 }
 
 // connect opens the database and an enqueue-only client for a config.
 func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*backend, *mensageria.Client, error) {
-	reg, _, err := registry(ctx, c, false)
+	reg, _, _, err := registry(ctx, c, nil)
 	if err != nil {
 		return nil, nil, err
 	}

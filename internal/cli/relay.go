@@ -65,7 +65,7 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				return err
 			}
 			ctx := cmd.Context()
-			reg, closeSenders, err := registry(ctx, c, true)
+			reg, senderHooks, closeSenders, err := registry(ctx, c, log)
 			if err != nil {
 				return err
 			}
@@ -110,6 +110,7 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				m.leader.Set(1)
 			}
 			cc.Hooks = append(cc.Hooks, m)
+			cc.Hooks = append(cc.Hooks, senderHooks...)
 			cl, err := mensageria.New(b.drv, &cc)
 			if err != nil {
 				return err

@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/transport/kafka"
+)
+
+// Two replicas of `mensageria relay` with a transactional Kafka route: the
+// second starting must not stop the first (both build a sender with the
+// same transactional id), and when the first is killed the second takes
+// over. A read_committed consumer sees every message exactly once.
+func TestRelayKafkaTransactionalReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("relay replicas: long")
+	}
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t)
+	bin := binary(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "pedidos"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	p := filepath.Join(t.TempDir(), "relay.yaml")
+	cfg := fmt.Sprintf(`database: %s
+schema: %s
+app: pedidos
+routes:
+  - type: pedido.criado
+    kafka: {brokers: [%s], topic: pedidos, transactional_id: mensageria-relay-pedidos}
+relay: {batch: 50, lease: 2s, poll_interval: 50ms}
+`, testdb.URL(), schema, strings.Join(cluster.ListenAddrs(), ", "))
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runBin(t, bin, nil, "", "migrate", "up", "--config", p); r.code != 0 {
+		t.Fatalf("migrate up: %+v", r)
+	}
+	ctx := context.Background()
+	enqueue := func(from, n int) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload)
+			SELECT 'pedido.criado', 'p-' || g, '{}' FROM generate_series(%d, %d) g`, schema, from, from+n-1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The consumer: every committed record, by message id.
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+	)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics("pedidos"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	consumeCtx, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+	go func() {
+		for consumeCtx.Err() == nil {
+			cl.PollFetches(consumeCtx).EachRecord(func(r *kgo.Record) {
+				d, err := kafka.DeliveryOf(r)
+				if err != nil {
+					t.Errorf("record at offset %d: %v", r.Offset, err)
+					return
+				}
+				mu.Lock()
+				seen[d.ID.String()]++
+				mu.Unlock()
+			})
+		}
+	}()
+	distinct := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+
+	args := []string{"relay", "--config", p, "--log-format", "json", "--listen", "127.0.0.1:0"}
+	first := startProc(t, bin, nil, args...)
+	defer func() { _ = first.cmd.Process.Kill() }()
+	enqueue(1, 200)
+	waitFor(t, "the first replica to deliver", 30*time.Second, func() bool { return distinct() == 200 })
+
+	second := startProc(t, bin, nil, args...)
+	defer func() { _ = second.cmd.Process.Kill() }()
+	waitAddr(t, second.stderr, second.done) // the standby is up and has built its sender
+	enqueue(201, 200)
+	waitFor(t, "the first replica to keep delivering with a standby up", 30*time.Second, func() bool { return distinct() == 400 })
+
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	enqueue(401, 100)
+	deadline := time.Now().Add(60 * time.Second)
+	for distinct() < 500 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if distinct() < 500 {
+		t.Fatalf("the second replica did not take over: %d of 500 delivered\n%s", distinct(), second.stderr.String())
+	}
+
+	time.Sleep(500 * time.Millisecond) // let any duplicate show up
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("message %s read %d times", id, n)
+		}
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'").Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 0 {
+		t.Errorf("%d rows still pending", pending)
+	}
+	if !strings.Contains(second.stderr.String(), "transactional ids registered") {
+		t.Errorf("the second replica never registered the ids:\n%s", second.stderr.String())
+	}
+}
