@@ -72,6 +72,13 @@ func (s *suite) electorTests() []test {
 			if _, ok := acquire(t, b); ok {
 				t.Fatal("app-1 standby became leader")
 			}
+			// Still the leader, at the same epoch. This also keeps a
+			// reachable to the end: an elector the garbage collector
+			// frees closes its session (the socket's finalizer), which
+			// releases the lock.
+			if e, ok := acquire(t, a); !ok || e != ea {
+				t.Fatalf("app-1 leader after app-2 was elected: epoch %d leader %v, want %d, true", e, ok, ea)
+			}
 		}},
 		{"ReleaseHandsOver", func(t *testing.T, h *Harness) {
 			a := elector(t, h.Driver, "app", longLease)
