@@ -81,7 +81,7 @@ func For(transport string, o Options) (Map, bool) {
 	if transport == "kafka" && o.KafkaTransactional {
 		m.Hops[1] = kafkaTransactionalHop
 		m.EndToEnd = ExactlyOnce
-		m.Boundary = "exactly-once from the outbox into Kafka for read_committed consumers, and from Kafka into one database through kafka.Sink; it holds while one relay at a time uses the transactional id (election advisory) and a committed batch is settled before Window newer ones commit"
+		m.Boundary = "exactly-once from the outbox into Kafka for read_committed consumers, and from Kafka into one database through kafka.Sink; it holds while one relay at a time uses the transactional id (election advisory) and an unsettled batch comes back within the sender's Retain (default 5 minutes; the relay's lease is 30 seconds)"
 		m.Defend = []string{
 			"consumers that apply through anything but kafka.Sink or an Inbox (their own effects repeat on their own redeliveries)",
 			"consumers in read_uncommitted mode see aborted records",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -45,6 +46,30 @@ func (s rowSet) has(id int64) bool {
 	return i < len(s)/2 && s[2*i] <= id
 }
 
+// union returns the ids of s and o together, as ranges (adjacent ones
+// joined).
+func union(s, o rowSet) rowSet {
+	out := make(rowSet, 0, len(s)+len(o))
+	push := func(lo, hi int64) {
+		if n := len(out); n > 0 && lo <= out[n-1]+1 {
+			out[n-1] = max(out[n-1], hi)
+			return
+		}
+		out = append(out, lo, hi)
+	}
+	i, j := 0, 0
+	for i < len(s) || j < len(o) {
+		if j >= len(o) || (i < len(s) && s[i] <= o[j]) {
+			push(s[i], s[i+1])
+			i += 2
+		} else {
+			push(o[j], o[j+1])
+			j += 2
+		}
+	}
+	return out
+}
+
 // overlaps reports whether s and o share an id.
 func (s rowSet) overlaps(o rowSet) bool {
 	if len(s) == 0 || len(o) == 0 || s[len(s)-1] < o[0] || o[len(o)-1] < s[0] {
@@ -63,73 +88,146 @@ func (s rowSet) overlaps(o rowSet) bool {
 	return false
 }
 
-// positions is the rolling window of outbox rows committed to Kafka by one
-// transactional id: the row ids of its last few transactions. A set, not a
-// high-water mark, because outbox ids commit out of order and a batch need
-// not be contiguous. It changes in place only once a transaction committed.
+// positions is what one lane knows of the outbox rows committed to Kafka
+// under its transactional id. A set, not a high-water mark, because outbox
+// ids commit out of order and a batch need not be contiguous. It changes in
+// place only once a transaction committed.
+//
+// Two horizons. The record written in every transaction holds the lane's
+// last max batches, plus the batches it inherited from a predecessor (read
+// back when the lane opened), carried until retain has passed: after a
+// crash, the rows that may be committed and still unsettled are the
+// predecessor's last batches, and they come back only when their lease
+// runs out, while this relay may commit many batches of its own. In
+// memory, every batch committed or inherited is remembered for retain, so
+// a batch whose settle was lost is recognised however many batches commit
+// before it comes back.
 type positions struct {
-	max     int
-	batches []rowSet // oldest first
+	max    int
+	retain time.Duration
+	now    func() time.Time
+
+	own          []rowSet // this lane's last max commits, oldest first
+	carried      []rowSet // inherited when the lane opened
+	carriedUntil time.Time
+	recent       []stamped // every batch committed or inherited within retain, oldest first
 }
 
-func newPositions(max int) *positions { return &positions{max: max} }
+// stamped is the union of the batches remembered from one bucket of time:
+// lookups then cost a few buckets, not every batch of the last minutes.
+type stamped struct {
+	rows rowSet
+	at   time.Time // the bucket's start
+}
+
+const bucket = time.Second
+
+// maxCarried bounds the inherited batches a record carries: predecessors
+// that each crashed within retain of the last add theirs.
+const maxCarried = 64
+
+func newPositions(max int, retain time.Duration) *positions {
+	return &positions{max: max, retain: retain, now: time.Now}
+}
 
 func (p *positions) has(id int64) bool {
-	for _, b := range p.batches {
-		if b.has(id) {
+	for i := len(p.recent) - 1; i >= 0; i-- {
+		if p.recent[i].rows.has(id) {
 			return true
 		}
 	}
 	return false
 }
 
-// overlaps reports whether any row of set was committed in the window.
+// overlaps reports whether any row of set was committed within retain.
 func (p *positions) overlaps(set rowSet) bool {
-	for _, b := range p.batches {
-		if b.overlaps(set) {
+	for i := len(p.recent) - 1; i >= 0; i-- {
+		if p.recent[i].rows.overlaps(set) {
 			return true
 		}
 	}
 	return false
 }
 
-// encodeWith returns the record value of the window as it will be once
-// batch commits; p is left as it is.
+// encodeWith returns the record value as it will be once batch commits; p
+// is left as it is.
 func (p *positions) encodeWith(batch rowSet) []byte {
-	keep := p.batches
+	keep := p.own
 	if over := len(keep) + 1 - p.max; over > 0 {
 		keep = keep[over:]
 	}
-	return encodeBatches(append(slices.Clone(keep), batch))
+	return p.encodeRecord(append(slices.Clone(keep), batch))
 }
 
-// add records a committed batch, dropping the oldest beyond the window.
+// add records a committed batch and forgets what retain has passed.
 func (p *positions) add(batch rowSet) {
-	p.batches = append(p.batches, batch)
-	if over := len(p.batches) - p.max; over > 0 {
-		p.batches = slices.Delete(p.batches, 0, over)
+	now := p.now()
+	p.own = append(p.own, batch)
+	if over := len(p.own) - p.max; over > 0 {
+		p.own = slices.Delete(p.own, 0, over)
+	}
+	p.remember(batch, now)
+	p.expire(now)
+}
+
+func (p *positions) remember(rows rowSet, now time.Time) {
+	if n := len(p.recent); n > 0 && now.Sub(p.recent[n-1].at) < bucket {
+		p.recent[n-1].rows = union(p.recent[n-1].rows, rows)
+		return
+	}
+	p.recent = append(p.recent, stamped{rows, now})
+}
+
+func (p *positions) expire(now time.Time) {
+	cut := 0
+	for cut < len(p.recent) && now.Sub(p.recent[cut].at) > p.retain {
+		cut++
+	}
+	p.recent = slices.Delete(p.recent, 0, cut)
+	if len(p.carried) > 0 && !now.Before(p.carriedUntil) {
+		p.carried = nil
 	}
 }
 
-// encode is the record value of the window as it is.
-func (p *positions) encode() []byte { return encodeBatches(p.batches) }
+// inherit takes what a lane knew before it was reopened in this process:
+// its memory, and what it carried.
+func (p *positions) inherit(old *positions) {
+	if old == nil {
+		return
+	}
+	p.recent = append(slices.Clone(old.recent), p.recent...)
+	p.expire(p.now())
+}
 
-func encodeBatches(bs []rowSet) []byte {
-	rec := positionRecord{Version: 1, Batches: make([][]int64, len(bs))}
-	for i, b := range bs {
-		rec.Batches[i] = b
+// encode is the record value as it is.
+func (p *positions) encode() []byte { return p.encodeRecord(p.own) }
+
+func (p *positions) encodeRecord(own []rowSet) []byte {
+	rec := positionRecord{Version: 2, Batches: asInts(own)}
+	if len(p.carried) > 0 && p.now().Before(p.carriedUntil) {
+		rec.Carried = asInts(p.carried)
 	}
 	v, _ := json.Marshal(rec) // ints only; cannot fail
 	return v
+}
+
+func asInts(bs []rowSet) [][]int64 {
+	out := make([][]int64, len(bs))
+	for i, b := range bs {
+		out[i] = b
+	}
+	return out
 }
 
 // positionRecord is the value stored under the transactional id. Ranges
 // keep it small: a claimed batch is mostly consecutive row ids.
 type positionRecord struct {
 	Version int `json:"v"`
-	// Batches holds each transaction's rows as sorted, disjoint, inclusive
-	// ranges [lo1, hi1, lo2, hi2, ...].
+	// Batches holds the lane's last transactions, oldest first, each as
+	// sorted, disjoint, inclusive ranges [lo1, hi1, lo2, hi2, ...].
 	Batches [][]int64 `json:"batches"`
+	// Carried holds batches inherited from a predecessor (version 2).
+	Carried [][]int64 `json:"carried,omitempty"`
 }
 
 // PositionsError reports a position record this build cannot read. The
@@ -145,8 +243,12 @@ func (e *PositionsError) Error() string {
 
 func (e *PositionsError) Unwrap() error { return e.Err }
 
-func decodePositions(max int, b []byte) (*positions, error) {
-	p := newPositions(max)
+// decodePositions reads a lane's record as a successor does: every batch
+// in it, the lane's own and the ones it carried, is inherited, remembered
+// and carried on for retain. A version 1 record (no carried batches) is
+// read too.
+func decodePositions(max int, retain time.Duration, b []byte) (*positions, error) {
+	p := newPositions(max, retain)
 	if len(b) == 0 { // a tombstone: nothing is remembered
 		return p, nil
 	}
@@ -154,30 +256,43 @@ func decodePositions(max int, b []byte) (*positions, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
 	}
-	if rec.Version != 1 {
+	if rec.Version != 1 && rec.Version != 2 {
 		return nil, fmt.Errorf("unknown version %d", rec.Version)
 	}
-	// Keep the newest; a smaller Window than the writer's is honoured.
-	if over := len(rec.Batches) - max; over > 0 {
-		rec.Batches = rec.Batches[over:]
+	if rec.Version == 1 && rec.Carried != nil {
+		return nil, errors.New("a version 1 record carries no batches")
 	}
-	for _, rs := range rec.Batches {
-		if len(rs) == 0 || len(rs)%2 != 0 {
-			return nil, errors.New("a batch must be a non-empty list of lo, hi pairs")
-		}
-		for i := 0; i < len(rs); i += 2 {
-			// Each range in order, and apart from the one before it:
-			// what has() and overlaps() rely on.
-			if rs[i] < 1 {
-				return nil, errors.New("outbox row ids start at 1")
-			}
-			if rs[i+1] < rs[i] || (i > 0 && rs[i] <= rs[i-1]) {
-				return nil, errors.New("ranges must be ascending and disjoint")
-			}
-		}
-		p.add(rowSet(rs))
+	inherited := append(rec.Carried, rec.Batches...)
+	if over := len(inherited) - maxCarried; over > 0 {
+		inherited = inherited[over:] // the oldest go first
 	}
+	now := p.now()
+	for _, rs := range inherited {
+		if err := validRanges(rs); err != nil {
+			return nil, err
+		}
+		p.carried = append(p.carried, rowSet(rs))
+		p.remember(rowSet(rs), now)
+	}
+	p.carriedUntil = now.Add(retain)
 	return p, nil
+}
+
+// validRanges checks what has() and overlaps() rely on: pairs, each range
+// in order and apart from the one before it, of real row ids.
+func validRanges(rs []int64) error {
+	if len(rs) == 0 || len(rs)%2 != 0 {
+		return errors.New("a batch must be a non-empty list of lo, hi pairs")
+	}
+	for i := 0; i < len(rs); i += 2 {
+		if rs[i] < 1 {
+			return errors.New("outbox row ids start at 1")
+		}
+		if rs[i+1] < rs[i] || (i > 0 && rs[i] <= rs[i-1]) {
+			return errors.New("ranges must be ascending and disjoint")
+		}
+	}
+	return nil
 }
 
 // ensureCompactedTopic creates the positions topic, compacted, when it is

@@ -44,9 +44,17 @@ type TransactionalConfig struct {
 	// created compacted with one partition when missing. Default
 	// DefaultPositionsTopic.
 	PositionsTopic string
-	// Window is how many committed batches each lane's position record
-	// remembers. It must cover every batch that can be committed and still
-	// unsettled in the database. Default 8.
+	// Retain is how long a committed batch is remembered: in memory, so
+	// that a batch whose settle was lost is recognised when it comes back
+	// after its lease, however many batches commit meanwhile; and in the
+	// record, for the batches a lane inherited from a crashed predecessor.
+	// It must exceed the relay's Lease (default 30s) with room to spare.
+	// Default 5m.
+	Retain time.Duration
+	// Window is how many of a lane's latest batches its position record
+	// holds: what a successor inherits when this relay dies. It must cover
+	// the batches that can be committed and still unsettled at that moment
+	// (the relay's batches in flight on the lane). Default 8.
 	Window int
 	// Lanes is how many transactions may be open at once, each on its own
 	// producer and transactional id. A producer has one open transaction at
@@ -72,11 +80,10 @@ type TransactionalConfig struct {
 //
 // The boundary: it holds while one relay at a time uses the transactional
 // ids (relay election on, the same TransactionalID on every replica), while
-// the outbox never reuses a row id, and while a committed batch is settled
-// before Window newer batches commit on its lane. Two relays with
-// different ids over the same rows, election off, or a window smaller than
-// the batches that can be committed-but-unsettled, each let a batch be
-// produced twice. A read_uncommitted consumer also sees aborted records.
+// the outbox never reuses a row id, and while a committed batch that was
+// not settled comes back within Retain of its commit. Two relays with
+// different ids over the same rows, election off, or a batch coming back
+// later than Retain, each let a batch be produced twice. A read_uncommitted consumer also sees aborted records.
 // Beyond Kafka, consumers still need an inbox or a Sink.
 type TransactionalSender struct {
 	cfg      TransactionalConfig
@@ -132,6 +139,8 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 		return nil, &ConfigError{Field: "TransactionalID", Reason: "required: a stable id per app"}
 	case cfg.Window < 0:
 		return nil, &ConfigError{Field: "Window", Reason: "must not be negative"}
+	case cfg.Retain < 0:
+		return nil, &ConfigError{Field: "Retain", Reason: "must not be negative"}
 	case cfg.Lanes < 0 || cfg.Lanes > 16:
 		return nil, &ConfigError{Field: "Lanes", Reason: "must be 1..16"}
 	}
@@ -140,6 +149,9 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 	}
 	if cfg.Window == 0 {
 		cfg.Window = 8
+	}
+	if cfg.Retain == 0 {
+		cfg.Retain = 5 * time.Minute
 	}
 	if cfg.Lanes == 0 {
 		cfg.Lanes = 2
@@ -204,12 +216,13 @@ func (s *TransactionalSender) open(ctx context.Context, l *lane) error {
 		cl.Close()
 		return fmt.Errorf("mensageria/kafka: read positions: %w", err)
 	}
-	pos, err := decodePositions(s.cfg.Window, val)
+	pos, err := decodePositions(s.cfg.Window, s.cfg.Retain, val)
 	if err != nil {
 		cl.Close()
 		return &PositionsError{Topic: s.cfg.PositionsTopic, Key: l.id, Err: err}
 	}
 	s.mu.Lock()
+	pos.inherit(l.pos)
 	l.pos = pos
 	s.mu.Unlock()
 	l.cl = cl

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -67,6 +68,53 @@ func TestTransactionalCrashBetweenCommitAndSettle(t *testing.T) {
 		t.Fatalf("restarted relay reconciled %d rows, want 100", got)
 	}
 	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2, b3)
+}
+
+// A busy relay commits many batches while a crashed predecessor's last,
+// unsettled batch waits for its lease to run out: far more than the
+// position record's window. The batch must still be recognised when it
+// comes back, by the new leader and after a settle it lost itself.
+func TestTransactionalWindowOutrunByABusyRelay(t *testing.T) {
+	c := newCluster(t, "orders")
+	a := newTxSender(t, c, "relay-app")
+	lost := deliveries("order", 1, 10)
+	mustSend(t, a, lost) // committed; the relay dies before the settle
+	a.Close()
+
+	b := newTxSender(t, c, "relay-app")
+	var all [][]*mensageria.Delivery
+	next := int64(11)
+	send := func(n int) {
+		for range n {
+			batch := deliveries("order", next, 5)
+			next += 5
+			mustSend(t, b, batch)
+			all = append(all, batch)
+		}
+	}
+	send(40) // twenty per lane, more than the window of 8
+	mustSend(t, b, lost)
+	if b.Reconciled() != 10 {
+		t.Fatalf("the new leader reconciled %d of the predecessor's rows, want 10", b.Reconciled())
+	}
+	// Its own settle lost: the batch comes back after many more.
+	own := all[0]
+	send(40)
+	mustSend(t, b, own)
+	if b.Reconciled() != 15 {
+		t.Fatalf("reconciled %d, want 15 after its own batch came back", b.Reconciled())
+	}
+	// And a third leader, after the second one crashed, still knows the
+	// first one's batch.
+	b.Close()
+	c3 := newTxSender(t, c, "relay-app")
+	send3 := deliveries("order", next, 5)
+	mustSend(t, c3, send3)
+	mustSend(t, c3, lost)
+	if c3.Reconciled() != 10 {
+		t.Fatalf("the third leader reconciled %d, want the first one's 10", c3.Reconciled())
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), append(all, lost, send3)...)
 }
 
 // A batch with a record the brokers refuse is aborted as a whole: no record
@@ -243,7 +291,10 @@ func TestTransactionalCommitRefused(t *testing.T) {
 }
 
 func TestPositionsWindow(t *testing.T) {
-	p := newPositions(2)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	p := newPositions(2, time.Minute)
+	p.now = clock
 	commit := func(batch ...int64) []byte {
 		rows := newRowSet(batch)
 		value := p.encodeWith(rows)
@@ -252,45 +303,89 @@ func TestPositionsWindow(t *testing.T) {
 	}
 	commit(1, 2, 3, 7)
 	commit(4, 5)
-	if v := p.encodeWith(newRowSet([]int64{9})); p.has(9) || string(v) != `{"v":1,"batches":[[4,5],[9,9]]}` {
+	if v := p.encodeWith(newRowSet([]int64{9})); p.has(9) || string(v) != `{"v":2,"batches":[[4,5],[9,9]]}` {
 		t.Fatalf("encodeWith changed the window or wrote %s", v)
 	}
 	value := commit(9)
-	if p.has(1) || p.has(7) || !p.has(4) || !p.has(9) {
-		t.Fatalf("window kept %v", p.batches)
-	}
 	if string(value) != string(p.encode()) {
 		t.Fatalf("record %s differs from the window %s", value, p.encode())
 	}
-	q, err := decodePositions(2, value)
+	// The record holds the last two; memory holds everything within a
+	// minute.
+	for _, id := range []int64{1, 3, 7, 4, 9} {
+		if !p.has(id) {
+			t.Fatalf("row %d forgotten within the retention", id)
+		}
+	}
+	if p.has(6) || p.overlaps(newRowSet([]int64{6, 8, 10})) {
+		t.Fatal("rows never committed are known")
+	}
+	now = now.Add(2 * time.Minute)
+	commit(20)
+	if p.has(1) || p.has(9) || !p.has(20) {
+		t.Fatal("retention not applied")
+	}
+
+	// A successor inherits every batch of the record, and carries them in
+	// its own record until the retention passes.
+	q, err := decodePositions(2, time.Minute, value)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []int64{4, 5, 9} {
-		if !q.has(s) {
-			t.Fatalf("decoded window lost %d: %s", s, value)
+	q.now = clock
+	for _, id := range []int64{4, 5, 9} {
+		if !q.has(id) {
+			t.Fatalf("successor lost row %d of %s", id, value)
 		}
 	}
 	if q.has(6) || q.has(1) {
-		t.Fatalf("decoded window has rows it never held: %s", value)
+		t.Fatalf("successor knows rows the record never held: %s", value)
 	}
-	if q1, _ := decodePositions(1, value); q1.has(4) || !q1.has(9) {
-		t.Fatal("a smaller window must keep only the newest batches")
+	if v := q.encodeWith(newRowSet([]int64{30})); string(v) != `{"v":2,"batches":[[30,30]],"carried":[[4,5],[9,9]]}` {
+		t.Fatalf("successor's record %s does not carry its inheritance", v)
 	}
-	if _, err := decodePositions(2, []byte(`{"v":9}`)); err == nil {
-		t.Fatal("unknown version accepted")
+	q.carriedUntil = now // (decoded with the real clock)
+	now = now.Add(time.Second)
+	q.add(newRowSet([]int64{30}))
+	if v := q.encode(); string(v) != `{"v":2,"batches":[[30,30]]}` {
+		t.Fatalf("inheritance carried past the retention: %s", v)
+	}
+
+	if q1, err := decodePositions(1, time.Minute, []byte(`{"v":1,"batches":[[4,5]]}`)); err != nil || !q1.has(4) {
+		t.Fatalf("version 1 record: %v", err)
+	}
+	var many []string
+	for i := range maxCarried + 6 {
+		many = append(many, fmt.Sprintf("[%d,%d]", 10*i+1, 10*i+2))
+	}
+	big, err := decodePositions(2, time.Minute, []byte(`{"v":2,"batches":[],"carried":[`+strings.Join(many, ",")+`]}`))
+	if err != nil || len(big.carried) != maxCarried || big.has(1) || !big.has(10*(maxCarried+5)+1) {
+		t.Fatalf("carried %d batches (%v), want the newest %d", len(big.carried), err, maxCarried)
 	}
 	for _, bad := range []string{
-		`{"v":1,"batches":[[5,3]]}`,     // inverted
-		`{"v":1,"batches":[[1,5,4,9]]}`, // overlapping
-		`{"v":1,"batches":[[7,9,1,2]]}`, // out of order
-		`{"v":1,"batches":[[1,2,3]]}`,   // odd
-		`{"v":1,"batches":[[]]}`,        // empty batch
-		`{"v":1,"batches":[[1,2]]`,      // truncated
+		`{"v":9}`,
+		`{"v":1,"batches":[[4,5]],"carried":[[1,2]]}`, // carried is version 2
+		`{"v":1,"batches":[[5,3]]}`,                   // inverted
+		`{"v":1,"batches":[[1,5,4,9]]}`,               // overlapping
+		`{"v":2,"batches":[[7,9,1,2]]}`,               // out of order
+		`{"v":2,"batches":[],"carried":[[1,2,3]]}`,    // odd
+		`{"v":1,"batches":[[]]}`,                      // empty batch
+		`{"v":1,"batches":[[0,2]]}`,                   // not a row id
+		`{"v":1,"batches":[[1,2]]`,                    // truncated
 	} {
-		if _, err := decodePositions(2, []byte(bad)); err == nil {
+		if _, err := decodePositions(2, time.Minute, []byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
+	}
+}
+
+func TestUnion(t *testing.T) {
+	got := union(newRowSet([]int64{1, 2, 3, 10, 20}), newRowSet([]int64{4, 9, 11, 30}))
+	if !slices.Equal(got, rowSet{1, 4, 9, 11, 20, 20, 30, 30}) {
+		t.Fatalf("union = %v", got)
+	}
+	if got := union(nil, rowSet{5, 6}); !slices.Equal(got, rowSet{5, 6}) {
+		t.Fatalf("union with nothing = %v", got)
 	}
 }
 
@@ -327,33 +422,32 @@ func TestRowSet(t *testing.T) {
 func FuzzDecodePositions(f *testing.F) {
 	for _, seed := range []string{
 		`{"v":1,"batches":[[4,5],[9,9]]}`, `{"v":1,"batches":[]}`, ``, `{"v":2}`,
+		`{"v":2,"batches":[[30,30]],"carried":[[4,5],[9,9]]}`,
 		`{"v":1,"batches":[[1,5,4,9]]}`, `{"v":1,"batches":[[-9223372036854775808,9223372036854775807]]}`,
 	} {
 		f.Add([]byte(seed), 3)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, window int) {
 		window = 1 + int(uint(window)%16)
-		p, err := decodePositions(window, b)
+		p, err := decodePositions(window, time.Minute, b)
 		if err != nil {
 			return
 		}
-		if len(p.batches) > window {
-			t.Fatalf("%d batches kept in a window of %d", len(p.batches), window)
+		if len(p.carried) > maxCarried || len(p.own) != 0 {
+			t.Fatalf("%d carried (at most %d), %d own after a decode", len(p.carried), maxCarried, len(p.own))
 		}
-		for _, rs := range p.batches {
+		for _, rs := range p.carried {
 			for i := 0; i < len(rs); i += 2 {
 				for _, id := range []int64{rs[i], rs[i+1], rs[i] + (rs[i+1]-rs[i])/2} {
-					if !p.has(id) || !rs.overlaps(rowSet{id, id}) {
+					if !p.has(id) || !p.overlaps(rowSet{id, id}) {
 						t.Fatalf("row %d of range [%d, %d] not found", id, rs[i], rs[i+1])
 					}
 				}
-				if rs.has(rs[i]-1) && (i == 0 || rs[i-1] < rs[i]-1) {
-					t.Fatalf("row %d below range [%d, %d] found", rs[i]-1, rs[i], rs[i+1])
-				}
 			}
 		}
-		again, err := decodePositions(window, p.encode())
-		if err != nil || !slices.EqualFunc(again.batches, p.batches, func(a, b rowSet) bool { return slices.Equal(a, b) }) {
+		// What a successor writes, its own successor reads back whole.
+		again, err := decodePositions(window, time.Minute, p.encode())
+		if err != nil || !slices.EqualFunc(again.carried, p.carried, func(a, b rowSet) bool { return slices.Equal(a, b) }) {
 			t.Fatalf("re-encoding %s: %v", p.encode(), err)
 		}
 	})
