@@ -70,7 +70,7 @@ func (b *backend) ping(ctx context.Context) error {
 }
 
 // newSender builds the Sender of a route, and what closes it.
-func newSender(ctx context.Context, r Route, log *slog.Logger) (mensageria.Sender, func(), error) {
+func newSender(ctx context.Context, r Route, lease time.Duration, log *slog.Logger) (mensageria.Sender, func(), error) {
 	switch r.Transport {
 	case "http":
 		s, err := m2mhttp.NewSender(m2mhttp.SenderConfig{
@@ -85,8 +85,10 @@ func newSender(ctx context.Context, r Route, log *slog.Logger) (mensageria.Sende
 		return s, func() {}, nil
 	case "kafka":
 		if r.Kafka.TransactionalID != "" {
+			// A batch whose settle is lost comes back after its lease; the
+			// sender must remember it longer than that.
 			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
-				TransactionalID: r.Kafka.TransactionalID, Logger: log})
+				TransactionalID: r.Kafka.TransactionalID, Logger: log, Retain: max(5*time.Minute, 10*lease)})
 			if err != nil {
 				return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
 			}
@@ -138,7 +140,7 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		if live {
 			var closeFn func()
 			var err error
-			if s, closeFn, err = newSender(ctx, r, log); err != nil {
+			if s, closeFn, err = newSender(ctx, r, c.Relay.Lease, log); err != nil {
 				closeAll()
 				return nil, nil, nil, err
 			}
