@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,6 +375,43 @@ func (s *suite) inboxTests() []test {
 
 func (s *suite) offsetTests() []test {
 	return []test{
+		{"FirstAppliersSerialize", func(t *testing.T, h *Harness) {
+			// Two sink members apply the first records of a partition at
+			// once (a rebalance while the first transaction is open): the
+			// second must see what the first stored, not "no position".
+			d := h.Driver
+			var applied atomic.Int32
+			firstIn := make(chan struct{})
+			apply := func(wait bool) error {
+				return d.InTx(ctxOf(t), func(ctx context.Context, tx driver.Tx) error {
+					off, ok, err := tx.Offset(ctx, "sink", "orders", 7)
+					if err != nil {
+						return err
+					}
+					if wait {
+						close(firstIn)
+						time.Sleep(300 * time.Millisecond) // the other one starts meanwhile
+					}
+					if ok && off >= 10 {
+						return nil // already applied
+					}
+					applied.Add(1)
+					return tx.SetOffset(ctx, "sink", "orders", 7, 10)
+				})
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- apply(true) }()
+			<-firstIn
+			if err := apply(false); err != nil {
+				t.Fatalf("second applier: %v", err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatalf("first applier: %v", err)
+			}
+			if n := applied.Load(); n != 1 {
+				t.Fatalf("the records were applied %d times, want once", n)
+			}
+		}},
 		{"RoundTripAndRollback", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			get := func(part int32) (int64, bool) {

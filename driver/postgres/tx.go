@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,10 +51,26 @@ func (t *pgTx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.In
 	return driver.InboxResult{Duplicate: true, FirstMessageID: first}, nil
 }
 
+// Offset locks the position it returns until the transaction ends: a sink
+// member dropped from its group while this transaction is open must not
+// apply the same records as the new owner. A position not stored yet has
+// no row to lock, so the transaction takes an advisory lock on its key
+// instead and looks again: the second of two first appliers then waits for
+// the first and reads what it stored.
 func (t *pgTx) Offset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
+	pos, ok, err := t.lockedOffset(ctx, consumer, source, partition)
+	if err != nil || ok {
+		return pos, ok, err
+	}
+	key := t.d.lockKey("offset\x00" + consumer + "\x00" + source + "\x00" + strconv.Itoa(int(partition)))
+	if _, err := t.tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+		return 0, false, fmt.Errorf("mensageria/postgres: offset lock: %w", err)
+	}
+	return t.lockedOffset(ctx, consumer, source, partition)
+}
+
+func (t *pgTx) lockedOffset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
 	var pos int64
-	// FOR UPDATE: a sink member dropped from its group while this
-	// transaction is open must not apply the same records as the new owner.
 	err := t.tx.QueryRow(ctx, "SELECT position FROM "+t.d.table("offsets")+" WHERE consumer = $1 AND source = $2 AND partition = $3 FOR UPDATE",
 		consumer, source, partition).Scan(&pos)
 	if errors.Is(err, pgx.ErrNoRows) {
