@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -145,8 +147,11 @@ func (s *Sink) Client() *kgo.Client { return s.cl }
 // partition this member was just assigned.
 func (s *Sink) storedOffsets(ctx context.Context, in map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	err := s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		for topic, parts := range in {
-			for p := range parts {
+		// In order: reading a position can lock it, and two members must
+		// never take the same locks in opposite orders.
+		for _, topic := range slices.Sorted(maps.Keys(in)) {
+			parts := in[topic]
+			for _, p := range slices.Sorted(maps.Keys(parts)) {
 				off, ok, err := tx.Offset(ctx, s.cfg.Consumer, topic, p)
 				if err != nil {
 					return err
