@@ -171,11 +171,21 @@ func (p *positions) add(batch rowSet) {
 }
 
 func (p *positions) remember(rows rowSet, now time.Time) {
-	if n := len(p.recent); n > 0 && now.Sub(p.recent[n-1].at) < bucket {
-		p.recent[n-1].rows = union(p.recent[n-1].rows, rows)
+	if len(rows) == 0 {
 		return
 	}
-	p.recent = append(p.recent, stamped{rows, now})
+	if n := len(p.recent); n > 0 && now.Sub(p.recent[n-1].at) < bucket {
+		b := p.recent[n-1].rows
+		if rows[0] > b[len(b)-1]+1 {
+			// The usual case: newer rows than any before. The bucket
+			// owns its slice (cloned below), so it may grow in place.
+			p.recent[n-1].rows = append(b, rows...)
+		} else {
+			p.recent[n-1].rows = union(b, rows)
+		}
+		return
+	}
+	p.recent = append(p.recent, stamped{slices.Clone(rows), now})
 }
 
 func (p *positions) expire(now time.Time) {
