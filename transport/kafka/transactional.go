@@ -74,8 +74,8 @@ type TransactionalConfig struct {
 // relay marks the rows delivered in the database only after the commit; if
 // the relay dies in between, the rows come back after their lease and this
 // sender (or its successor, which reads the position records with
-// read_committed when it starts) answers nil for the rows already committed
-// instead of producing them again. A read_committed consumer therefore sees
+// read_committed before its first batch) answers nil for the rows already
+// committed instead of producing them again. A read_committed consumer therefore sees
 // every outbox message exactly once.
 //
 // The boundary: it holds while one relay at a time uses the transactional
