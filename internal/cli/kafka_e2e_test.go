@@ -102,7 +102,7 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 
 	second := startProc(t, bin, nil, args...)
 	defer func() { _ = second.cmd.Process.Kill() }()
-	waitAddr(t, second.stderr, second.done) // the standby is up and has built its sender
+	secondAddr := waitAddr(t, second.stderr, second.done) // the standby is up and has built its sender
 	enqueue(201, 200)
 	waitFor(t, "the first replica to keep delivering with a standby up", 30*time.Second, func() bool { return distinct() == 400 })
 
@@ -181,6 +181,24 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	}
 	if pending != 0 {
 		t.Errorf("%d rows still pending", pending)
+	}
+	// The batches the first leader left committed and unsettled were
+	// answered from the positions, and the metrics say so.
+	metrics, err := getWithClient("http://" + secondAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reconciled, commits float64
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, `mensageria_kafka_reconciled_total{app="pedidos",transactional_id="mensageria-relay-pedidos"} `); ok {
+			_, _ = fmt.Sscan(v, &reconciled)
+		}
+		if v, ok := strings.CutPrefix(line, `mensageria_kafka_transactions_committed_total{app="pedidos",transactional_id="mensageria-relay-pedidos"} `); ok {
+			_, _ = fmt.Sscan(v, &commits)
+		}
+	}
+	if int(reconciled) < committed || commits == 0 {
+		t.Errorf("metrics: %v reconciled (want at least the %d rows left committed), %v commits", reconciled, committed, commits)
 	}
 	if !strings.Contains(second.stderr.String(), "transactional ids registered") {
 		t.Errorf("the second replica never registered the ids:\n%s", second.stderr.String())

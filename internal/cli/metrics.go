@@ -13,11 +13,13 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/transport/kafka"
 )
 
 // metrics observes the relay (as a mensageria hook) and reads the outbox
 // at scrape time, so gauges are never staler than the scrape.
 type metrics struct {
+	app        string
 	reg        *prometheus.Registry
 	deliveries *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -30,6 +32,7 @@ type metrics struct {
 func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog.Logger) *metrics {
 	constLabels := prometheus.Labels{"app": app}
 	m := &metrics{
+		app: app,
 		reg: prometheus.NewRegistry(),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mensageria_deliveries_total", Help: "Delivery attempts by type and outcome (delivered, retry, dead, fenced).", ConstLabels: constLabels,
@@ -56,6 +59,23 @@ func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog
 		&outboxCollector{app: app, drv: drv, elector: elector, log: log},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watchTransactional exports a Kafka transactional sender's counters:
+// transactions committed and aborted, and deliveries reconciled (answered
+// from its position records instead of produced again, each one a
+// duplicate avoided).
+func (m *metrics) watchTransactional(s *kafka.TransactionalSender) {
+	labels := prometheus.Labels{"app": m.app, "transactional_id": s.TransactionalID()}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mensageria_kafka_transactions_committed_total",
+			Help: "Kafka transactions the relay committed.", ConstLabels: labels}, func() float64 { return float64(s.Committed()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mensageria_kafka_transactions_aborted_total",
+			Help: "Kafka transactions the relay aborted (their messages are retried).", ConstLabels: labels}, func() float64 { return float64(s.Aborted()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mensageria_kafka_reconciled_total",
+			Help: "Deliveries found already committed to Kafka and not produced again (a relay crashed or a settle was lost).", ConstLabels: labels},
+			func() float64 { return float64(s.Reconciled()) }),
+	)
 }
 
 // OnDelivery implements mensageria.OnDelivery.

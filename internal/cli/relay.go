@@ -15,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/transport/kafka"
 )
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -51,7 +52,10 @@ It serves, on --listen:
   /healthz   the process is alive
   /readyz    the relay runs and the database answers
   /metrics   Prometheus: pending and oldest age by type, deliveries by
-             outcome, delivery latency, dead letters, election holder
+             outcome, delivery latency, dead letters, election holder; for
+             a Kafka route with a transactional_id, its transactions
+             committed and aborted and the deliveries reconciled (found
+             already in Kafka after a crash or a lost settle)
 
 The schema must be current ('mensageria migrate up', or --migrate).`,
 		Args: noArgs,
@@ -111,6 +115,11 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 			}
 			cc.Hooks = append(cc.Hooks, m)
 			cc.Hooks = append(cc.Hooks, senderHooks...)
+			for _, h := range senderHooks {
+				if ts, ok := h.(*kafka.TransactionalSender); ok {
+					m.watchTransactional(ts)
+				}
+			}
 			cl, err := mensageria.New(b.drv, &cc)
 			if err != nil {
 				return err

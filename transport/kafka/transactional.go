@@ -249,6 +249,9 @@ func (s *TransactionalSender) Close() {
 	}
 }
 
+// TransactionalID is the configured id (lane 0's; lane i uses it + "." + i).
+func (s *TransactionalSender) TransactionalID() string { return s.cfg.TransactionalID }
+
 // Reconciled counts deliveries answered from the position records instead
 // of being produced again.
 func (s *TransactionalSender) Reconciled() int64 { return s.reconciled.Load() }
