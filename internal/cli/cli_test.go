@@ -109,10 +109,19 @@ func (r *receiver) keys() int {
 	return len(r.got)
 }
 
-func writeConfig(t *testing.T, database, schema, url string) string {
+// writeFile writes a config file of the test's own and returns its path.
+func writeFile(t *testing.T, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "mensageria.yaml")
-	cfg := fmt.Sprintf(`database: %s
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func writeConfig(t *testing.T, database, schema, url string) string {
+	t.Helper()
+	return writeFile(t, fmt.Sprintf(`database: %s
 schema: %s
 app: pedidos
 routes:
@@ -122,11 +131,7 @@ routes:
     http: {url: %s, token: ${TEST_TOKEN}}
     ordering: key
 relay: {batch: 50, concurrency: 8, lease: 2s, max_attempts: 5, election: advisory, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 100ms}
-`, database, schema, url, url)
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+`, database, schema, url, url))
 }
 
 var tokEnv = map[string]string{"TEST_TOKEN": "tok"}
@@ -200,13 +205,9 @@ func TestExplain(t *testing.T) {
 // A kafka route with a transactional id is relayed exactly once into Kafka,
 // and explain says so; without one it stays at-least-once.
 func TestExplainKafkaTransactional(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "k.yaml")
-	cfg := "database: sqlite:/tmp/unused.db\napp: a\nroutes:\n" +
-		"  - type: a.tx\n    kafka: {brokers: [k:9092], topic: t, transactional_id: mensageria-relay-a}\n" +
-		"  - type: a.plain\n    kafka: {brokers: [k:9092], topic: t}\n"
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p := writeFile(t, "database: sqlite:/tmp/unused.db\napp: a\nroutes:\n"+
+		"  - type: a.tx\n    kafka: {brokers: [k:9092], topic: t, transactional_id: mensageria-relay-a}\n"+
+		"  - type: a.plain\n    kafka: {brokers: [k:9092], topic: t}\n")
 	r := run(t, "", nil, "explain", "--json", "--config", p)
 	var out explainOut
 	if err := json.Unmarshal([]byte(r.out), &out); err != nil || r.code != 0 {

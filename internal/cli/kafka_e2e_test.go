@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,18 +35,14 @@ func TestRelayKafkaTransactionalReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	p := filepath.Join(t.TempDir(), "relay.yaml")
-	cfg := fmt.Sprintf(`database: %s
+	p := writeFile(t, fmt.Sprintf(`database: %s
 schema: %s
 app: pedidos
 routes:
   - type: pedido.criado
     kafka: {brokers: [%s], topic: pedidos, transactional_id: mensageria-relay-pedidos}
 relay: {batch: 50, lease: 2s, poll_interval: 50ms}
-`, testdb.URL(), schema, strings.Join(cluster.ListenAddrs(), ", "))
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, testdb.URL(), schema, strings.Join(cluster.ListenAddrs(), ", ")))
 	if r := runBin(t, bin, nil, "", "migrate", "up", "--config", p); r.code != 0 {
 		t.Fatalf("migrate up: %+v", r)
 	}
