@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,12 +95,20 @@ type TransactionalSender struct {
 	free chan *lane // lanes not running a transaction
 
 	openMu sync.Mutex  // serialises openAll
-	opened atomic.Bool // every lane was registered once
+	opened atomic.Bool // every lane is registered
+	leader atomic.Bool // the last election event said this process leads
+
+	// rearmWait is the first pause between attempts to register the ids
+	// after an election, rearmTimeout bounds one attempt, healAfter is how
+	// long a fenced leader waits before taking its ids back; tests shorten
+	// them.
+	rearmWait, rearmTimeout, healAfter time.Duration
 
 	mu       sync.Mutex // guards the fields below and every lane's pos
 	lanes    []*lane
 	inflight []*reservation // the rows of the transactions in progress
 	fenced   error
+	fencedAt time.Time
 	closed   bool
 	rearming bool
 
@@ -283,16 +292,18 @@ func fencedErr(err error) error {
 }
 
 // OnElection ties the transactional ids to the relay election when the
-// sender is passed to mensageria.Config.Hooks: a process that becomes the
-// app's leader registers every lane's id (it is the rightful owner now, and
-// fencing the previous one is the point) and reads the positions, ahead of
-// its first batch; a fenced process that is not the leader stays fenced.
+// sender is passed to mensageria.Config.Hooks: a process that wins the
+// election registers every lane's id again (it is the rightful owner now,
+// and another process may have used the ids since it last did: fencing
+// that one is the point) and rereads the positions, ahead of its next
+// batch. A fenced process that is not the leader stays fenced.
 func (s *TransactionalSender) OnElection(ev mensageria.ElectionEvent) {
+	s.leader.Store(ev.Leader)
 	if !ev.Leader {
 		return
 	}
 	s.mu.Lock()
-	start := (s.fenced != nil || !s.opened.Load()) && !s.rearming && !s.closed
+	start := !s.rearming && !s.closed
 	if start {
 		s.rearming = true
 	}
@@ -324,8 +335,11 @@ func (s *TransactionalSender) ensureOpen(ctx context.Context) error {
 	}
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
-	if s.opened.Load() {
-		return nil
+	s.mu.Lock()
+	fenced := s.fenced != nil
+	s.mu.Unlock()
+	if s.opened.Load() || fenced {
+		return nil // a fenced sender registers again only when elected
 	}
 	return s.openAll(ctx)
 }
@@ -353,6 +367,10 @@ func (s *TransactionalSender) openAll(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	// Until every lane is open again, no batch may be produced: a lane
+	// left closed would be reopened alone, next to lanes whose positions
+	// may be stale.
+	s.opened.Store(false)
 	for _, l := range held {
 		if l.cl != nil {
 			l.cl.Close()
@@ -378,17 +396,11 @@ func (s *TransactionalSender) rearm() {
 		s.rearming = false
 		s.mu.Unlock()
 	}()
-	wait := time.Second
+	wait := cmp.Or(s.rearmWait, time.Second)
 	for attempt := 1; attempt <= 5; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.rearmTimeout, endTimeout))
 		s.openMu.Lock()
-		s.mu.Lock()
-		done := s.opened.Load() && s.fenced == nil // a first batch got there first
-		s.mu.Unlock()
-		var err error
-		if !done {
-			err = s.openAll(ctx)
-		}
+		err := s.openAll(ctx)
 		s.openMu.Unlock()
 		cancel()
 		if err == nil {
@@ -401,6 +413,33 @@ func (s *TransactionalSender) rearm() {
 		s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
 		time.Sleep(wait)
 		wait *= 2
+	}
+	s.log.Error("registering the transactional ids failed; the next batch tries again")
+}
+
+// errRegistering answers a batch that came while the ids are not all
+// registered; the relay retries it.
+var errRegistering = errors.New("mensageria/kafka: the transactional ids are not registered yet")
+
+// healIfLeader takes the ids back when a leader has stayed fenced for
+// healAfter (default a minute). A zombie fenced by the new leader learns
+// within a third of the relay's lease that it lost, and stops being the
+// leader before then; a leader still fenced after that was fenced by a
+// zombie that had re-registered, and would otherwise stay fenced until the
+// next election.
+func (s *TransactionalSender) healIfLeader() {
+	if !s.leader.Load() {
+		return
+	}
+	s.mu.Lock()
+	start := s.fenced != nil && time.Since(s.fencedAt) > cmp.Or(s.healAfter, fencedRetry) && !s.rearming && !s.closed
+	if start {
+		s.rearming = true
+	}
+	s.mu.Unlock()
+	if start {
+		s.log.Warn("still the elected relay but fenced; registering the transactional ids again")
+		go s.rearm()
 	}
 }
 
@@ -437,6 +476,9 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 
 	res, errAll := s.reserve(ctx, ds)
 	if errAll != nil {
+		if errors.Is(errAll, ErrFenced) {
+			s.healIfLeader()
+		}
 		return fill(len(ds), errAll)
 	}
 	defer s.release(res)
@@ -444,6 +486,11 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 		return nil
 	}
 	if l.cl == nil {
+		if !s.opened.Load() {
+			// Registering every lane failed part way: this one alone must
+			// not be reopened next to lanes whose positions may be stale.
+			return s.failAll(ds, res.todo, errRegistering)
+		}
 		if err := s.open(ctx, l); err != nil {
 			return s.failAll(ds, res.todo, s.failed(l, err))
 		}
@@ -568,6 +615,9 @@ func (s *TransactionalSender) failed(l *lane, err error) error {
 			err = &FencedError{TransactionalID: l.id, Err: err}
 		}
 		s.mu.Lock()
+		if s.fenced == nil {
+			s.fencedAt = time.Now()
+		}
 		s.fenced = err
 		s.mu.Unlock()
 		s.log.Error("transactional id taken over by a newer producer; this sender stops", "lane", l.id, "err", err)

@@ -548,6 +548,60 @@ func TestTransactionalStandbyDoesNotFenceTheLeader(t *testing.T) {
 	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2, b3)
 }
 
+// A leader whose registration failed on every attempt after its election
+// (the coordinator refusing for a while) is not left without its ids: the
+// next batch registers them.
+func TestTransactionalRegistrationFailureIsRetried(t *testing.T) {
+	c := newCluster(t, "orders")
+	s := newTxSender(t, c, "relay-app")
+	s.rearmWait, s.rearmTimeout = 10*time.Millisecond, 300*time.Millisecond
+	b1 := deliveries("order", 1, 5)
+	mustSend(t, s, b1)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1})
+	s.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 2})
+	b2 := deliveries("order", 6, 5)
+	waitFor(t, 20*time.Second, "the registration to fail", func() bool { return h.Hits() >= 2 && !s.opened.Load() })
+	if errs := s.SendBatch(testCtx(t), b2); errs == nil {
+		t.Fatal("a batch was produced while the ids could not be registered")
+	}
+	h.Remove()
+	waitFor(t, 20*time.Second, "the next batches to register the ids", func() bool { return s.SendBatch(testCtx(t), b2) == nil })
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2)
+}
+
+// A zombie that re-registered the ids fences the rightful leader. The
+// leader, still elected, takes them back after a while instead of staying
+// fenced until the next election; a fenced process that is not the leader
+// never does.
+func TestTransactionalFencedLeaderHeals(t *testing.T) {
+	c := newCluster(t, "orders")
+	leader := newTxSender(t, c, "relay-app")
+	leader.healAfter = 200 * time.Millisecond
+	leader.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 1})
+	b1 := deliveries("order", 1, 5)
+	mustSend(t, leader, b1)
+	zombie := newTxSender(t, c, "relay-app")
+	zombie.healAfter = 200 * time.Millisecond
+	if err := zombie.Open(testCtx(t)); err != nil { // the zombie's stale registration
+		t.Fatal(err)
+	}
+	b2 := deliveries("order", 6, 5)
+	if errs := leader.SendBatch(testCtx(t), b2); errs == nil || !errors.Is(errs[0], ErrFenced) {
+		t.Fatalf("the leader was not fenced: %v", errs)
+	}
+	waitFor(t, 20*time.Second, "the fenced leader to take its ids back", func() bool {
+		return leader.SendBatch(testCtx(t), b2) == nil
+	})
+	b3 := deliveries("order", 11, 1)
+	for range 3 {
+		if errs := zombie.SendBatch(testCtx(t), b3); errs == nil || !errors.Is(errs[0], ErrFenced) {
+			t.Fatalf("the zombie, never elected, produced again: %v", errs)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2)
+}
+
 // A fenced sender stays fenced until its process wins the relay election
 // again; then it takes the ids back on its next batch.
 func TestTransactionalElectionRearms(t *testing.T) {
