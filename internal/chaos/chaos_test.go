@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // EnvMessages sets the number of messages of a run; at 1,000,000 or more
@@ -62,8 +64,6 @@ func profileFromEnv(t *testing.T) profile {
 // TestChaos runs relays and receivers as real processes under the
 // nemesis and fails on any broken promise (docs/reliability.md).
 func TestChaos(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault-injection run skipped in -short mode")
-	}
+	testdb.Long(t, "fault-injection")
 	runChaos(t, profileFromEnv(t))
 }

@@ -240,9 +240,7 @@ func TestEndToEndPostgres(t *testing.T) {
 // The demo, as the README's first command runs it: the built program with
 // no flags on embedded SQLite, and on PostgreSQL.
 func TestDemoSQLite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("demo: long")
-	}
+	testdb.Long(t, "demo")
 	bin := binary(t)
 	start := time.Now()
 	r := runBin(t, bin, nil, "", "demo")
@@ -260,9 +258,7 @@ func TestDemoSQLite(t *testing.T) {
 // The demo's own code, in process and so under the race detector when the
 // tests run with -race; small, because the detector slows SQLite down.
 func TestDemoInProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("demo: long")
-	}
+	testdb.Long(t, "demo")
 	r := run(t, "", nil, "demo", "--messages", "150")
 	if r.code != 0 || !strings.Contains(r.out, "PASS") {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
@@ -270,9 +266,7 @@ func TestDemoInProcess(t *testing.T) {
 }
 
 func TestDemoPostgres(t *testing.T) {
-	if testing.Short() {
-		t.Skip("demo: long")
-	}
+	testdb.Long(t, "demo")
 	testdb.Pool(t)
 	bin := binary(t)
 	start := time.Now()
@@ -286,9 +280,7 @@ func TestDemoPostgres(t *testing.T) {
 // bench wires internal/bench: one JSON object per scenario, in a scratch
 // schema that is dropped afterwards.
 func TestBenchCommand(t *testing.T) {
-	if testing.Short() {
-		t.Skip("bench: long")
-	}
+	testdb.Long(t, "bench")
 	pool := testdb.Pool(t)
 	schema := testdb.Schema(t)
 	p := writeConfig(t, testdb.URL(), schema, "http://127.0.0.1:1/unused")
@@ -329,9 +321,7 @@ func TestBenchCommand(t *testing.T) {
 // The broker scenarios: kafka on the in-process cluster, nats on the test
 // server; every mode measured, every ratio reported.
 func TestBenchBrokerScenarios(t *testing.T) {
-	if testing.Short() {
-		t.Skip("bench: long")
-	}
+	testdb.Long(t, "bench")
 	testdb.Pool(t)
 	if nc, err := natsgo.Connect(testdb.NatsURL(), natsgo.Timeout(2*time.Second)); err != nil {
 		testdb.Unavailable(t, "NATS at "+testdb.NatsURL(), err)

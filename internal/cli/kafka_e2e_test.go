@@ -24,9 +24,7 @@ import (
 // still does not produce them again. A read_committed consumer sees every
 // message exactly once.
 func TestRelayKafkaTransactionalReplicas(t *testing.T) {
-	if testing.Short() {
-		t.Skip("relay replicas: long")
-	}
+	testdb.Long(t, "relay replicas")
 	pool := testdb.Pool(t)
 	schema := testdb.Schema(t)
 	bin := binary(t)

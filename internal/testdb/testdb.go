@@ -60,6 +60,15 @@ func Unavailable(t testing.TB, service string, err error) {
 	t.Skipf("%s not reachable (%v); set CI=1 to make this a failure", service, err)
 }
 
+// Long skips a long test in a -short run (the quick loop while coding),
+// never when CI is set: CI runs every test whatever its flags.
+func Long(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skipf("%s: long, skipped with -short (CI runs it)", what)
+	}
+}
+
 // Pool returns the shared pool, or skips/fails t when PostgreSQL is down.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
