@@ -28,15 +28,11 @@ func (rc *Receiver) serveBatch(w http.ResponseWriter, r *http.Request, body []by
 		refuse(http.StatusBadRequest, ProblemMalformed, "Malformed batch", err.Error(), 0)
 		return
 	}
-	if rc.inflight != nil {
-		select {
-		case rc.inflight <- struct{}{}:
-			defer func() { <-rc.inflight }()
-		default:
-			refuse(http.StatusServiceUnavailable, ProblemOverloaded, "Overloaded", "too many messages in flight; retry later", time.Second)
-			return
-		}
+	release, admitted := rc.admit(refuse)
+	if !admitted {
+		return
 	}
+	defer release()
 
 	results := make([]BatchResult, len(items))
 	var types []string // in order of first appearance

@@ -218,26 +218,3 @@ func TestReceiverBatchOutcomes(t *testing.T) {
 		t.Error("stale message applied")
 	}
 }
-
-func TestReceiverBatchSheds(t *testing.T) {
-	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxInFlight = 1 })
-	hold, entered := make(chan struct{}), make(chan struct{})
-	f.effect.Store(mensageria.Effect(func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
-		close(entered)
-		<-hold
-		return nil
-	}))
-	done := make(chan answer)
-	e1, _ := envelopeOf("order.closed", "k-1", time.Now())
-	go func() { done <- post(t, f.url, batchHeader, batchOf(e1)) }()
-	<-entered
-	e2, _ := envelopeOf("order.closed", "k-2", time.Now())
-	a := post(t, f.url, batchHeader, batchOf(e2))
-	close(hold)
-	if a.status != 503 || a.header.Get("Retry-After") == "" || a.problem.Type != ProblemOverloaded {
-		t.Fatalf("over the limit: %d %v %s", a.status, a.header, a.body)
-	}
-	if rs := batchResults(t, <-done); rs[0].Status != ItemApplied {
-		t.Fatalf("first: %+v", rs)
-	}
-}

@@ -288,15 +288,11 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnprocessableEntity, ProblemUnknownType, "Unknown message type", fmt.Sprintf("this receiver takes no messages of type %q", truncate(env.Type)), 0)
 		return
 	}
-	if rc.inflight != nil {
-		select {
-		case rc.inflight <- struct{}{}:
-			defer func() { <-rc.inflight }()
-		default:
-			refuse(http.StatusServiceUnavailable, ProblemOverloaded, "Overloaded", "too many messages in flight; retry later", time.Second)
-			return
-		}
+	release, admitted := rc.admit(refuse)
+	if !admitted {
+		return
 	}
+	defer release()
 
 	log := rc.log.With("request_id", reqID, "type", env.Type, "key", env.Key, "id", env.ID.String(), "attempt", env.Attempt)
 	ctx := context.WithValue(r.Context(), keyRequestID, reqID)
@@ -377,4 +373,20 @@ func (rc *Receiver) authorized(header string) bool {
 		match |= subtle.ConstantTimeCompare(sum[:], rc.tokens[i][:])
 	}
 	return match == 1
+}
+
+// admit takes one of the MaxInFlight slots, or answers 503 with a
+// Retry-After: a receiver out of capacity sheds load rather than queue it.
+// The caller releases the slot when its transaction is over.
+func (rc *Receiver) admit(refuse func(int, string, string, string, time.Duration)) (release func(), ok bool) {
+	if rc.inflight == nil {
+		return func() {}, true
+	}
+	select {
+	case rc.inflight <- struct{}{}:
+		return func() { <-rc.inflight }, true
+	default:
+		refuse(http.StatusServiceUnavailable, ProblemOverloaded, "Overloaded", "too many messages in flight; retry later", time.Second)
+		return nil, false
+	}
 }

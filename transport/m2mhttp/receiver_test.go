@@ -304,24 +304,49 @@ func TestReceiverLogPayloadsOptIn(t *testing.T) {
 	}
 }
 
+// Over MaxInFlight a request is shed with 503 and a Retry-After, single
+// or batch, while the one holding the slot completes.
 func TestReceiverSheds(t *testing.T) {
-	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxInFlight = 1 })
-	hold, entered := make(chan struct{}), make(chan struct{})
-	f.effect.Store(mensageria.Effect(func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
-		close(entered)
-		<-hold
-		return nil
-	}))
-	done := make(chan answer)
-	go func() { done <- post(t, f.url, auth, envelopeFor("k-1", time.Now(), `{}`)) }()
-	<-entered
-	a := post(t, f.url, auth, envelopeFor("k-2", time.Now(), `{}`))
-	close(hold)
-	if a.status != 503 || a.header.Get("Retry-After") == "" || a.problem.Type != ProblemOverloaded {
-		t.Fatalf("over the limit: %d %v %s", a.status, a.header, a.body)
+	single := func(key string) string { return envelopeFor(key, time.Now(), `{}`) }
+	batch := func(key string) string {
+		e, _ := envelopeOf("order.closed", key, time.Now())
+		return batchOf(e)
 	}
-	if a = <-done; a.status != 200 {
-		t.Fatalf("first: %d %s", a.status, a.body)
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		body   func(key string) string
+		check  func(t *testing.T, a answer)
+	}{
+		{"single", auth, single, func(t *testing.T, a answer) {
+			if a.status != 200 {
+				t.Fatalf("first: %d %s", a.status, a.body)
+			}
+		}},
+		{"batch", batchHeader, batch, func(t *testing.T, a answer) {
+			if rs := batchResults(t, a); rs[0].Status != ItemApplied {
+				t.Fatalf("first: %+v", rs)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxInFlight = 1 })
+			hold, entered := make(chan struct{}), make(chan struct{})
+			f.effect.Store(mensageria.Effect(func(context.Context, mensageria.Tx, *mensageria.Delivery) error {
+				close(entered)
+				<-hold
+				return nil
+			}))
+			done := make(chan answer)
+			go func() { done <- post(t, f.url, tc.header, tc.body("k-1")) }()
+			<-entered
+			a := post(t, f.url, tc.header, tc.body("k-2"))
+			close(hold)
+			if a.status != 503 || a.header.Get("Retry-After") == "" || a.problem.Type != ProblemOverloaded {
+				t.Fatalf("over the limit: %d %v %s", a.status, a.header, a.body)
+			}
+			tc.check(t, <-done)
+		})
 	}
 }
 
