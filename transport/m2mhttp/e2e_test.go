@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver/postgres"
@@ -132,20 +131,11 @@ func unreliableReceiver(t *testing.T, batch bool) {
 	const n = 300
 	drv, pool, schema := pg(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".effects (key text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "billing"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox, record := newBilling(t, drv, pool, schema)
 	rc, err := NewReceiver(ReceiverConfig{
-		Tokens: []string{"new-token"},
-		Handlers: map[string]Handler{"order.closed": {Inbox: inbox, Effect: func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
-			_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+schema+".effects (key) VALUES ($1)", d.Key)
-			return err
-		}}},
-		Logger: quietLogger(),
+		Tokens:   []string{"new-token"},
+		Handlers: map[string]Handler{"order.closed": {Inbox: inbox, Effect: record}},
+		Logger:   quietLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -391,13 +381,7 @@ func TestEndToEndResponseClasses(t *testing.T) {
 func TestEndToEndBatchOutcomes(t *testing.T) {
 	drv, pool, schema := pg(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".effects (key text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "billing"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox, record := newBilling(t, drv, pool, schema)
 	// Every message of this consumer is older than its window.
 	staleInbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "archive", Window: time.Nanosecond})
 	if err != nil {
@@ -429,8 +413,7 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 		case d.Key == "k-fail" && d.Attempt <= 2:
 			return errors.New("db down")
 		}
-		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+schema+".effects (key) VALUES ($1)", d.Key)
-		return err
+		return record(ctx, tx, d)
 	}
 	rc, err := NewReceiver(ReceiverConfig{
 		Tokens: []string{"new-token"},

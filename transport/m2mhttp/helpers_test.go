@@ -13,8 +13,10 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
@@ -131,4 +133,22 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
+}
+
+// newBilling sets up the receiving app of the end-to-end tests: an effects
+// table and the "billing" inbox, and the effect that records one row per
+// applied message.
+func newBilling(t testing.TB, drv *postgres.Driver, pool *pgxpool.Pool, schema string) (*mensageria.Inbox, mensageria.Effect) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), "CREATE TABLE "+schema+".effects (key text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inbox, func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+schema+".effects (key) VALUES ($1)", d.Key)
+		return err
+	}
 }
