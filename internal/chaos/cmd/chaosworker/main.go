@@ -91,17 +91,28 @@ func main() {
 	}
 }
 
-func openPool(ctx context.Context, f *flags, params map[string]string) (*pgxpool.Pool, error) {
+// openDriver opens a pool with the given session parameters and the
+// driver over it, in the run's schema; the caller closes the pool.
+func openDriver(ctx context.Context, f *flags, params map[string]string) (*pgxpool.Pool, *postgres.Driver, error) {
 	cfg, err := pgxpool.ParseConfig(f.db)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.MaxConns = int32(f.conns)
 	cfg.MinConns = 0
 	for k, v := range params {
 		cfg.ConnConfig.RuntimeParams[k] = v
 	}
-	return pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	drv, err := postgres.New(pool, &postgres.Config{Schema: f.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, drv, nil
 }
 
 func split(s string) []string {
@@ -137,15 +148,11 @@ func (hook) OnElection(ev mensageria.ElectionEvent) { emit("leader %v %d", ev.Le
 func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 	// The pool's application_name names this process in the outbox
 	// trigger's history and lets the nemesis find its backends.
-	pool, err := openPool(ctx, f, map[string]string{"application_name": "chaos " + f.run + " " + f.label})
+	pool, drv, err := openDriver(ctx, f, map[string]string{"application_name": "chaos " + f.run + " " + f.label})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	drv, err := postgres.New(pool, &postgres.Config{Schema: f.schema})
-	if err != nil {
-		return err
-	}
 	hs, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: f.url, Token: f.token, Timeout: f.timeout, MaxConcurrent: 16})
 	if err != nil {
 		return err
@@ -218,7 +225,7 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 	route, _, _ := strings.Cut(f.label, "#")
 	// Asynchronous commit: the suite kills processes, not the server, and
 	// a commit the server acknowledged survives a client's death.
-	pool, err := openPool(ctx, f, map[string]string{
+	pool, drv, err := openDriver(ctx, f, map[string]string{
 		"application_name":   "chaos " + f.run + " receiver " + f.label,
 		"synchronous_commit": "off",
 	})
@@ -226,10 +233,6 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	drv, err := postgres.New(pool, &postgres.Config{Schema: f.schema})
-	if err != nil {
-		return err
-	}
 	effects := f.schema + ".chaos_effects"
 	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 		var p struct {
