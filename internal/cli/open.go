@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -69,6 +70,13 @@ func (b *backend) ping(ctx context.Context) error {
 	return nil
 }
 
+// retainFor is how long a transactional route's sender remembers a
+// committed batch: a batch whose settle is lost comes back after its lease
+// (0: the default 30s), so ten leases, and never under five minutes.
+func retainFor(lease time.Duration) time.Duration {
+	return max(5*time.Minute, 10*cmp.Or(lease, 30*time.Second))
+}
+
 // newSender builds the Sender of a route, and what closes it.
 func newSender(ctx context.Context, r Route, lease time.Duration, log *slog.Logger) (mensageria.Sender, func(), error) {
 	switch r.Transport {
@@ -85,10 +93,8 @@ func newSender(ctx context.Context, r Route, lease time.Duration, log *slog.Logg
 		return s, func() {}, nil
 	case "kafka":
 		if r.Kafka.TransactionalID != "" {
-			// A batch whose settle is lost comes back after its lease; the
-			// sender must remember it longer than that.
 			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
-				TransactionalID: r.Kafka.TransactionalID, Logger: log, Retain: max(5*time.Minute, 10*lease)})
+				TransactionalID: r.Kafka.TransactionalID, Logger: log, Retain: retainFor(lease)})
 			if err != nil {
 				return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
 			}
