@@ -58,9 +58,11 @@ func (c *Client) Config() Config { return c.cfg }
 func (c *Client) Driver() driver.Driver { return c.drv }
 
 // Migrate applies the schema migrations (driver.MigrateUp) or verifies them
-// (driver.MigrateCheck).
+// (driver.MigrateCheck) on behalf of this client's app. The schema's
+// migrations have one owner app, recorded by its first migration: MigrateUp
+// from any other app fails with an *OwnerConflictError naming the owner.
 func (c *Client) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
-	return c.drv.Migrate(ctx, mode)
+	return c.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.cfg.App})
 }
 
 // Enqueue stores msgs in one transaction of its own. Either all are stored

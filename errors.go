@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/xadm/mensageria/driver"
 )
 
@@ -26,7 +28,29 @@ var (
 	ErrAlreadyStarted = errors.New("mensageria: relay already started")
 	// ErrConfig is wrapped by every *ConfigError.
 	ErrConfig = errors.New("mensageria: invalid config")
+	// ErrConflict: an inbox already applied a different message under the
+	// same dedup key (same key, different payload). Nothing was applied;
+	// it is reported, never absorbed as a duplicate.
+	ErrConflict = errors.New("mensageria: a different message was already applied under this dedup key")
 )
+
+// ConflictError is returned (wrapping ErrConflict) by an Inbox for a
+// delivery whose dedup key was already applied by a message with another
+// payload.
+type ConflictError struct {
+	Consumer string
+	Key      string
+	ID       uuid.UUID // the refused delivery
+	FirstID  uuid.UUID // the message that applied the effect
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("mensageria: inbox %q: key %q was applied by message %s with another payload; message %s is refused as a conflict, not absorbed as a duplicate",
+		e.Consumer, e.Key, e.FirstID, e.ID)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // NoSenderError names the type that has no Sender.
 type NoSenderError struct {

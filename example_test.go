@@ -24,7 +24,7 @@ func openExampleDB() (*sqlite.Driver, func()) {
 	if err != nil {
 		panic(err)
 	}
-	if _, err := drv.Migrate(context.Background(), driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		panic(err)
 	}
 	return drv, func() { _ = drv.Close(); _ = os.RemoveAll(dir) }

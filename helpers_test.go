@@ -59,7 +59,7 @@ func pgBackend(t *testing.T) *backend {
 		}
 		return d
 	}
-	if _, err := open().Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := open().Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	return &backend{

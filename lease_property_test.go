@@ -50,7 +50,8 @@ func TestLeaseFencingProperty(t *testing.T) {
 				i := rapid.IntRange(0, len(claims)-1).Draw(rt, "settler")
 				c := claims[i]
 				issued := time.Now()
-				n, err := d.Settle(ctx, driver.SettleParams{Token: c.token, Dead: []driver.Failure{{ID: 1, Error: "x"}}})
+				res, err := d.Settle(ctx, driver.SettleParams{Token: c.token, Dead: []driver.Failure{{ID: 1, Error: "x"}}})
+				n := len(res.Settled)
 				if err != nil {
 					rt.Fatal(err)
 				}

@@ -98,8 +98,8 @@ func TestOrderedClaimProperty(t *testing.T) {
 					p.Release = []int64{r.id}
 					r.state = "pending"
 				}
-				if n, err := d.Settle(ctx, p); err != nil || n != 1 {
-					rt.Fatalf("settle %+v: %d %v", p, n, err)
+				if res, err := d.Settle(ctx, p); err != nil || len(res.Settled) != 1 {
+					rt.Fatalf("settle %+v: %+v %v", p, res, err)
 				}
 			}
 		}

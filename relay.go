@@ -539,7 +539,8 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 	// redone by the next relay.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runCtx), 10*time.Second)
 	defer cancel()
-	n, err := r.c.drv.Settle(ctx, p)
+	res, err := r.c.drv.Settle(ctx, p)
+	n := len(res.Settled) // FOUNDATION STUB: per-row outcomes come with the relay work
 	fenced := err != nil || n < len(outs)
 	if err != nil {
 		r.cfg.Logger.Warn("settle failed; the batch will be redelivered after its lease", "err", err, "rows", len(outs))
@@ -581,8 +582,9 @@ func (r *relay) purge() {
 		}
 		for r.runCtx.Err() == nil {
 			res, err := r.c.drv.Purge(r.runCtx, driver.PurgeParams{
+				App:             r.cfg.App,
+				Types:           r.types,
 				DeliveredBefore: r.cfg.DeliveredRetention,
-				InboxBefore:     r.cfg.InboxWindow,
 				Batch:           1000,
 			})
 			if err != nil {

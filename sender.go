@@ -49,9 +49,14 @@ func Ordered() RouteOption { return func(r *Route) { r.Ordered = true } }
 
 // Registry maps message types to their Senders. What it holds is exactly
 // what the app may enqueue and what its relay claims.
+//
+// It also holds the app's Inboxes (RegisterInbox): their consumers are
+// recorded as the app's in the ownership catalog at Start, each with its
+// window, and only this app's relay purges their records.
 type Registry struct {
-	mu     sync.RWMutex
-	routes map[string]Route
+	mu      sync.RWMutex
+	routes  map[string]Route
+	inboxes []*Inbox
 }
 
 // NewRegistry returns an empty registry.
@@ -88,6 +93,34 @@ func (r *Registry) MustRegister(typ string, s Sender, opts ...RouteOption) *Regi
 		panic(err)
 	}
 	return r
+}
+
+// RegisterInbox adds an Inbox of this app. Its consumer becomes the app's
+// in the ownership catalog when the Client starts, with the Inbox's window:
+// the app's relay then purges its records after that window, and no other
+// app's purge touches them. An Inbox that is not registered keeps its
+// records until an app registers it. A consumer registered twice is an
+// error.
+func (r *Registry) RegisterInbox(in *Inbox) error {
+	if in == nil {
+		return &ConfigError{Field: "Registry", Reason: "nil Inbox"}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range r.inboxes {
+		if x.Consumer() == in.Consumer() {
+			return &ConfigError{Field: "Registry", Reason: fmt.Sprintf("inbox consumer %q registered twice", in.Consumer())}
+		}
+	}
+	r.inboxes = append(r.inboxes, in)
+	return nil
+}
+
+// Inboxes returns the registered Inboxes, in registration order.
+func (r *Registry) Inboxes() []*Inbox {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.inboxes)
 }
 
 // Types returns the registered types, sorted.

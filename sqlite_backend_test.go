@@ -25,7 +25,7 @@ func sqliteBackend(t *testing.T) *backend {
 		return d
 	}
 	first := open().(*sqlite.Driver)
-	if _, err := first.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := first.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	db := first.DB()

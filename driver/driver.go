@@ -13,6 +13,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -34,12 +35,20 @@ type Driver interface {
 	// verifies it (MigrateCheck). Concurrent calls from several processes
 	// serialize on a database lock, so two apps starting at once never
 	// collide.
-	Migrate(ctx context.Context, mode MigrateMode) (MigrateResult, error)
+	//
+	// The catalog names the one app that owns the schema's migrations: the
+	// first app to migrate up records itself, and MigrateUp from any other
+	// app (p.App empty included) fails with an *OwnerConflictError naming
+	// the owner. MigrateCheck is open to every app.
+	Migrate(ctx context.Context, p MigrateParams) (MigrateResult, error)
 	// MigrationSQL returns the DDL of every migration after version from,
 	// in order, for teams that apply schema changes with their own tool.
 	MigrationSQL(from int) ([]Migration, error)
 
-	// Insert writes p.Rows in one transaction of the driver's own.
+	// Insert writes p.Rows in one transaction of the driver's own. A row
+	// whose type has no owner in the catalog fails the call with an
+	// *UnownedTypeError (the database itself refuses such rows, from any
+	// client).
 	Insert(ctx context.Context, p InsertParams) error
 	// InsertTx writes p.Rows inside the caller's transaction. tx must be one
 	// of the transaction types the driver documents; anything else returns a
@@ -52,9 +61,11 @@ type Driver interface {
 	// Claim leases up to p.Limit pending, due rows of p.Types to p.Token.
 	Claim(ctx context.Context, p ClaimParams) ([]Job, error)
 	// Settle records outcomes. Each row changes only while it is still
-	// leased to p.Token and that lease has not expired; it returns how many
-	// rows did change.
-	Settle(ctx context.Context, p SettleParams) (int, error)
+	// leased to p.Token and that lease has not expired. The result sorts
+	// every row of p into Settled, Fenced or Expired, so a caller tells "another
+	// relay owns it now" from "my lease ran out"; an error means the
+	// database refused the settle and nothing of it was recorded.
+	Settle(ctx context.Context, p SettleParams) (SettleResult, error)
 
 	// Elector returns the election handle of one app. See Elector.
 	Elector(app string, lease time.Duration) (Elector, error)
@@ -67,12 +78,33 @@ type Driver interface {
 	// together with its dedup record or consumed offset.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
-	// Purge deletes, in bounded batches, delivered outbox rows older than
-	// p.DeliveredBefore (zero: every delivered row) and inbox rows older
-	// than p.InboxBefore (zero: none, the inbox is the dedup memory).
+	// Purge deletes, in bounded batches, one app's expired rows: delivered
+	// outbox rows of p.Types older than p.DeliveredBefore (zero: every
+	// delivered row), and the inbox records of the consumers the catalog
+	// says p.App owns, each older than that consumer's own window (a
+	// consumer registered without a window keeps its records). Rows of
+	// other apps are never touched.
 	Purge(ctx context.Context, p PurgeParams) (PurgeResult, error)
 
-	// Stats reports the outbox per type, for status and metrics.
+	// Register records, in one transaction, that p.App owns p.Resources:
+	// each one absent from the catalog, or left unclaimed by the upgrade
+	// that created the catalog, becomes p.App's; a consumer already p.App's
+	// takes the window given. If any resource belongs to another app,
+	// nothing is recorded and the error is an *OwnerConflictError naming
+	// every conflict.
+	Register(ctx context.Context, p RegisterParams) (RegisterResult, error)
+	// Owners lists the catalog, of one app or (app "") of all, sorted by
+	// kind and name.
+	Owners(ctx context.Context, app string) ([]Ownership, error)
+	// Transfer moves one resource from app from to app to: the explicit
+	// operator step for handing a type (or anything else) over. It fails
+	// with an *OwnerConflictError when the resource is not from's (from ""
+	// is an unclaimed resource), and with ErrNotOwned when the catalog
+	// does not have it; to "" releases it (deletes the entry).
+	Transfer(ctx context.Context, p TransferParams) error
+
+	// Stats reports the outbox per type, for status and metrics, each with
+	// its owning app from the catalog ("" when none).
 	Stats(ctx context.Context) ([]TypeStats, error)
 	// ListMessages pages through outbox rows, for operators.
 	ListMessages(ctx context.Context, f ListFilter) ([]Job, error)
@@ -143,10 +175,22 @@ const (
 	MigrateCheck
 )
 
+// MigrateParams says what Migrate does and on whose behalf.
+type MigrateParams struct {
+	Mode MigrateMode
+	// App is the app migrating; it must be the catalog's migrations owner
+	// (or the schema must have none yet) for MigrateUp. Empty is an
+	// anonymous caller, allowed to migrate up only a schema that has no
+	// owner recorded, and then records none.
+	App string
+}
+
 // MigrateResult tells where the schema was and is.
 type MigrateResult struct {
 	From, To int
 	Applied  []int
+	// Owner is the migrations owner after the call ("" when none).
+	Owner string
 }
 
 // Migration is one numbered schema step.
@@ -216,6 +260,12 @@ type Job struct {
 	AvailableAt time.Time
 	DeliveredAt *time.Time
 	LastError   string
+	// LastRoute names the app and the destination that gave the last
+	// failed attempt's answer (see Retry.Route); empty before any.
+	LastRoute string
+	// Owner is the type's owning app in the catalog, when listed ("" for a
+	// type no app owns).
+	Owner string
 }
 
 // SettleParams are the outcomes of one claimed batch.
@@ -238,12 +288,28 @@ type Retry struct {
 	ID    int64
 	Delay time.Duration
 	Error string
+	// Route says who answered: the relaying app and the destination,
+	// "pedidos → http https://billing/m2m" (stored as the row's LastRoute).
+	Route string
 }
 
 // Failure parks a row as dead with its reason.
 type Failure struct {
 	ID    int64
 	Error string
+	Route string // as Retry.Route
+}
+
+// SettleResult sorts the rows of one settle by what happened to them.
+type SettleResult struct {
+	// Settled rows took their outcome.
+	Settled []int64
+	// Fenced rows were not changed because another relay owns them now:
+	// they carry another lease token, or were settled and deleted by it.
+	Fenced []int64
+	// Expired rows still carry this token but its lease ran out before the
+	// settle; they were not changed and will be claimed again.
+	Expired []int64
 }
 
 // InboxRecord is the dedup record of one applied effect.
@@ -256,6 +322,9 @@ type InboxRecord struct {
 	CreatedAt time.Time
 	// Window is the dedup window; zero skips the staleness check.
 	Window time.Duration
+	// PayloadHash is a digest of the payload, kept with the record; nil
+	// stores none.
+	PayloadHash []byte
 }
 
 // InboxResult tells whether the effect should run.
@@ -265,12 +334,20 @@ type InboxResult struct {
 	// FirstMessageID is the message that applied the effect first, when
 	// Duplicate.
 	FirstMessageID [16]byte
+	// FirstPayloadHash is the PayloadHash stored with the first record
+	// when Duplicate (nil for a record stored without one), so the caller
+	// can tell a redelivery from a different message under the same key.
+	FirstPayloadHash []byte
 }
 
-// PurgeParams bounds one purge pass.
+// PurgeParams bounds one purge pass of one app.
 type PurgeParams struct {
+	// App whose consumers' inbox records are purged, each after its own
+	// window in the catalog.
+	App string
+	// Types whose delivered rows are purged (the app's own).
+	Types           []string
 	DeliveredBefore time.Duration // age, on the database clock
-	InboxBefore     time.Duration
 	Batch           int
 }
 
@@ -282,6 +359,7 @@ type PurgeResult struct {
 // TypeStats is the state of the outbox for one type.
 type TypeStats struct {
 	Type            string
+	Owner           string // the owning app in the catalog; "" for none
 	Pending         int64
 	InFlight        int64
 	Dead            int64
@@ -304,6 +382,145 @@ type ReviveParams struct {
 	IDs     []int64
 	Types   []string
 	Discard bool
+}
+
+// ResourceKind is a kind of thing the catalog gives an owner.
+type ResourceKind string
+
+// The kinds of resources in the catalog.
+const (
+	// ResourceType is a message type: only its owner may enqueue it (a
+	// plain SQL INSERT of a type no app owns is refused) and only its
+	// owner's relay claims it.
+	ResourceType ResourceKind = "type"
+	// ResourceConsumer is an inbox consumer, with its dedup window: only
+	// its owner's relay purges its records, after that window.
+	ResourceConsumer ResourceKind = "consumer"
+	// ResourceKafkaTransactionalID is a Kafka transactional id: two apps
+	// producing under one id would fence each other.
+	ResourceKafkaTransactionalID ResourceKind = "kafka_transactional_id"
+	// ResourceMigrations is the schema's migrations (Name MigrationsName).
+	ResourceMigrations ResourceKind = "migrations"
+)
+
+// MigrationsName is the Name of the ResourceMigrations entry.
+const MigrationsName = "schema"
+
+// Resource is one entry of the catalog.
+type Resource struct {
+	Kind ResourceKind
+	Name string
+	// Window is a consumer's dedup window: its records are kept this long.
+	// Zero keeps them forever (an inbox without a staleness check). Other
+	// kinds ignore it.
+	Window time.Duration
+}
+
+// Ownership is a catalog entry with its owner.
+type Ownership struct {
+	Resource
+	// App owns it; "" for a resource the upgrade to the catalog found in
+	// use and left unclaimed, taken by the first app that registers it.
+	App   string
+	Since time.Time
+}
+
+// RegisterParams is what one app claims at start.
+type RegisterParams struct {
+	App       string
+	Resources []Resource
+}
+
+// RegisterResult is the state of the app's claims after Register.
+type RegisterResult struct {
+	// OutboxID identifies this outbox (schema, database) for good: made by
+	// the migration, it lets records kept outside the database (a Kafka
+	// transactional position) say which outbox they belong to.
+	OutboxID [16]byte
+	// Unlisted are resources the catalog gives the app that p did not
+	// list: left as they are (moving them is an operator step), and worth
+	// a warning, since rows of such a type stay pending.
+	Unlisted []Ownership
+}
+
+// TransferParams moves one resource between apps.
+type TransferParams struct {
+	Kind ResourceKind
+	Name string
+	From string // the current owner; "" for an unclaimed resource
+	To   string // the new owner; "" releases the resource
+}
+
+// ErrOwnerConflict is wrapped by *OwnerConflictError.
+var ErrOwnerConflict = errors.New("mensageria: owned by another app")
+
+// ErrNotOwned is returned by Transfer for a resource the catalog lacks.
+var ErrNotOwned = errors.New("mensageria: not in the ownership catalog")
+
+// ErrUnownedType is wrapped by *UnownedTypeError.
+var ErrUnownedType = errors.New("mensageria: message type has no owner app")
+
+// UnownedTypeError is returned by Insert and InsertTx when a row's type has
+// no owner in the catalog: the database refuses it (for a plain SQL INSERT
+// too), because no relay would ever claim it. Nothing of the call is
+// written.
+type UnownedTypeError struct {
+	Type string // "" when the backend could not say which
+}
+
+func (e *UnownedTypeError) Error() string {
+	t := "a message type"
+	if e.Type != "" {
+		t = "message type " + strconv.Quote(e.Type)
+	}
+	return "mensageria: " + t + " has no owner app in the catalog, so no relay would ever deliver it; nothing was enqueued (the app that sends it records it at start, or 'mensageria owners register')"
+}
+
+// Is makes errors.Is(err, ErrUnownedType) true.
+func (e *UnownedTypeError) Is(target error) bool { return target == ErrUnownedType }
+
+// OwnerConflictError says that App asked for resources other apps own.
+type OwnerConflictError struct {
+	App       string
+	Conflicts []Ownership // each with its actual owner
+}
+
+func (e *OwnerConflictError) Error() string {
+	if len(e.Conflicts) == 0 {
+		return "mensageria: app " + strconv.Quote(e.App) + ": ownership conflict"
+	}
+	c := e.Conflicts[0]
+	owner := strconv.Quote(c.App)
+	if c.App == "" {
+		owner = "no app (unclaimed)"
+	}
+	who := "app " + strconv.Quote(e.App)
+	if e.App == "" {
+		who = "a caller that names no app"
+	}
+	msg := "mensageria: " + describe(c.Kind, c.Name) + " is owned by app " + owner + "; " + who + " cannot claim it"
+	if c.Kind == ResourceMigrations {
+		msg = "mensageria: the schema's migrations are owned by app " + owner + "; " + who + " cannot migrate it up (migrate check is open to every app)"
+	}
+	if n := len(e.Conflicts) - 1; n > 0 {
+		msg += " (and " + strconv.Itoa(n) + " more)"
+	}
+	return msg + "; an operator moves ownership with 'mensageria owners transfer'"
+}
+
+// Is makes errors.Is(err, ErrOwnerConflict) true.
+func (e *OwnerConflictError) Is(target error) bool { return target == ErrOwnerConflict }
+
+func describe(k ResourceKind, name string) string {
+	switch k {
+	case ResourceType:
+		return "message type " + strconv.Quote(name)
+	case ResourceConsumer:
+		return "inbox consumer " + strconv.Quote(name)
+	case ResourceKafkaTransactionalID:
+		return "Kafka transactional id " + strconv.Quote(name)
+	}
+	return string(k) + " " + strconv.Quote(name)
 }
 
 // TxTypeError is returned by InsertTx for a transaction value the driver

@@ -43,7 +43,7 @@ func open(t *testing.T) *sqlite.Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	if _, err := d.Migrate(context.Background(), driver.MigrateUp); err != nil {
+	if _, err := d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.DB().Exec("CREATE TABLE balance (account TEXT PRIMARY KEY, cents INTEGER NOT NULL)"); err != nil {

@@ -179,6 +179,7 @@ func (s *suite) listenTests() []test {
 			case <-time.After(50 * time.Millisecond):
 			}
 			insert(t, h.Driver) // no rows: no error, maybe no wake-up
+			own(t, h.Driver, "t")
 			if err := h.Driver.Insert(ctxOf(t), driver.InsertParams{Rows: []driver.InsertRow{row(t, "t", "k")}, Notify: true}); err != nil {
 				t.Fatal(err)
 			}

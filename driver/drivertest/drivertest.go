@@ -68,6 +68,10 @@ type Harness struct {
 	// on a database where Migrate never ran (its Driver and Reopen both on
 	// it). Without it the fresh-schema tests are skipped.
 	Unmigrated func(t *testing.T) *Harness
+	// CatalogVersion is the migration that creates the ownership catalog:
+	// the upgrade tests bring an unmigrated database to the version before
+	// it with the SQL of MigrationSQL, fill it, then migrate up.
+	CatalogVersion int
 }
 
 // Short leases keep the suite fast; margins absorb scheduling noise.
@@ -141,8 +145,52 @@ func row(t *testing.T, typ, key string) driver.InsertRow {
 	return driver.InsertRow{MessageID: newID(t), Type: typ, Key: key, Payload: []byte(`{"k":"` + key + `"}`)}
 }
 
+// testApp owns, in the catalog, every type the suite inserts without
+// registering it first: the suite's rows must be of owned types, as
+// every enqueue's are.
+const testApp = "drivertest"
+
+// register records resources as app's, failing the test on an error.
+func register(t *testing.T, d driver.Driver, app string, rs ...driver.Resource) driver.RegisterResult {
+	t.Helper()
+	res, err := d.Register(ctxOf(t), driver.RegisterParams{App: app, Resources: rs})
+	if err != nil {
+		t.Fatalf("Register(%s, %+v): %v", app, rs, err)
+	}
+	return res
+}
+
+// own makes sure the types have an owner, testApp unless one is recorded.
+func own(t *testing.T, d driver.Driver, types ...string) {
+	t.Helper()
+	owners, err := d.Owners(ctxOf(t), "")
+	if err != nil {
+		t.Fatalf("Owners: %v", err)
+	}
+	var missing []driver.Resource
+	for _, typ := range types {
+		if !slices.ContainsFunc(owners, func(o driver.Ownership) bool { return o.Kind == driver.ResourceType && o.Name == typ }) &&
+			!slices.ContainsFunc(missing, func(r driver.Resource) bool { return r.Name == typ }) {
+			missing = append(missing, driver.Resource{Kind: driver.ResourceType, Name: typ})
+		}
+	}
+	if len(missing) > 0 {
+		register(t, d, testApp, missing...)
+	}
+}
+
+func ownRows(t *testing.T, d driver.Driver, rows []driver.InsertRow) {
+	t.Helper()
+	types := make([]string, len(rows))
+	for i, r := range rows {
+		types[i] = r.Type
+	}
+	own(t, d, types...)
+}
+
 func insert(t *testing.T, d driver.Driver, rows ...driver.InsertRow) {
 	t.Helper()
+	ownRows(t, d, rows)
 	if err := d.Insert(ctxOf(t), driver.InsertParams{Rows: rows}); err != nil {
 		t.Fatalf("Insert: %v", err)
 	}
@@ -216,13 +264,20 @@ func claim(t *testing.T, d driver.Driver, types ...string) ([]driver.Job, int64)
 	return claimWith(t, d, claimer{types: types})
 }
 
+// settle returns how many rows took their outcome; settleResult has the
+// whole sorting.
 func settle(t *testing.T, d driver.Driver, p driver.SettleParams) int {
 	t.Helper()
-	n, err := d.Settle(ctxOf(t), p)
+	return len(settleResult(t, d, p).Settled)
+}
+
+func settleResult(t *testing.T, d driver.Driver, p driver.SettleParams) driver.SettleResult {
+	t.Helper()
+	res, err := d.Settle(ctxOf(t), p)
 	if err != nil {
 		t.Fatalf("Settle: %v", err)
 	}
-	return n
+	return res
 }
 
 func ids(jobs []driver.Job) []int64 {

@@ -59,22 +59,21 @@ func (s *suite) purgeTests() []test {
 			young := insertOne(t, d, "p", "3")
 			deliver(t, d, "p", young)
 
-			if r := purge(t, d, driver.PurgeParams{DeliveredBefore: age, Batch: 1}); r.Outbox != 1 {
+			if r := purge(t, d, driver.PurgeParams{Types: []string{"p", "q", "r"}, DeliveredBefore: age, Batch: 1}); r.Outbox != 1 {
 				t.Fatalf("first batch of 1 purged %d", r.Outbox)
 			}
-			if r := purge(t, d, driver.PurgeParams{DeliveredBefore: age, Batch: 1}); r.Outbox != 1 {
+			if r := purge(t, d, driver.PurgeParams{Types: []string{"p", "q", "r"}, DeliveredBefore: age, Batch: 1}); r.Outbox != 1 {
 				t.Fatalf("second batch of 1 purged %d", r.Outbox)
 			}
-			if r := purge(t, d, driver.PurgeParams{DeliveredBefore: age, Batch: 10}); r.Outbox != 0 {
+			if r := purge(t, d, driver.PurgeParams{Types: []string{"p", "q", "r"}, DeliveredBefore: age, Batch: 10}); r.Outbox != 0 {
 				t.Fatalf("third pass purged %d, want 0", r.Outbox)
 			}
 			left := ids(list(t, d, driver.ListFilter{}))
 			if want := []int64{pending, dead, young}; !slices.Equal(left, sorted(want)) {
 				t.Fatalf("rows left %v, want %v (pending, dead and the young delivered row)", left, sorted(want))
 			}
-			// Age zero keeps no delivered row. (InboxBefore 0 is left to the
-			// backend: the client never passes it.)
-			if r := purge(t, d, driver.PurgeParams{InboxBefore: time.Hour}); r.Outbox != 1 {
+			// Age zero keeps no delivered row.
+			if r := purge(t, d, driver.PurgeParams{Types: []string{"p"}}); r.Outbox != 1 {
 				t.Fatalf("purge with zero delivered age = %+v, want the young delivered row", r)
 			}
 			left = ids(list(t, d, driver.ListFilter{}))
@@ -82,27 +81,56 @@ func (s *suite) purgeTests() []test {
 				t.Fatalf("rows left %v, want %v", left, sorted(want))
 			}
 		}},
-		{"InboxOlderThanAge", func(t *testing.T, h *Harness) {
+		{"DeliveredOnlyOfTheAppsTypes", func(t *testing.T, h *Harness) {
 			d := h.Driver
-			for _, k := range []string{"old1", "old2"} {
-				record(t, d, driver.InboxRecord{Consumer: "c", Key: k, MessageID: newID(t)})
+			mine, theirs := insertOne(t, d, "mine", "1"), insertOne(t, d, "theirs", "1")
+			deliver(t, d, "mine", mine)
+			deliver(t, d, "theirs", theirs)
+			if r := purge(t, d, driver.PurgeParams{App: "a", Types: []string{"mine"}}); r.Outbox != 1 {
+				t.Fatalf("purge of app a's types = %+v, want its one delivered row", r)
+			}
+			if left := ids(list(t, d, driver.ListFilter{})); !slices.Equal(left, []int64{theirs}) {
+				t.Fatalf("rows left %v, want only the other type's delivered row %d", left, theirs)
+			}
+		}},
+		{"InboxOfTheAppsConsumersEachByItsWindow", func(t *testing.T, h *Harness) {
+			d := h.Driver
+			register(t, d, "a", driver.Resource{Kind: driver.ResourceConsumer, Name: "short", Window: age},
+				driver.Resource{Kind: driver.ResourceConsumer, Name: "long", Window: time.Hour},
+				driver.Resource{Kind: driver.ResourceConsumer, Name: "forever"})
+			register(t, d, "b", driver.Resource{Kind: driver.ResourceConsumer, Name: "neighbour", Window: age})
+			for _, c := range []string{"short", "long", "forever", "neighbour", "unowned"} {
+				for _, k := range []string{"old1", "old2"} {
+					record(t, d, driver.InboxRecord{Consumer: c, Key: k, MessageID: newID(t)})
+				}
 			}
 			time.Sleep(age + 300*time.Millisecond)
-			record(t, d, driver.InboxRecord{Consumer: "c", Key: "young", MessageID: newID(t)})
-			if r := purge(t, d, driver.PurgeParams{InboxBefore: age, Batch: 1}); r.Inbox != 1 || r.Outbox != 0 {
+			record(t, d, driver.InboxRecord{Consumer: "short", Key: "young", MessageID: newID(t)})
+			if r := purge(t, d, driver.PurgeParams{App: "a", Batch: 1}); r.Inbox != 1 || r.Outbox != 0 {
 				t.Fatalf("first batch = %+v, want 1 inbox row", r)
 			}
-			if r := purge(t, d, driver.PurgeParams{InboxBefore: age, Batch: 5}); r.Inbox != 1 {
+			if r := purge(t, d, driver.PurgeParams{App: "a", Batch: 5}); r.Inbox != 1 {
 				t.Fatalf("second batch = %+v, want 1 inbox row", r)
 			}
-			if r := purge(t, d, driver.PurgeParams{InboxBefore: age, Batch: 5}); r.Inbox != 0 {
+			if r := purge(t, d, driver.PurgeParams{App: "a", Batch: 5}); r.Inbox != 0 {
 				t.Fatalf("third pass = %+v, want nothing", r)
 			}
-			if r := record(t, d, driver.InboxRecord{Consumer: "c", Key: "old1", MessageID: newID(t)}); r.Duplicate {
+			if r := record(t, d, driver.InboxRecord{Consumer: "short", Key: "old1", MessageID: newID(t)}); r.Duplicate {
 				t.Fatal("a purged record still reports Duplicate")
 			}
-			if r := record(t, d, driver.InboxRecord{Consumer: "c", Key: "young", MessageID: newID(t)}); !r.Duplicate {
+			if r := record(t, d, driver.InboxRecord{Consumer: "short", Key: "young", MessageID: newID(t)}); !r.Duplicate {
 				t.Fatal("a young record was purged")
+			}
+			// Each other consumer keeps its records: a longer window, no
+			// window, another app's consumer (whatever its window), a
+			// consumer nobody registered.
+			for _, c := range []string{"long", "forever", "neighbour", "unowned"} {
+				if r := record(t, d, driver.InboxRecord{Consumer: c, Key: "old2", MessageID: newID(t)}); !r.Duplicate {
+					t.Fatalf("app a's purge deleted a record of consumer %q", c)
+				}
+			}
+			if r := purge(t, d, driver.PurgeParams{App: "b"}); r.Inbox != 2 {
+				t.Fatalf("app b's purge = %+v, want its consumer's 2 old records", r)
 			}
 		}},
 	}
@@ -263,11 +291,11 @@ func (s *suite) migrateTests() []test {
 			}
 			last := ms[len(ms)-1].Version
 			for _, d := range []driver.Driver{h.Driver, reopen(t, h)} {
-				res, err := d.Migrate(ctxOf(t), driver.MigrateUp)
+				res, err := d.Migrate(ctxOf(t), driver.MigrateParams{Mode: driver.MigrateUp})
 				if err != nil || len(res.Applied) != 0 || res.From != last || res.To != last {
 					t.Fatalf("Migrate on a migrated schema = %+v, %v; want nothing applied at version %d", res, err, last)
 				}
-				res, err = d.Migrate(ctxOf(t), driver.MigrateCheck)
+				res, err = d.Migrate(ctxOf(t), driver.MigrateParams{Mode: driver.MigrateCheck})
 				if err != nil || res.To != last {
 					t.Fatalf("MigrateCheck on a migrated schema = %+v, %v", res, err)
 				}
@@ -330,7 +358,7 @@ func (s *suite) migrateTests() []test {
 			}
 			fresh := h.Unmigrated(t)
 			a, b := fresh.Driver, reopen(t, fresh)
-			res, err := a.Migrate(ctxOf(t), driver.MigrateCheck)
+			res, err := a.Migrate(ctxOf(t), driver.MigrateParams{Mode: driver.MigrateCheck})
 			if !errors.Is(err, driver.ErrSchemaBehind) {
 				t.Fatalf("MigrateCheck on a fresh schema = %+v, %v; want an error wrapping ErrSchemaBehind", res, err)
 			}
@@ -349,7 +377,7 @@ func (s *suite) migrateTests() []test {
 			for i, d := range []driver.Driver{a, b} {
 				wg.Go(func() {
 					<-start
-					results[i], errs[i] = d.Migrate(context.Background(), driver.MigrateUp)
+					results[i], errs[i] = d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp})
 				})
 			}
 			close(start)
@@ -368,7 +396,7 @@ func (s *suite) migrateTests() []test {
 			if len(applied) != len(ms) || applied[0] != 1 || applied[len(applied)-1] != len(ms) {
 				t.Fatalf("migrations applied across both: %v, want each of 1..%d once", applied, len(ms))
 			}
-			if _, err := b.Migrate(ctxOf(t), driver.MigrateCheck); err != nil {
+			if _, err := b.Migrate(ctxOf(t), driver.MigrateParams{Mode: driver.MigrateCheck}); err != nil {
 				t.Fatalf("MigrateCheck after migrating: %v", err)
 			}
 			insertOne(t, a, "t", "k")

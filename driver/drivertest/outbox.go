@@ -113,6 +113,7 @@ func (s *suite) insertTests() []test {
 				rows = append(rows, row(t, "bulk", "k"))
 			}
 			rows = append(rows, rows[0]) // a duplicate message id fails the call
+			own(t, d, "bulk")
 			if err := d.Insert(ctxOf(t), driver.InsertParams{Rows: rows}); err == nil {
 				t.Fatal("Insert with a duplicate message id succeeded")
 			}
@@ -123,6 +124,7 @@ func (s *suite) insertTests() []test {
 		{"TxCommit", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			ctx := ctxOf(t)
+			own(t, d, "t") // before the caller's transaction holds SQLite's write lock
 			tx, commit, rollback, err := h.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -146,6 +148,7 @@ func (s *suite) insertTests() []test {
 		{"TxRollback", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			ctx := ctxOf(t)
+			own(t, d, "t")
 			tx, _, rollback, err := h.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -182,6 +185,7 @@ func (s *suite) insertTests() []test {
 		{"TxFailureWritesNothing", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			ctx := ctxOf(t)
+			own(t, d, "t") // before the caller's transaction holds SQLite's write lock
 			tx, commit, rollback, err := h.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -22,7 +22,7 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 	}
 	d := open(t)
 	if migrate {
-		if _, err := d.Migrate(context.Background(), driver.MigrateUp); err != nil {
+		if _, err := d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,7 +24,7 @@ func TestClaimPlanUsesTheClaimIndexInEveryState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	exec := func(sql string, args ...any) {

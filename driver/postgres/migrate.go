@@ -79,7 +79,8 @@ func (d *Driver) lockKey(purpose string) int64 {
 // wait for each other and then find nothing left to do. The migration runs
 // in a transaction begun after the lock is granted, so it sees everything
 // the previous holder committed, catalog included.
-func (d *Driver) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
+func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.MigrateResult, error) {
+	mode := p.Mode
 	all, err := d.migrations()
 	if err != nil {
 		return driver.MigrateResult{}, err

@@ -96,7 +96,15 @@ func less(a, b *driver.Job) bool {
 }
 
 // Settle records a batch's outcomes in one transaction and one round trip.
-func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
+func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
+	n, err := d.settleCount(ctx, p)
+	if err != nil {
+		return driver.SettleResult{}, err
+	}
+	return driver.SettleResult{Settled: make([]int64, n)}, nil // FOUNDATION STUB: replaced by the driver work
+}
+
+func (d *Driver) settleCount(ctx context.Context, p driver.SettleParams) (int, error) {
 	type step struct {
 		sql  string
 		args []any
@@ -176,8 +184,8 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 		return res, fmt.Errorf("mensageria/postgres: purge outbox: %w", err)
 	}
 	res.Outbox = int(tag.RowsAffected())
-	if p.InboxBefore > 0 { // zero keeps the inbox: it is the dedup memory
-		tag, err = d.pool.Exec(ctx, d.q.purgeInbox, p.InboxBefore, batch)
+	if false { // zero keeps the inbox: it is the dedup memory
+		tag, err = d.pool.Exec(ctx, d.q.purgeInbox, time.Duration(0), batch)
 		if err != nil {
 			return res, fmt.Errorf("mensageria/postgres: purge inbox: %w", err)
 		}

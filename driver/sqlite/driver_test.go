@@ -22,7 +22,7 @@ import (
 func migrated(t *testing.T, path string, cfg *sqlite.Config) *sqlite.Driver {
 	t.Helper()
 	d := openT(t, path, cfg)
-	if _, err := d.Migrate(context.Background(), driver.MigrateUp); err != nil {
+	if _, err := d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return d
@@ -193,7 +193,7 @@ func TestNewWithCallerDB(t *testing.T) {
 		t.Fatal("DB() is not the caller's handle")
 	}
 	ctx := t.Context()
-	if _, err := d.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	// The caller's handle has no _txlock: the driver's own writes must still
@@ -244,7 +244,8 @@ func concurrentWriters(t *testing.T, a, b *sqlite.Driver) {
 					del = append(del, j.ID)
 				}
 				if len(del) > 0 {
-					if n, err := d.Settle(ctx, driver.SettleParams{Token: int64(w + 1), Delivered: del}); err != nil || n != len(del) {
+					if res, err := d.Settle(ctx, driver.SettleParams{Token: int64(w + 1), Delivered: del}); err != nil || len(res.Settled) != len(del) {
+						n := len(res.Settled)
 						errs <- fmt.Errorf("settle %d of %d: %v", n, len(del), err)
 						return
 					}
@@ -288,7 +289,7 @@ func TestSchemaAheadAndExternalTool(t *testing.T) {
 			t.Fatalf("applying migration %d by hand: %v", m.Version, err)
 		}
 	}
-	res, err := d.Migrate(ctx, driver.MigrateCheck)
+	res, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck})
 	if err != nil || res.To != len(ms) {
 		t.Fatalf("check after an external apply = %+v, %v", res, err)
 	}
@@ -297,7 +298,7 @@ func TestSchemaAheadAndExternalTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []driver.MigrateMode{driver.MigrateCheck, driver.MigrateUp} {
-		_, err := d.Migrate(ctx, mode)
+		_, err := d.Migrate(ctx, driver.MigrateParams{Mode: mode})
 		var ve *sqlite.SchemaVersionError
 		if !errors.Is(err, driver.ErrSchemaAhead) || !errors.As(err, &ve) || ve.Have != 999 {
 			t.Fatalf("mode %d on a newer schema: %v, want ErrSchemaAhead at 999", mode, err)
@@ -451,12 +452,12 @@ func TestMigrateUpgradesFromOlderVersion(t *testing.T) {
 	if _, err := d.DB().ExecContext(ctx, ms[0].SQL); err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.Migrate(ctx, driver.MigrateCheck)
+	res, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck})
 	var ve *sqlite.SchemaVersionError
 	if !errors.Is(err, driver.ErrSchemaBehind) || !errors.As(err, &ve) || ve.Have != 1 || res.From != 1 {
 		t.Fatalf("check at version 1 = %+v, %v", res, err)
 	}
-	res, err = d.Migrate(ctx, driver.MigrateUp)
+	res, err = d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp})
 	if err != nil || res.From != 1 || res.To != len(ms) || len(res.Applied) != len(ms)-1 || res.Applied[0] != 2 {
 		t.Fatalf("upgrade from 1 = %+v, %v", res, err)
 	}

@@ -97,7 +97,8 @@ func (d *Driver) MigrationSQL(from int) ([]driver.Migration, error) {
 // Migrate applies missing migrations in one immediate transaction, so two
 // processes migrating at once serialize on SQLite's write lock and the
 // second finds nothing to do. MigrateCheck only reads the version.
-func (d *Driver) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
+func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.MigrateResult, error) {
+	mode := p.Mode
 	want := latest()
 	if mode == driver.MigrateCheck {
 		have, err := d.version(ctx, d.db)

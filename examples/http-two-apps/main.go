@@ -68,7 +68,7 @@ func run(dsn, schema string, n int) error {
 		return err
 	}
 	// One owner migrates; the other app would use driver.MigrateCheck.
-	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		return fmt.Errorf("migrate (is PostgreSQL up at %s?): %w", dsn, err)
 	}
 	if _, err := pool.Exec(ctx, `

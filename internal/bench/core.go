@@ -33,7 +33,7 @@ func (e Env) driver() (*postgres.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = d.Migrate(context.Background(), driver.MigrateUp)
+	_, err = d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp})
 	return d, err
 }
 

@@ -282,7 +282,7 @@ func (h *harness) setupSchema() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := drv.Migrate(h.ctx, driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(h.ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		h.t.Fatal(err)
 	}
 	s := h.schema

@@ -219,7 +219,7 @@ func (d *demo) setup(ctx context.Context) error {
 		return err
 	}
 	d.closers = append(d.closers, d.main.Close)
-	if _, err := d.main.drv.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := d.main.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	// The effects table has no unique key on purpose: a duplicate effect
@@ -397,9 +397,9 @@ func (c crashDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.
 	return c.Driver.Claim(ctx, p)
 }
 
-func (c crashDriver) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
+func (c crashDriver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
 	if c.crashed.Load() {
-		return 0, errKilled
+		return driver.SettleResult{}, errKilled
 	}
 	return c.Driver.Settle(ctx, p)
 }

@@ -35,7 +35,7 @@ func (a *app) migrateCommand() *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			res, err := b.drv.Migrate(cmd.Context(), mode)
+			res, err := b.drv.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
 			behind := errors.Is(err, driver.ErrSchemaBehind)
 			if err != nil && !behind {
 				return fmt.Errorf("migrate: %w", err)

@@ -86,7 +86,7 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 			if migrate {
 				mode = driver.MigrateUp
 			}
-			res, err := b.drv.Migrate(ctx, mode)
+			res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.App})
 			if errors.Is(err, driver.ErrSchemaBehind) {
 				return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the relay with --migrate", c.Schema, res.From, res.To)
 			}

@@ -46,7 +46,7 @@ func ExampleTransactionalSender() {
 		panic(err)
 	}
 	defer drv.Close()
-	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		panic(err)
 	}
 	client, err := mensageria.New(drv, &mensageria.Config{

@@ -20,10 +20,10 @@ type settleFault struct {
 	lost    atomic.Int64
 }
 
-func (f *settleFault) Settle(ctx context.Context, p driver.SettleParams) (int, error) {
+func (f *settleFault) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
 	if f.failing.Load() {
 		f.lost.Add(int64(len(p.Delivered)))
-		return 0, errors.New("injected: relay died before the settle")
+		return driver.SettleResult{}, errors.New("injected: relay died before the settle")
 	}
 	return f.Driver.Settle(ctx, p)
 }

@@ -46,7 +46,7 @@ func newSQLiteStore(t testing.TB) *sqliteStore {
 	}
 	t.Cleanup(func() { _ = drv.Close() })
 	ctx := testCtx(t)
-	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	err = drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
@@ -107,7 +107,7 @@ func newPGStore(t testing.TB) *pgStore {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	if _, err := drv.Migrate(ctx, driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".applied (source text, part int, off bigint, value text)"); err != nil {

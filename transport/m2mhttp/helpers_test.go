@@ -120,7 +120,7 @@ func pg(t testing.TB) (*postgres.Driver, *pgxpool.Pool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := drv.Migrate(context.Background(), driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	return drv, pool, schema

@@ -53,7 +53,7 @@ func newPGStore(t testing.TB) *pgStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := drv.Migrate(testCtx(t), driver.MigrateUp); err != nil {
+	if _, err := drv.Migrate(testCtx(t), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(testCtx(t), "CREATE TABLE "+schema+".applied (seq bigint, value text)"); err != nil {

@@ -1,0 +1,98 @@
+package mensageria
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// The defaults of Config, exported so that transports, tools and docs take
+// their figures from here instead of restating them.
+const (
+	DefaultBatchSize       = 500
+	DefaultConcurrency     = 16
+	DefaultBatchesInFlight = 2
+	DefaultLease           = 30 * time.Second
+	DefaultMaxAttempts     = 20
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = 10 * time.Minute
+	DefaultPollInterval    = time.Second
+	DefaultNotifyDebounce  = 10 * time.Millisecond
+	DefaultPurgeInterval   = time.Minute
+	// DefaultInboxWindow is an Inbox's dedup window when its config gives
+	// none.
+	DefaultInboxWindow = 7 * 24 * time.Hour
+)
+
+// RelaySettings is what the Client resolved for its relay: the app, the
+// outbox it drains and the effective timing. The parts that depend on it
+// (a Kafka transactional sender's retention, a NATS sender's duplicate
+// window) receive it through RelayAware instead of restating it.
+type RelaySettings struct {
+	App string
+	// OutboxID identifies the outbox (schema and database) for good; a
+	// record kept outside the database (a Kafka transactional position)
+	// names it so that it is never read against another outbox's rows.
+	OutboxID    uuid.UUID
+	Lease       time.Duration
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	MaxAttempts int
+	// RetryHorizon is the longest a message can keep being retried: every
+	// backoff delay up to MaxAttempts plus a lease per attempt. A dedup
+	// window (an inbox's, a broker's) shorter than this lets a late retry
+	// through as new.
+	RetryHorizon       time.Duration
+	DeliveredRetention time.Duration
+}
+
+// RelayAware is implemented by Senders (and anything else in a Registry)
+// that adapt to the relay's settings. Client.Start calls UseRelaySettings
+// once, after recording the app's ownership and before the first claim;
+// an error fails Start.
+type RelayAware interface {
+	UseRelaySettings(RelaySettings) error
+}
+
+// ResourceOwner is implemented by Senders that hold something two apps
+// must never share, such as a Kafka transactional id. Client.Start records
+// those resources in the ownership catalog together with the app's types,
+// so a second app configured with the same one fails at start.
+type ResourceOwner interface {
+	OwnedResources() []driver.Resource
+}
+
+// Ownership catalog vocabulary, re-exported from the driver seam.
+type (
+	// Resource is one entry of the ownership catalog.
+	Resource = driver.Resource
+	// ResourceKind is a kind of catalog entry.
+	ResourceKind = driver.ResourceKind
+	// Ownership is a catalog entry and its owning app.
+	Ownership = driver.Ownership
+	// OwnerConflictError says that an app claimed what another app owns;
+	// errors.Is(err, ErrOwnerConflict) holds.
+	OwnerConflictError = driver.OwnerConflictError
+)
+
+// ErrOwnerConflict is wrapped by every *OwnerConflictError: a message type,
+// inbox consumer, Kafka transactional id or the schema's migrations belong
+// to another app.
+var ErrOwnerConflict = driver.ErrOwnerConflict
+
+// retryHorizon is the worst-case time from a message's first attempt to
+// its last: each attempt may run up to a lease and then waits its full
+// backoff (jitter only shortens it).
+func retryHorizon(c *Config) time.Duration {
+	var total time.Duration
+	delay := c.BackoffBase
+	for a := 1; a < c.MaxAttempts; a++ {
+		total += c.Lease + min(delay, c.BackoffMax)
+		if delay < c.BackoffMax {
+			delay *= 2
+		}
+	}
+	return total + c.Lease
+}
