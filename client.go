@@ -13,6 +13,7 @@ package mensageria
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -49,6 +50,22 @@ func New(drv driver.Driver, cfg *Config) (*Client, error) {
 		return nil, err
 	}
 	return &Client{drv: drv, cfg: c, hooks: splitHooks(c.Hooks)}, nil
+}
+
+// Register records in the ownership catalog what this app owns: its
+// registered types, its Inboxes' consumers (with their windows) and the
+// resources its Senders hold (ResourceOwner). Start and the first Enqueue
+// call it; a conflict with another app is an *OwnerConflictError naming
+// both, and nothing is recorded.
+func (c *Client) Register(ctx context.Context) (driver.RegisterResult, error) {
+	return driver.RegisterResult{}, errors.New("FOUNDATION STUB: Register comes with the client work")
+}
+
+// Ready reports whether the relay is doing its job: nil while it runs and
+// its settles succeed; an error saying why not (not started, stopped,
+// settles failing on a database error).
+func (c *Client) Ready() error {
+	return errors.New("FOUNDATION STUB: Ready comes with the client work")
 }
 
 // Config returns the effective configuration, defaults filled in.

@@ -15,9 +15,18 @@ const (
 	OutcomeDelivered Outcome = "delivered"
 	OutcomeRetry     Outcome = "retry"
 	OutcomeDead      Outcome = "dead"
-	// OutcomeFenced: the attempt finished but its lease had been lost, so
-	// its outcome was not recorded (another relay owns the row now).
+	// OutcomeFenced: the attempt finished but another relay owns the row
+	// now (it claimed the row again after the lease, or settled it), so
+	// this outcome was not recorded.
 	OutcomeFenced Outcome = "fenced"
+	// OutcomeExpired: the attempt finished after its lease ran out; no
+	// other relay had taken the row, but the outcome was not recorded and
+	// the row will be delivered again.
+	OutcomeExpired Outcome = "expired"
+	// OutcomeUnsettled: the database refused the settle (an error, not a
+	// fence); the outcome was not recorded and the row will be delivered
+	// again after its lease.
+	OutcomeUnsettled Outcome = "unsettled"
 )
 
 // DeliveryEvent describes one finished delivery attempt.

@@ -96,3 +96,11 @@ func retryHorizon(c *Config) time.Duration {
 	}
 	return total + c.Lease
 }
+
+// DestinationNamer is implemented by Senders that can say where they
+// deliver ("http https://billing/m2m", "kafka topic pedidos"). The relay
+// stores it, with the app, beside a retried or dead message's error, so a
+// dead letter says which route answered.
+type DestinationNamer interface {
+	Destination() string
+}
