@@ -2,9 +2,13 @@
 -- enforcing it on every enqueue, from any client.
 -- {{schema}} is replaced by the configured schema name.
 --
--- Every statement here keeps the version-1 statements working, so relays and
--- producers of the old build go on running while this applies: columns are
--- added nullable, nothing is renamed or dropped.
+-- The statements of version 1 keep working on it, so relays and producers
+-- of the old build go on running while and after this applies: columns are
+-- added nullable, nothing they name is renamed; what goes is two indexes
+-- (their one user, the old purge, still runs, by a scan) and two CHECKs the
+-- insert check below supersedes. From the first ALTER TABLE on, the outbox
+-- is locked until this commits: everything after it is quick, except the
+-- index of delivered rows, which takes as long as there are kept ones.
 --
 -- Refusals of an INSERT into outbox raise these SQLSTATEs (class MS, which
 -- the SQL standard leaves to implementations and PostgreSQL does not use),
@@ -64,13 +68,21 @@ ALTER TABLE {{schema}}.outbox ADD COLUMN last_route text;
 ALTER TABLE {{schema}}.inbox ADD COLUMN payload_hash bytea;
 
 -- Purge walks one consumer's oldest records, each consumer after its own
--- window. inbox_received_idx stays for the old relays' purge until none
--- runs.
+-- window. It replaces the index on received_at alone, for the reason given
+-- for the outbox below; a relay of the old build still purges, by a scan,
+-- and every receive writes one index entry fewer.
 CREATE INDEX inbox_consumer_received_idx ON {{schema}}.inbox (consumer, received_at);
+DROP INDEX {{schema}}.inbox_received_idx;
 
 -- Purge deletes only its own app's delivered rows: seeking to its types
--- keeps it from stepping over the rows other apps retain longer.
+-- keeps it from stepping over the rows other apps retain longer. It replaces
+-- the index on delivered_at alone, which the planner would otherwise walk
+-- in time order filtering by type, through every row of an app that keeps
+-- its delivered rows longer; a relay of the old build still purges, by a
+-- scan. Both indexes cover delivered rows only, which are few unless an app
+-- keeps them (KeepDelivered).
 CREATE INDEX outbox_delivered_type_idx ON {{schema}}.outbox (type, delivered_at) WHERE state = 'delivered';
+DROP INDEX {{schema}}.outbox_delivered_idx;
 
 -- The enqueue rules, for every client: a plain INSERT from Java or psql is
 -- held to what the Go client checks, and a type no app owns is refused at
