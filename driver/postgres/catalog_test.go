@@ -519,3 +519,67 @@ func TestRegisterOverlappingSetsConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// A producer of the old build that commits a new type while the upgrade
+// runs (after its first look at the outbox, before it locks it) keeps
+// enqueueing that type afterwards: the upgrade looks again once it holds
+// the outbox.
+func TestUpgradeCatchesATypeEnqueuedWhileItRuns(t *testing.T) {
+	e := newCatalogEnv(t, false)
+	ms, err := e.d.MigrationSQL(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(ms[0].SQL)
+	e.exec("INSERT INTO " + e.table("outbox") + " (type, key) VALUES ('before', 'k')")
+	producer, err := e.pool.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Rollback(e.ctx) }()
+	if _, err := producer.Exec(e.ctx, "INSERT INTO "+e.table("outbox")+" (type, key) VALUES ('meanwhile', 'k')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.d.Migrate(e.ctx, driver.MigrateParams{Mode: driver.MigrateUp})
+		done <- err
+	}()
+	// The upgrade has looked at the outbox and now waits for the producer's
+	// lock on it.
+	for {
+		var waiting bool
+		err := e.pool.QueryRow(e.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE NOT l.granted AND n.nspname = $1 AND c.relname = 'outbox')`, e.schema).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the upgrade ended (%v) without waiting for the open producer", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := producer.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	owners, err := e.d.Owners(e.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range owners {
+		names = append(names, o.Name)
+	}
+	if !slices.Equal(names, []string{"before", "meanwhile"}) {
+		t.Fatalf("unclaimed types %v, want the one enqueued before the upgrade and the one enqueued during it", names)
+	}
+	e.exec("INSERT INTO " + e.table("outbox") + " (type, key) VALUES ('meanwhile', 'k2')")
+}
