@@ -583,3 +583,36 @@ func TestUpgradeCatchesATypeEnqueuedWhileItRuns(t *testing.T) {
 	}
 	e.exec("INSERT INTO " + e.table("outbox") + " (type, key) VALUES ('meanwhile', 'k2')")
 }
+
+// A producer role granted only INSERT on the outbox, all version 1 asked,
+// still enqueues after the upgrade, and is still refused an unowned type:
+// the check reads owners with the rights of the role that migrated.
+func TestProducerWithOnlyInsertEnqueues(t *testing.T) {
+	e := newCatalogEnv(t, true)
+	e.own("a", "ok")
+	role := e.schema + "_producer"
+	e.exec("CREATE ROLE " + role + " NOLOGIN")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = e.pool.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = e.pool.Exec(ctx, "DROP ROLE "+role)
+	})
+	e.exec("GRANT USAGE ON SCHEMA " + e.schema + " TO " + role)
+	e.exec("GRANT INSERT ON " + e.table("outbox") + " TO " + role)
+	as := func(typ string) error {
+		return pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(e.ctx, "SET LOCAL ROLE "+role); err != nil {
+				return err
+			}
+			_, err := tx.Exec(e.ctx, "INSERT INTO "+e.table("outbox")+" (type, key, payload) VALUES ($1, 'k', '{}')", typ)
+			return err
+		})
+	}
+	if err := as("ok"); err != nil {
+		t.Fatalf("enqueue by a role with INSERT only: %v", err)
+	}
+	var pe *pgconn.PgError
+	if err := as("nobody"); !errors.As(err, &pe) || pe.Code != "MS001" {
+		t.Fatalf("unowned enqueue by a role with INSERT only = %v, want SQLSTATE MS001", err)
+	}
+}
