@@ -143,6 +143,31 @@ func (r *Registry) Route(typ string) (Route, bool) {
 	return rt, ok
 }
 
+// registeredSender is one distinct Sender of a Registry and the types it
+// is registered for.
+type registeredSender struct {
+	sender Sender
+	types  []string
+}
+
+// senders returns each distinct Sender once (one registered for several
+// types is one value), in the order of their first type.
+func (r *Registry) senders() []registeredSender {
+	var out []registeredSender
+next:
+	for _, t := range r.Types() {
+		rt, _ := r.Route(t)
+		for i := range out {
+			if same(out[i].sender, rt.Sender) {
+				out[i].types = append(out[i].types, t)
+				continue next
+			}
+		}
+		out = append(out, registeredSender{sender: rt.Sender, types: []string{t}})
+	}
+	return out
+}
+
 func (r *Registry) orderedTypes() []string {
 	var out []string
 	for _, t := range r.Types() {
