@@ -56,19 +56,21 @@ func run(t *testing.T, stdin string, env map[string]string, args ...string) resu
 type receiver struct {
 	mu     sync.Mutex
 	got    map[string]int // key -> deliveries
+	ids    map[string]int // message id -> deliveries
 	accept bool           // accept "refuse" keys too
 	delay  time.Duration
 	srv    *httptest.Server
 }
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{got: map[string]int{}}
+	r := &receiver{got: map[string]int{}, ids: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Header.Get("Authorization") != "Bearer tok" {
 			http.Error(w, "no", http.StatusUnauthorized)
 			return
 		}
 		var env struct {
+			ID  string `json:"id"`
 			Key string `json:"key"`
 		}
 		if err := json.NewDecoder(req.Body).Decode(&env); err != nil {
@@ -82,6 +84,7 @@ func newReceiver(t *testing.T) *receiver {
 		accept := r.accept
 		if !strings.HasPrefix(env.Key, "refuse") || accept {
 			r.got[env.Key]++
+			r.ids[env.ID]++
 		}
 		r.mu.Unlock()
 		if strings.HasPrefix(env.Key, "refuse") && !accept {
