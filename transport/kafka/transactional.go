@@ -258,6 +258,11 @@ func (s *TransactionalSender) Close() {
 	}
 }
 
+// Destination implements mensageria.DestinationNamer: "kafka topic t".
+func (s *TransactionalSender) Destination() string {
+	return destination(s.cfg.Topic, s.cfg.TopicFor)
+}
+
 // TransactionalID is the configured id (lane 0's; lane i uses it + "." + i).
 func (s *TransactionalSender) TransactionalID() string { return s.cfg.TransactionalID }
 
