@@ -136,6 +136,12 @@ func TestEndToEndPostgres(t *testing.T) {
 		t.Fatalf("migrate sql: %+v", r)
 	}
 
+	// An app that enqueues by plain SQL before its relay ever ran records
+	// its types first (docs/config.md, the deploy order).
+	if r := c("", "owners", "register"); r.code != 0 {
+		t.Fatalf("owners register: %+v", r)
+	}
+
 	// A type with no route: exit 2 and no row.
 	if r := c("", "enqueue", "--type", "nota.fiscal", "--key", "nf-1"); r.code != ExitUsage || !strings.Contains(r.err, "no route") {
 		t.Fatalf("enqueue without route: %+v", r)
@@ -155,14 +161,6 @@ func TestEndToEndPostgres(t *testing.T) {
 		}
 	}
 	total := sqlRows + 5
-	if psql, err := exec.LookPath("psql"); err == nil {
-		out, err := exec.Command(psql, testdb.URL(), "-v", "ON_ERROR_STOP=1", "-c",
-			fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload) VALUES ('pedido.criado', 'psql-1', '{"from":"psql"}')`, schema)).CombinedOutput()
-		if err != nil {
-			t.Fatalf("psql: %v %s", err, out)
-		}
-		total++
-	}
 
 	relayArgs := []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}
 	r1 := startProc(t, bin, env, relayArgs...)
@@ -221,7 +219,8 @@ func TestEndToEndPostgres(t *testing.T) {
 	}
 
 	resp, err := getWithClient("http://" + addr + "/metrics")
-	if err != nil || !strings.Contains(resp, `mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"}`) || !strings.Contains(resp, "mensageria_election_holder") {
+	if err != nil || !strings.Contains(resp, `mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"}`) || !strings.Contains(resp, "mensageria_election_holder") ||
+		!strings.Contains(resp, `mensageria_outbox_pending{app="pedidos",owner="pedidos",type="pedido.criado"} 0`) {
 		t.Fatalf("metrics: %v\n%s", err, resp)
 	}
 
@@ -247,7 +246,7 @@ func TestDemoSQLite(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "PASS") {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
-	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched  25/25 ok", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
+	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched  25/25 ok", "another app's type      ok", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}

@@ -221,20 +221,20 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 
 func writeTiming(w io.Writer, t explainTiming) {
 	fmt.Fprintln(w, "\nrelay timing (the config's figures; the library's defaults where it gives none)")
-	fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-8s ", "lease", humanDuration(secs(t.LeaseSec))), strings.Repeat(" ", 26),
-		"a claimed batch is held this long; a crashed relay's batch is delivered again after it"))
-	fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-8d ", "attempts", t.MaxAttempts), strings.Repeat(" ", 26),
-		"then the message is parked as dead, with its reason"))
-	fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-8s ", "backoff", humanDuration(secs(t.BackoffBaseSec))), strings.Repeat(" ", 26),
-		fmt.Sprintf("after the first failure, doubling up to %s (jitter only shortens it)", humanDuration(secs(t.BackoffMaxSec)))))
-	fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-8s ", "retry horizon", humanDuration(secs(t.RetryHorizonSec).Round(time.Second))), strings.Repeat(" ", 26),
-		"the longest a message keeps being retried: a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new"))
+	row := func(name, value, text string) {
+		fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-10s ", name, value), strings.Repeat(" ", 28), text))
+	}
+	row("lease", humanDuration(secs(t.LeaseSec)), "a claimed batch is held this long; a crashed relay's batch is delivered again after it")
+	row("attempts", fmt.Sprint(t.MaxAttempts), "then the message is parked as dead, with its reason")
+	row("backoff", humanDuration(secs(t.BackoffBaseSec)), fmt.Sprintf("after the first failure, doubling up to %s (jitter only shortens it)", humanDuration(secs(t.BackoffMaxSec))))
+	row("retry horizon", humanDuration(secs(t.RetryHorizonSec).Round(time.Second)),
+		"the longest a message keeps being retried: a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new")
 	delivered := "delivered rows are deleted when settled"
 	if t.DeliveredRetentionSec > 0 {
 		delivered = "delivered rows are kept " + humanDuration(secs(t.DeliveredRetentionSec))
 	}
-	fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-8s ", "purge", "every "+humanDuration(secs(t.PurgeIntervalSec))), strings.Repeat(" ", 26),
-		fmt.Sprintf("%s; the inbox records of this app's consumers go after each consumer's own window in the catalog (an Inbox's default %s), other apps' never", delivered, humanDuration(secs(t.DefaultInboxWindowSec)))))
+	row("purge", "every "+humanDuration(secs(t.PurgeIntervalSec)),
+		fmt.Sprintf("%s; the inbox records of this app's consumers go after each consumer's own window in the catalog (an Inbox's default %s), other apps' never", delivered, humanDuration(secs(t.DefaultInboxWindowSec))))
 }
 
 func writeOwnership(w io.Writer, c *Config, o explainOwnership) {

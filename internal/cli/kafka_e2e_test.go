@@ -44,6 +44,9 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	if r := runBin(t, bin, nil, "", "migrate", "up", "--config", p); r.code != 0 {
 		t.Fatalf("migrate up: %+v", r)
 	}
+	if r := runBin(t, bin, nil, "", "owners", "register", "--config", p); r.code != 0 {
+		t.Fatalf("owners register: %+v", r)
+	}
 	ctx := context.Background()
 	enqueue := func(from, n int) {
 		t.Helper()

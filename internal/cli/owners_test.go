@@ -382,3 +382,53 @@ func kill(t *testing.T, drv driver.Driver, typ, route string) {
 		t.Fatalf("settle %s as dead: %+v %v", typ, res, err)
 	}
 }
+
+// explain prints the relay's real figures, the library's defaults where
+// the config gives none, and who owns the config's types when the
+// database answers.
+func TestExplainFiguresAndOwners(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		pedidos := s.app("pedidos", "pedido.criado", "pedido.ordenado")
+		faturamento := s.app("faturamento", "pedido.ordenado")
+		r := pedidos("", "explain", "--json")
+		var out explainOut
+		if err := json.Unmarshal([]byte(r.out), &out); err != nil || r.code != 0 {
+			t.Fatalf("explain --json: %v %+v", err, r)
+		}
+		// The config: lease 2s, 3 attempts, backoff 10ms doubling to
+		// 50ms. Two retries wait 10ms and 20ms, and each of the three
+		// attempts may hold its lease: 6.03s.
+		want := explainTiming{LeaseSec: 2, MaxAttempts: 3, BackoffBaseSec: 0.01, BackoffMaxSec: 0.05, RetryHorizonSec: 6.03,
+			DeliveredRetentionSec: 0, PurgeIntervalSec: 60, DefaultInboxWindowSec: 7 * 24 * 3600}
+		if d := out.Timing.RetryHorizonSec - want.RetryHorizonSec; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("retry horizon %v, want %v", out.Timing.RetryHorizonSec, want.RetryHorizonSec)
+		}
+		out.Timing.RetryHorizonSec = want.RetryHorizonSec
+		if out.Timing != want {
+			t.Fatalf("timing %+v, want %+v", out.Timing, want)
+		}
+		if out.Ownership.Read {
+			t.Fatalf("ownership read from a schema that was never migrated: %+v", out.Ownership)
+		}
+		must(t, "explain without the database", pedidos("", "explain"), 0, "not read:", "retry horizon  6s")
+
+		must(t, "migrate up", pedidos("", "migrate", "up"), 0)
+		must(t, "register faturamento", faturamento("", "owners", "register"), 0)
+		r = pedidos("", "explain")
+		must(t, "explain", r, 0, "lease          2s ", "attempts       3 ", "purge          every 1m ", "default 7d)")
+		if !hasRow(r.out, "type", "pedido.criado", "no", "owner", "yet:") || !hasRow(r.out, "type", "pedido.ordenado", "app", "faturamento:", "OWNED", "BY", "ANOTHER", "APP,") {
+			t.Fatalf("explain's ownership:\n%s", r.out)
+		}
+		r = pedidos("", "explain", "--json")
+		out = explainOut{}
+		if err := json.Unmarshal([]byte(r.out), &out); err != nil || !out.Ownership.Read {
+			t.Fatalf("explain --json: %v %+v", err, out.Ownership)
+		}
+		if owner, _ := ownerOf(out.Ownership.Entries, "type", "pedido.ordenado"); owner != "faturamento" {
+			t.Fatalf("ownership entries %+v", out.Ownership.Entries)
+		}
+		if r := pedidos("", "explain", "--no-db", "--json"); !strings.Contains(r.out, `"why": "not read (--no-db)"`) {
+			t.Fatalf("explain --no-db: %+v", r)
+		}
+	})
+}
