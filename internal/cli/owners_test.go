@@ -286,6 +286,13 @@ func TestRelayRefusesAnotherAppsType(t *testing.T) {
 				t.Fatalf("the refused relay touched row %+v", j)
 			}
 		}
+		// status under the third app says whose the type is, and why its
+		// relay will not start.
+		r = relatorios("", "status")
+		must(t, "status of the third app", r, 0, "pedido.criado is routed by this config but owned by app pedidos")
+		if !hasRow(r.out, "pedido.criado", "pedidos", "(!)", "20") || !hasRow(r.out, "relatorio.pronto", "-", "0") {
+			t.Fatalf("status:\n%s", r.out)
+		}
 	})
 }
 
