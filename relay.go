@@ -393,6 +393,13 @@ func (r *relay) claimLoop() {
 			}
 			continue
 		}
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.stopping:
+			return
+		}
+		// Decided once the slot is ours: waiting for it is waiting for a
+		// batch's settle, which may just have started failing.
 		limit := r.cfg.BatchSize
 		if n, failing := r.health.probe(); failing {
 			// Settles keep failing: whatever is claimed now is delivered
@@ -400,14 +407,10 @@ func (r *relay) claimLoop() {
 			// time, backing off, to find out when settles work again
 			// without sending the backlog out once per lease meanwhile.
 			if !hold(r.probeDelay(n)) {
+				<-r.slots
 				return
 			}
 			limit = 1
-		}
-		select {
-		case r.slots <- struct{}{}:
-		case <-r.stopping:
-			return
 		}
 		jobs, err := r.claim(limit)
 		if err != nil || len(jobs.jobs) == 0 {

@@ -81,11 +81,11 @@ func TestZombieSettleOutcomesAreTruthful(t *testing.T) {
 			})
 			obs := &observer{}
 			log, lb := capture()
-			cfg := fastConfig(uniqueApp("expired"), mensageria.NewRegistry().MustRegister("t", slow))
+			cfg := fastConfig(uniqueApp("expired"), mensageria.NewRegistry().MustRegister("slow", slow))
 			cfg.Lease, cfg.BatchesInFlight, cfg.Election = lease, 1, mensageria.ElectionNone
 			cfg.Hooks, cfg.Logger = []mensageria.Hook{obs}, log
 			c := newClient(t, b.open(), cfg)
-			if _, err := c.Enqueue(ctx, mensageria.Message{Type: "t", Key: "k"}); err != nil {
+			if _, err := c.Enqueue(ctx, mensageria.Message{Type: "slow", Key: "k"}); err != nil {
 				t.Fatal(err)
 			}
 			start(t, c)
@@ -111,11 +111,11 @@ func TestZombieSettleOutcomesAreTruthful(t *testing.T) {
 			})
 			obs := &observer{}
 			log, lb := capture()
-			cfgA := fastConfig(app, mensageria.NewRegistry().MustRegister("t", zombie))
+			cfgA := fastConfig(app, mensageria.NewRegistry().MustRegister("stuck", zombie))
 			cfgA.BatchesInFlight, cfgA.Election = 1, mensageria.ElectionNone
 			cfgA.Hooks, cfgA.Logger = []mensageria.Hook{obs}, log
 			a := newClient(t, b.open(), cfgA)
-			if _, err := a.Enqueue(ctx, mensageria.Message{Type: "t", Key: "k"}); err != nil {
+			if _, err := a.Enqueue(ctx, mensageria.Message{Type: "stuck", Key: "k"}); err != nil {
 				t.Fatal(err)
 			}
 			start(t, a)
@@ -128,7 +128,7 @@ func TestZombieSettleOutcomesAreTruthful(t *testing.T) {
 			})
 			<-inSend
 			rec := &recorder{}
-			cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("t", rec))
+			cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("stuck", rec))
 			cfgB.Election = mensageria.ElectionNone
 			start(t, newClient(t, b.open(), cfgB))
 			eventually(t, 20*time.Second, "the other relay delivers the row after the lease", func() bool { return rec.len() == 1 })
