@@ -736,7 +736,7 @@ func (h *settleHealth) failed(log *slog.Logger, app string, err error) {
 	defer h.mu.Unlock()
 	if h.since.IsZero() {
 		h.since = time.Now()
-		log.Error("settle failed on a database error; the relay retries each batch's settle while its lease lasts and claims one row at a time until settles work again",
+		log.Error("settle failed on a database error; the relay retries each batch's settle while its lease lasts and claims one row at a time until a settle succeeds",
 			"app", app, "err", err)
 	}
 	h.err = err
