@@ -520,3 +520,42 @@ func TestDeadLetterNamesTheRoute(t *testing.T) {
 		}
 	})
 }
+
+// The Client registers again what it has not recorded yet: a type added
+// to the Registry after the first enqueue is recorded before its own first
+// enqueue. A type an operator released since is refused once by the
+// database, unchanged (*UnownedTypeError), and the next enqueue records
+// the app's ownership again.
+func TestEnqueueRegistersWhatIsNew(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		app := uniqueApp("growing")
+		reg := mensageria.NewRegistry().MustRegister("first", &recorder{})
+		c := newClient(t, b.open(), fastConfig(app, reg))
+		if _, err := c.Enqueue(ctx, mensageria.Message{Type: "first", Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		reg.MustRegister("later", &recorder{})
+		if _, err := c.Enqueue(ctx, mensageria.Message{Type: "later", Key: "k"}); err != nil {
+			t.Fatalf("enqueue of a type registered after the first enqueue: %v", err)
+		}
+		if got := ownedBy(t, b, app); strings.Join(got, "|") != "type first|type later" {
+			t.Fatalf("catalog: %q", got)
+		}
+
+		if err := b.open().Transfer(ctx, driver.TransferParams{Kind: driver.ResourceType, Name: "first", From: app}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Enqueue(ctx, mensageria.Message{Type: "first", Key: "k2"})
+		var ute *mensageria.UnownedTypeError
+		if !errors.As(err, &ute) || !errors.Is(err, mensageria.ErrUnownedType) || ute.Type != "first" {
+			t.Fatalf("enqueue of a released type: want an *UnownedTypeError for it, got %v", err)
+		}
+		if _, err := c.Enqueue(ctx, mensageria.Message{Type: "first", Key: "k3"}); err != nil {
+			t.Fatalf("the next enqueue: %v", err)
+		}
+		if got := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE type = 'first'"); got != 2 {
+			t.Fatalf("%d rows of the released type, want k and k3", got)
+		}
+	})
+}
