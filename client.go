@@ -279,7 +279,11 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid
 		return nil, err
 	}
 	if err := c.ensureRegistered(ctx); err != nil {
-		return nil, err
+		var oce *OwnerConflictError
+		if errors.As(err, &oce) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (EnqueueTx records the app's ownership on a connection of its own, outside the caller's transaction; where that transaction holds the database's write lock, as on SQLite, call Client.Register before opening it)", err)
 	}
 	if err := c.drv.InsertTx(ctx, tx, p); err != nil {
 		return nil, c.insertFailed(err)
