@@ -39,10 +39,11 @@ type Client struct {
 
 	lastNotify atomic.Int64 // unix nanos of the last enqueue that notified
 
-	// registered is set once this app's ownership is known to be recorded,
-	// so enqueues stop checking; regMu keeps concurrent first enqueues
-	// from registering all at once.
-	registered atomic.Bool
+	// registered is 1 + the Registry generation whose ownership is known
+	// to be recorded (0: none yet), so enqueues stop checking until the
+	// Registry gains a type; regMu keeps concurrent first enqueues from
+	// registering all at once.
+	registered atomic.Uint64
 	regMu      sync.Mutex
 
 	startMu sync.Mutex // serializes Start and Stop
@@ -79,8 +80,12 @@ func New(drv driver.Driver, cfg *Config) (*Client, error) {
 // that its Registry no longer holds (Start logs them): rows of such a type
 // stay pending until an operator moves the type ('mensageria owners').
 func (c *Client) Register(ctx context.Context) (driver.RegisterResult, error) {
+	gen := c.cfg.Registry.generation()
 	res, err := c.resources()
 	if err != nil || len(res) == 0 {
+		if err == nil {
+			c.registered.Store(gen + 1)
+		}
 		return driver.RegisterResult{}, err
 	}
 	out, err := c.drv.Register(ctx, driver.RegisterParams{App: c.cfg.App, Resources: res})
@@ -91,7 +96,7 @@ func (c *Client) Register(ctx context.Context) (driver.RegisterResult, error) {
 		}
 		return out, fmt.Errorf("mensageria: app %q: recording its ownership: %w", c.cfg.App, err)
 	}
-	c.registered.Store(true)
+	c.registered.Store(gen + 1)
 	return out, nil
 }
 
@@ -141,12 +146,13 @@ func (c *Client) resources() ([]driver.Resource, error) {
 // transaction may hold (SQLite). A failure is returned, and the next call
 // tries again.
 func (c *Client) ensureRegistered(ctx context.Context) error {
-	if c.registered.Load() {
+	gen := c.cfg.Registry.generation()
+	if c.registered.Load() == gen+1 {
 		return nil
 	}
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
-	if c.registered.Load() {
+	if c.registered.Load() == gen+1 {
 		return nil
 	}
 	res, err := c.resources()
@@ -154,7 +160,7 @@ func (c *Client) ensureRegistered(ctx context.Context) error {
 		return err
 	}
 	if len(res) == 0 || c.ownsAll(ctx, res) {
-		c.registered.Store(true)
+		c.registered.Store(gen + 1)
 		return nil
 	}
 	_, err = c.Register(ctx)
@@ -273,7 +279,11 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid
 		return nil, err
 	}
 	if err := c.ensureRegistered(ctx); err != nil {
-		return nil, err
+		var oce *OwnerConflictError
+		if errors.As(err, &oce) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (EnqueueTx records the app's ownership on a connection of its own, outside the caller's transaction; where that transaction holds the database's write lock, as on SQLite, call Client.Register before opening it)", err)
 	}
 	if err := c.drv.InsertTx(ctx, tx, p); err != nil {
 		return nil, c.insertFailed(err)
@@ -286,7 +296,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid
 // since it registered, so the next enqueue registers again.
 func (c *Client) insertFailed(err error) error {
 	if errors.Is(err, driver.ErrUnownedType) {
-		c.registered.Store(false)
+		c.registered.Store(0)
 	}
 	return err
 }

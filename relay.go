@@ -393,6 +393,13 @@ func (r *relay) claimLoop() {
 			}
 			continue
 		}
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.stopping:
+			return
+		}
+		// Decided once the slot is ours: waiting for it is waiting for a
+		// batch's settle, which may just have started failing.
 		limit := r.cfg.BatchSize
 		if n, failing := r.health.probe(); failing {
 			// Settles keep failing: whatever is claimed now is delivered
@@ -400,14 +407,10 @@ func (r *relay) claimLoop() {
 			// time, backing off, to find out when settles work again
 			// without sending the backlog out once per lease meanwhile.
 			if !hold(r.probeDelay(n)) {
+				<-r.slots
 				return
 			}
 			limit = 1
-		}
-		select {
-		case r.slots <- struct{}{}:
-		case <-r.stopping:
-			return
 		}
 		jobs, err := r.claim(limit)
 		if err != nil || len(jobs.jobs) == 0 {
@@ -733,7 +736,7 @@ func (h *settleHealth) failed(log *slog.Logger, app string, err error) {
 	defer h.mu.Unlock()
 	if h.since.IsZero() {
 		h.since = time.Now()
-		log.Error("settle failed on a database error; the relay retries each batch's settle while its lease lasts and claims one row at a time until settles work again",
+		log.Error("settle failed on a database error; the relay retries each batch's settle while its lease lasts and claims one row at a time until a settle succeeds",
 			"app", app, "err", err)
 	}
 	h.err = err

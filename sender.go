@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -57,6 +58,7 @@ type Registry struct {
 	mu      sync.RWMutex
 	routes  map[string]Route
 	inboxes []*Inbox
+	gen     atomic.Uint64 // counts changes, so a Client sees what it has not registered yet
 }
 
 // NewRegistry returns an empty registry.
@@ -84,6 +86,7 @@ func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
 		return &ConfigError{Field: "Registry", Reason: fmt.Sprintf("type %q registered twice", typ)}
 	}
 	r.routes[typ] = rt
+	r.gen.Add(1)
 	return nil
 }
 
@@ -113,8 +116,12 @@ func (r *Registry) RegisterInbox(in *Inbox) error {
 		}
 	}
 	r.inboxes = append(r.inboxes, in)
+	r.gen.Add(1)
 	return nil
 }
+
+// generation counts the changes made to the Registry.
+func (r *Registry) generation() uint64 { return r.gen.Load() }
 
 // Inboxes returns the registered Inboxes, in registration order.
 func (r *Registry) Inboxes() []*Inbox {

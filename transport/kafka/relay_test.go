@@ -56,7 +56,6 @@ func TestRelayIntoKafkaExactlyOnceAcrossLostSettles(t *testing.T) {
 		cl, err := mensageria.New(fault, &mensageria.Config{
 			App: "shop", Registry: reg, Lease: time.Second, PollInterval: 50 * time.Millisecond,
 			BatchSize: 40, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-			Hooks: []mensageria.Hook{ts},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -41,6 +41,7 @@ func (s *syncBuffer) String() string {
 
 type receiverFixture struct {
 	url     string
+	rc      *Receiver
 	logs    *syncBuffer
 	applied atomic.Int32
 	effect  atomic.Value // mensageria.Effect override
@@ -92,7 +93,7 @@ func newReceiverFixture(t *testing.T, window time.Duration, mutate func(*Receive
 	}
 	srv := httptest.NewServer(conforms(t, rc))
 	t.Cleanup(srv.Close)
-	f.url = srv.URL + "/m2m"
+	f.url, f.rc = srv.URL+"/m2m", rc
 	return f
 }
 
