@@ -207,10 +207,13 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// nowExpr is the database clock in microseconds. unixepoch('subsec') has
+// nowExpr is the database clock in microseconds, written as the migrations'
+// column defaults are: julianday('now') exists on every SQLite a client
+// program may use (unixepoch('subsec') only from 3.42), so the migration SQL
+// that embeds it runs under an operator's own tool too. The clock has
 // millisecond resolution; rounding first keeps float error out of the
 // microsecond digits.
-const nowExpr = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
+const nowExpr = "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
 
 // writer runs statements inside one write transaction.
 type writer interface {
