@@ -37,7 +37,7 @@ func claimT(t *testing.T, d *sqlite.Driver, token int64, types ...string) []int6
 	return ids
 }
 
-func exec(t *testing.T, d *sqlite.Driver, q string, args ...any) {
+func execT(t *testing.T, d *sqlite.Driver, q string, args ...any) {
 	t.Helper()
 	if _, err := d.DB().Exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -61,9 +61,9 @@ func TestSettleSortsRows(t *testing.T) {
 	}
 	// Every lapsed lease ends; another relay claims two of those rows and
 	// settles one of them, so it is gone.
-	exec(t, d, "UPDATE mensageria_outbox SET lease_until = 1, available_at = 1 WHERE type = 'lapsed'")
+	execT(t, d, "UPDATE mensageria_outbox SET lease_until = 1, available_at = 1 WHERE type = 'lapsed'")
 	taken := []int64{lapsed[0], lapsed[1]}
-	exec(t, d, "UPDATE mensageria_outbox SET available_at = ? WHERE id = ?", time.Now().Add(time.Hour).UnixMicro(), lapsed[2])
+	execT(t, d, "UPDATE mensageria_outbox SET available_at = ? WHERE id = ?", time.Now().Add(time.Hour).UnixMicro(), lapsed[2])
 	if got := claimT(t, d, other, "lapsed"); !slices.Equal(got, taken) {
 		t.Fatalf("other relay claimed %v, want %v", got, taken)
 	}
@@ -110,7 +110,7 @@ func TestSettleSortsRows(t *testing.T) {
 		}
 	}
 	// A later failure without a route does not keep the older route.
-	exec(t, d, "UPDATE mensageria_outbox SET available_at = 1 WHERE id = ?", live[1])
+	execT(t, d, "UPDATE mensageria_outbox SET available_at = 1 WHERE id = ?", live[1])
 	if got := claimT(t, d, 33, "live"); !slices.Equal(got, live[1:2]) {
 		t.Fatalf("reclaim of the retried row: %v", got)
 	}
@@ -151,12 +151,12 @@ func TestPurgeByOwnerAndWindow(t *testing.T) {
 		}
 	}
 	twoHours := time.Now().Add(-2 * time.Hour).UnixMicro()
-	exec(t, d, "UPDATE mensageria_outbox SET delivered_at = ?", twoHours)
-	exec(t, d, "INSERT INTO mensageria_delivered_counts (type, minute, n) VALUES ('mine', 60000000, 1), ('theirs', 60000000, 1)")
+	execT(t, d, "UPDATE mensageria_outbox SET delivered_at = ?", twoHours)
+	execT(t, d, "INSERT INTO mensageria_delivered_counts (type, minute, n) VALUES ('mine', 60000000, 1), ('theirs', 60000000, 1)")
 	ages := map[string]time.Duration{"old": 2 * time.Hour, "recent": 30 * time.Minute}
 	for _, c := range []string{"short", "long", "forever", "neighbour", "unowned"} {
 		for k, age := range ages {
-			exec(t, d, "INSERT INTO mensageria_inbox (consumer, key, message_id, received_at) VALUES (?, ?, ?, ?)",
+			execT(t, d, "INSERT INTO mensageria_inbox (consumer, key, message_id, received_at) VALUES (?, ?, ?, ?)",
 				c, k, uuid.NewString(), time.Now().Add(-age).UnixMicro())
 		}
 	}
