@@ -413,3 +413,128 @@ func TestMigrateOwner(t *testing.T) {
 		t.Fatalf("fresh schema = %+v, %v", res, err)
 	}
 }
+
+// The upgrade to the catalog runs while a relay of the previous build keeps
+// enqueueing, claiming and settling through another handle with that
+// build's statements: every row it enqueued is delivered once or still
+// pending, before, during and after the upgrade.
+func TestUpgradeWithAnOldRelayRunning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.db")
+	d := preCatalog(t, path)
+	old := openT(t, path, nil).DB()
+	ctx := t.Context()
+	// One round of the old relay: enqueue a row, claim up to five, settle
+	// them as delivered (deleted, and counted), in that build's SQL. The
+	// counts are what keep the type known to the upgrade when every row of
+	// it has just been delivered.
+	round := func(i int) (delivered []string, err error) {
+		if _, err := old.ExecContext(ctx, "INSERT INTO mensageria_outbox (message_id, type, key, payload, headers) VALUES (?, 'order', ?, '{}', NULL)",
+			uuid.NewString(), fmt.Sprint("k", i)); err != nil {
+			return nil, fmt.Errorf("insert: %w", err)
+		}
+		tx, err := old.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = tx.Rollback() }()
+		rows, err := tx.QueryContext(ctx, `UPDATE mensageria_outbox SET lease_token = 1, lease_until = 9e15, available_at = 9e15, attempts = attempts + 1
+			WHERE id IN (SELECT id FROM mensageria_outbox WHERE state = 'pending' AND type = 'order' AND available_at <= 9e15 ORDER BY available_at, id LIMIT 5)
+			RETURNING id, key`)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			var key string
+			if err := rows.Scan(&id, &key); err != nil {
+				return nil, err
+			}
+			ids = append(ids, id)
+			delivered = append(delivered, key)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM mensageria_outbox WHERE id = ? AND lease_token = 1", id); err != nil {
+				return nil, fmt.Errorf("settle: %w", err)
+			}
+		}
+		if len(ids) > 0 {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO mensageria_delivered_counts (type, minute, n) VALUES ('order', 60000000, ?) ON CONFLICT (type, minute) DO UPDATE SET n = n + excluded.n", len(ids)); err != nil {
+				return nil, fmt.Errorf("settle counts: %w", err)
+			}
+		}
+		return delivered, tx.Commit()
+	}
+	progress := make(chan int, 1000)
+	stop := make(chan struct{})
+	var delivered []string
+	var relayErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			got, err := round(i)
+			if err != nil {
+				relayErr = fmt.Errorf("round %d: %w", i, err)
+				close(progress)
+				return
+			}
+			delivered = append(delivered, got...)
+			progress <- i + 1
+		}
+	})
+	waitRounds := func(n int) {
+		for r := range progress {
+			if r >= n {
+				return
+			}
+		}
+	}
+	waitRounds(20)
+	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp, App: "ops"}); err != nil {
+		t.Fatalf("upgrade with the old relay running: %v", err)
+	}
+	var after int
+	for r := range progress {
+		if after == 0 {
+			after = r + 20
+		}
+		if r >= after {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if relayErr != nil {
+		t.Fatalf("the old relay failed across the upgrade: %v", relayErr)
+	}
+	var inserted int
+	if err := d.DB().QueryRow("SELECT seq FROM sqlite_sequence WHERE name = 'mensageria_outbox'").Scan(&inserted); err != nil {
+		t.Fatal(err)
+	}
+	pending := dump(t, d, "outbox", "key", "id")
+	seen := map[string]bool{}
+	for _, k := range delivered {
+		if seen[k] {
+			t.Fatalf("row %s delivered twice", k)
+		}
+		seen[k] = true
+	}
+	for _, k := range pending {
+		k = strings.Trim(k, "[]")
+		if seen[k] {
+			t.Fatalf("row %s both delivered and pending", k)
+		}
+		seen[k] = true
+	}
+	if len(seen) != inserted || inserted < 40 {
+		t.Fatalf("%d rows enqueued, %d delivered and %d pending: rows were lost", inserted, len(delivered), len(pending))
+	}
+}

@@ -39,7 +39,8 @@ func newQueries(p string) queries {
 // RefusedError is a row the outbox table refused by its own rules, the
 // ones every plain SQL INSERT meets too (a type with no owner is a
 // *driver.UnownedTypeError instead). Reason is the table's message, which
-// says what to fix. Nothing of the call was written.
+// says what to fix, or the column CHECK that failed (a payload that is not
+// JSON). Nothing of the call was written.
 type RefusedError struct {
 	Reason string
 }
@@ -57,14 +58,20 @@ const unownedMark = "has no owner app in"
 // catalog lacks, read in the same transaction as the refused insert.
 func (d *Driver) refusal(ctx context.Context, w writer, rows []driver.InsertRow, err error) error {
 	var se *msqlite.Error
-	if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_TRIGGER {
+	if !errors.As(err, &se) {
 		return wrap("enqueue", err)
 	}
-	msg := se.Error()
+	msg := strings.TrimSpace(strings.TrimSuffix(se.Error(), fmt.Sprintf("(%d)", se.Code())))
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_CHECK:
+		return &RefusedError{Reason: msg}
+	case sqlite3.SQLITE_CONSTRAINT_TRIGGER:
+	default:
+		return wrap("enqueue", err)
+	}
 	if i := strings.Index(msg, "mensageria: "); i >= 0 {
 		msg = msg[i:]
 	}
-	msg = strings.TrimSpace(strings.TrimSuffix(msg, "(1811)"))
 	if !strings.Contains(msg, unownedMark) {
 		return &RefusedError{Reason: msg}
 	}
@@ -571,7 +578,8 @@ func (d *Driver) purgeInbox(ctx context.Context, w writer, app string, now int64
 // Stats reports every type with pending or dead rows or deliveries in the
 // last hour. Pending counts rows waiting for a claim (due or not); InFlight
 // counts rows under a live lease; DeliveredLastHr comes from the per-minute
-// counts, so it includes rows deleted at settle.
+// counts, so it includes rows deleted at settle. Owner is the type's app in
+// the catalog ("" for none, or unclaimed).
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	now, err := d.now(ctx)
 	if err != nil {
