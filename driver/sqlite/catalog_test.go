@@ -538,3 +538,38 @@ func TestUpgradeWithAnOldRelayRunning(t *testing.T) {
 		t.Fatalf("%d rows enqueued, %d delivered and %d pending: rows were lost", inserted, len(delivered), len(pending))
 	}
 }
+
+// A team's own view on the outbox survives the rebuild of the table; a
+// team's own trigger on it stops the upgrade, with the fix in the message,
+// rather than being dropped with the old table.
+func TestUpgradeKeepsViewsAndStopsForTriggers(t *testing.T) {
+	d := preCatalog(t, filepath.Join(t.TempDir(), "m.db"))
+	d.DB().SetMaxOpenConns(1) // the connection that migrated is the one asked about its settings
+	ctx := t.Context()
+	execT(t, d, "INSERT INTO mensageria_outbox (type, key) VALUES ('order', 'o1')")
+	execT(t, d, "CREATE VIEW pending_orders AS SELECT id, key FROM mensageria_outbox WHERE state = 'pending'")
+	execT(t, d, "CREATE TABLE audit (id INTEGER)")
+	execT(t, d, "CREATE TRIGGER audit_outbox AFTER INSERT ON mensageria_outbox BEGIN INSERT INTO audit VALUES (NEW.id); END")
+	_, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp})
+	if err == nil || !strings.Contains(err.Error(), "mensageria: drop your own triggers on mensageria_outbox") {
+		t.Fatalf("upgrade with a team's trigger on the outbox = %v, want it refused with the fix", err)
+	}
+	if res, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck}); res.From != 2 || !errors.Is(err, driver.ErrSchemaBehind) {
+		t.Fatalf("after the refused upgrade: %+v, %v; want version 2 untouched", res, err)
+	}
+	execT(t, d, "DROP TRIGGER audit_outbox")
+	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+		t.Fatalf("upgrade with a team's view on the outbox: %v", err)
+	}
+	if got := dump(t, d, "outbox", "key", "id"); !slices.Equal(got, []string{"[o1]"}) {
+		t.Fatalf("rows after the upgrade: %v", got)
+	}
+	var key string
+	if err := d.DB().QueryRow("SELECT key FROM pending_orders").Scan(&key); err != nil || key != "o1" {
+		t.Fatalf("the team's view after the upgrade: %q, %v", key, err)
+	}
+	var legacy int
+	if err := d.DB().QueryRow("PRAGMA legacy_alter_table").Scan(&legacy); err != nil || legacy != 0 {
+		t.Fatalf("legacy_alter_table left at %d (%v)", legacy, err)
+	}
+}

@@ -154,6 +154,10 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		}
 		for _, m := range ms {
 			if _, err := w.ExecContext(ctx, m.SQL); err != nil {
+				// A migration may switch a connection setting for a step
+				// (003 renames in legacy mode); a failure halfway must not
+				// leave it switched on a pooled connection.
+				_, _ = w.ExecContext(context.WithoutCancel(ctx), "PRAGMA legacy_alter_table = OFF")
 				return fmt.Errorf("mensageria/sqlite: migration %d (%s): %w", m.Version, m.Name, err)
 			}
 			res.Applied = append(res.Applied, m.Version)

@@ -54,6 +54,22 @@ INSERT INTO {{p}}identity (one, outbox_id, created_at) VALUES (1,
 -- prescribes. julianday('now') has the same millisecond resolution and has
 -- existed for ever; rounding to the millisecond first keeps float error
 -- out of the microsecond digits.
+--
+-- Dropping a table drops the triggers on it. A team's own trigger on the
+-- outbox or the inbox would vanish without a word, so the upgrade stops
+-- instead (the CHECK's name is the message) and the team recreates its
+-- triggers after it.
+CREATE TEMP TABLE {{p}}upgrade_guard (
+    own_triggers INTEGER CONSTRAINT "mensageria: drop your own triggers on {{p}}outbox and {{p}}inbox before this upgrade, and create them again after it" CHECK (own_triggers = 0)
+);
+INSERT INTO {{p}}upgrade_guard (own_triggers)
+    SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN ('{{p}}outbox', '{{p}}inbox');
+DROP TABLE {{p}}upgrade_guard;
+-- A team's views on the tables keep working: the legacy rename leaves them
+-- naming the table, which exists again once renamed, where the modern one
+-- would refuse to rename while a view names a table just dropped.
+PRAGMA legacy_alter_table = ON;
+
 CREATE TABLE {{p}}outbox_new (
     -- AUTOINCREMENT so ids are never reused after a purge: operators page
     -- with them and logs quote them.
@@ -121,6 +137,8 @@ INSERT INTO {{p}}inbox_new (consumer, key, message_id, received_at)
     SELECT consumer, key, message_id, received_at FROM {{p}}inbox;
 DROP TABLE {{p}}inbox;
 ALTER TABLE {{p}}inbox_new RENAME TO {{p}}inbox;
+
+PRAGMA legacy_alter_table = OFF;
 
 -- Each consumer is purged after its own window: one range per consumer,
 -- oldest first.
