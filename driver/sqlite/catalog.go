@@ -216,11 +216,7 @@ func (d *Driver) Transfer(ctx context.Context, p driver.TransferParams) error {
 			return wrap("transfer", err)
 		}
 		if app.String != p.From {
-			claimant := p.To
-			if claimant == "" {
-				claimant = p.From
-			}
-			return &driver.OwnerConflictError{App: claimant, Conflicts: []driver.Ownership{ownership(p.Kind, p.Name, app, win, since)}}
+			return &driver.OwnerConflictError{App: p.From, Conflicts: []driver.Ownership{ownership(p.Kind, p.Name, app, win, since)}}
 		}
 		if p.To == "" {
 			_, err = w.ExecContext(ctx, "DELETE FROM "+owners+" WHERE kind = ? AND name = ?", string(p.Kind), p.Name)

@@ -203,7 +203,7 @@ func TestTransfer(t *testing.T) {
 		t.Fatalf("transfer of an entry the catalog lacks = %v, want ErrNotOwned", err)
 	}
 	err := d.Transfer(ctx, driver.TransferParams{Kind: driver.ResourceType, Name: "x", From: "c", To: "b"})
-	if got := conflictsOf(t, err, "b"); !slices.Equal(got, []string{"type/x=a"}) {
+	if got := conflictsOf(t, err, "c"); !slices.Equal(got, []string{"type/x=a"}) {
 		t.Fatalf("transfer from a non-owner: conflicts %v", got)
 	}
 	if err := d.Transfer(ctx, driver.TransferParams{Kind: driver.ResourceType, Name: "x", From: "a", To: "b"}); err != nil {
