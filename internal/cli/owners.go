@@ -90,12 +90,20 @@ func quoteApp(app string) string {
 func conflictErr(e *driver.OwnerConflictError, what, configPath string) error {
 	var parts []string
 	for _, c := range e.Conflicts {
-		parts = append(parts, fmt.Sprintf("%s is owned by %s", thing(c.Kind, c.Name), quoteApp(c.App)))
+		verb := "is"
+		if c.Kind == driver.ResourceMigrations {
+			verb = "are"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s owned by %s", thing(c.Kind, c.Name), verb, quoteApp(c.App)))
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "something it claims is owned by another app")
 	}
-	msg := fmt.Sprintf("app %q cannot %s: %s; nothing was claimed", e.App, what, strings.Join(parts, "; "))
+	nothing := "nothing was claimed"
+	if len(e.Conflicts) > 0 && e.Conflicts[0].Kind == driver.ResourceMigrations {
+		nothing = "nothing was applied"
+	}
+	msg := fmt.Sprintf("app %q cannot %s: %s; %s", e.App, what, strings.Join(parts, "; "), nothing)
 	if len(e.Conflicts) > 0 {
 		c := e.Conflicts[0]
 		switch {

@@ -114,7 +114,7 @@ func TestMigrateOwner(t *testing.T) {
 		must(t, "migrate up by the first app", r, 0, `"owner":"pedidos"`)
 		must(t, "migrate up again by the owner", pedidos("", "migrate", "up"), 0, "nothing to apply", "owned by app pedidos")
 		must(t, "migrate up by another app", faturamento("", "migrate", "up"), ExitUsage,
-			`app "faturamento" cannot migrate the schema up`, `migrations is owned by app "pedidos"`, "migrate check")
+			`app "faturamento" cannot migrate the schema up`, `the schema's migrations are owned by app "pedidos"`, "migrate check")
 		must(t, "relay --migrate by another app", faturamento("", "relay", "--migrate", "--listen", ""), ExitUsage,
 			`app "faturamento"`, `app "pedidos"`)
 		must(t, "migrate check by another app", faturamento("", "migrate", "check"), 0, "current")
