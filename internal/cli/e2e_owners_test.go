@@ -308,6 +308,20 @@ func TestEndToEndUpgradeFromV1(t *testing.T) {
 	}
 	fill("pedido.criado", "sql-after-", 100)
 
+	// faturamento's rows wait, untouched and unclaimed, for their owner.
+	var touched int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE type = 'fatura.emitida' AND (attempts > 0 OR state <> 'pending')").Scan(&touched); err != nil || touched != 0 {
+		t.Fatalf("%d of faturamento's rows touched before its relay ran (%v)", touched, err)
+	}
+	seeded := catalogOf(t, func(stdin string, args ...string) result {
+		return runBin(t, bin, env, stdin, append(args, "--config", faturamento)...)
+	})
+	for _, typ := range []string{"pedido.criado", "fatura.emitida"} {
+		if app, ok := ownerOf(seeded, "type", typ); !ok || app != "" {
+			t.Fatalf("type %s after the migration: owner %q (in the catalog: %v), want unclaimed", typ, app, ok)
+		}
+	}
+
 	newFat := startProc(t, bin, env, "relay", "--config", faturamento, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, newFat.stderr, newFat.done)
 	enqueueWith(bin, faturamento, "fatura.emitida", "new-f-1")
