@@ -111,6 +111,11 @@ func (d *Driver) Insert(ctx context.Context, p driver.InsertParams) error {
 		return fmt.Errorf("mensageria/sqlite: waiting for the write lock: %w", ctx.Err())
 	}
 	defer func() { <-d.gate }()
+	// Prepared before the transaction holds a connection: preparing on
+	// the *sql.DB takes one, and a caller's pool may have only one.
+	for n := len(p.Rows); n > 0; n -= min(n, chunk) {
+		d.inserts.prepare(ctx, d, min(n, chunk))
+	}
 	// Not cancellable once begun: an interrupted COMMIT leaves the outcome
 	// unknown. A cancellation before it rolls back.
 	tx, err := d.db.BeginTx(context.WithoutCancel(ctx), nil)
@@ -174,31 +179,49 @@ func cachedRows(n int) bool { return n <= 8 || n == chunk }
 // insertStmts keeps one prepared INSERT per cached row count. database/sql
 // prepares a *sql.Stmt again on each connection it runs on, keeps it there
 // for the next transaction, and finalizes it when it closes the
-// connection.
+// connection. They are prepared only where no connection of the caller's
+// is held (Migrate, and Insert before it begins): InsertTx, inside the
+// caller's transaction, only uses what exists.
 type insertStmts struct {
 	mu     sync.Mutex
 	m      map[int]*sql.Stmt
 	closed bool
 }
 
-func (c *insertStmts) get(ctx context.Context, db *sql.DB, n int, query string) *sql.Stmt {
+func (c *insertStmts) get(n int) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil
+	return c.m[n]
+}
+
+// prepare makes the statement of n rows if it is cached and missing. A
+// failure (no schema yet) leaves it to the plain statement to report.
+func (c *insertStmts) prepare(ctx context.Context, d *Driver, n int) {
+	if !cachedRows(n) || c.get(n) != nil {
+		return
 	}
-	if st, ok := c.m[n]; ok {
-		return st
-	}
-	st, err := db.PrepareContext(ctx, query)
+	st, err := d.db.PrepareContext(ctx, d.insertQuery(n))
 	if err != nil {
-		return nil // the plain statement reports it
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.m[n] != nil {
+		_ = st.Close()
+		return
 	}
 	if c.m == nil {
 		c.m = map[int]*sql.Stmt{}
 	}
 	c.m[n] = st
-	return st
+}
+
+// prepareInserts readies the statements of the usual enqueues once the
+// schema is there.
+func (d *Driver) prepareInserts(ctx context.Context) {
+	for n := 1; n <= 8; n++ {
+		d.inserts.prepare(ctx, d, n)
+	}
 }
 
 func (c *insertStmts) close() {
@@ -235,10 +258,7 @@ func (d *Driver) insertRows(ctx context.Context, tx *sql.Tx, rows []driver.Inser
 		}
 		query := d.insertQuery(n)
 		var err error
-		st := (*sql.Stmt)(nil)
-		if cachedRows(n) {
-			st = d.inserts.get(ctx, d.db, n, query)
-		}
+		st := d.inserts.get(n)
 		if st != nil {
 			_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 			// A caller's transaction of another *sql.DB on the same file

@@ -326,3 +326,56 @@ func TestMigrationSQLByTheSQLiteShell(t *testing.T) {
 		t.Fatalf("applied_at %s is not now", at)
 	}
 }
+
+// A caller's *sql.DB with one connection, as SQLite users often configure
+// it: enqueues on their own and inside the caller's transaction never wait
+// for a second connection (the prepared INSERTs are made where none is
+// held).
+func TestEnqueueOnAPoolOfOne(t *testing.T) {
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "m.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	d, err := sqlite.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a bound for a hang
+	defer cancel()
+	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+		t.Fatal(err)
+	}
+	own(t, d, "a", "t")
+	rows := func(n int) []driver.InsertRow {
+		var rs []driver.InsertRow
+		for range n {
+			rs = append(rs, driver.InsertRow{MessageID: uuid.New(), Type: "t", Key: "k", Payload: []byte(`{}`)})
+		}
+		return rs
+	}
+	// In the caller's transaction first, with a full chunk no statement
+	// was prepared for yet.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 3, 9, 200} {
+		if err := d.InsertTx(ctx, tx, driver.InsertParams{Rows: rows(n)}); err != nil {
+			t.Fatalf("InsertTx of %d rows: %v", n, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 9, 250} {
+		if err := d.Insert(ctx, driver.InsertParams{Rows: rows(n)}); err != nil {
+			t.Fatalf("Insert of %d rows: %v", n, err)
+		}
+	}
+	if n := count(t, d); n != 1+3+9+200+1+9+250 {
+		t.Fatalf("%d rows, want every one enqueued", n)
+	}
+}
