@@ -39,9 +39,9 @@ func newQueries(p string) queries {
 
 // RefusedError is a row the outbox table refused by its own rules, the
 // ones every plain SQL INSERT meets too (a type with no owner is a
-// *driver.UnownedTypeError instead). Reason is the table's message, which
-// says what to fix, or the column CHECK that failed (a payload that is not
-// JSON). Nothing of the call was written.
+// *driver.UnownedTypeError instead). Reason is the table's message, the
+// trigger's or a column CHECK's, which says what to fix. Nothing of the
+// call was written.
 type RefusedError struct {
 	Reason string
 }
@@ -54,9 +54,10 @@ func (e *RefusedError) Error() string {
 // without an owner (migrations/003_catalog.sql).
 const unownedMark = "has no owner app in"
 
-// refusal turns the outbox trigger's RAISE into a typed error. RAISE takes
-// only a literal, so the type comes from the rows: the first one the
-// catalog lacks, read in the same transaction as the refused insert.
+// refusal turns the outbox's refusals (the trigger's RAISE, the columns'
+// named CHECKs) into typed errors. RAISE takes only a literal, so an
+// unowned type is named from the rows: the first one the catalog lacks,
+// read in the same transaction as the refused insert.
 func (d *Driver) refusal(ctx context.Context, w writer, rows []driver.InsertRow, err error) error {
 	var se *msqlite.Error
 	if !errors.As(err, &se) {
