@@ -99,6 +99,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Purge", s.purgeTests()},
 		{"Operator", s.operatorTests()},
 		{"Migrate", s.migrateTests()},
+		{"Catalog", s.catalogTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

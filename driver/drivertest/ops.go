@@ -324,6 +324,7 @@ func (s *suite) migrateTests() []test {
 			if h.Exec == nil || h.Table == nil {
 				t.Fatal("drivertest: harness has no Exec or Table")
 			}
+			own(t, h.Driver, "plain.sql")
 			// What an app in another language runs.
 			if err := h.Exec(ctxOf(t), `INSERT INTO `+h.Table("outbox")+` (type, key, payload) VALUES ('plain.sql', 'k1', '{"a":1}')`); err != nil {
 				t.Fatalf("plain SQL enqueue: %v", err)

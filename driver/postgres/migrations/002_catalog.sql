@@ -1,0 +1,150 @@
+-- mensageria schema, version 2: the ownership catalog, and the database
+-- enforcing it on every enqueue, from any client.
+-- {{schema}} is replaced by the configured schema name.
+--
+-- Every statement here keeps the version-1 statements working, so relays and
+-- producers of the old build go on running while this applies: columns are
+-- added nullable, nothing is renamed or dropped.
+--
+-- Refusals of an INSERT into outbox raise these SQLSTATEs (class MS, which
+-- the SQL standard leaves to implementations and PostgreSQL does not use),
+-- so that a Go, JDBC or psycopg caller can branch on the code and never has
+-- to parse the message:
+--   MS001  the message type has no entry in owners: no relay would ever
+--          deliver it
+--   MS002  the key is empty or longer than 1000 bytes
+--   MS003  the type is empty or longer than 200 bytes
+--   MS004  the headers are not a JSON object of string values (or a header
+--          name is empty)
+-- Lengths are bytes of UTF-8, as the Go client counts them, not characters.
+
+-- Who owns what. One app owns each message type (only it enqueues and
+-- relays it), each inbox consumer (only its relay purges the records, after
+-- the consumer's own window), each Kafka transactional id, and the schema's
+-- migrations (one row, name 'schema', written by the first app to migrate
+-- up). app NULL is a type the upgrade found in use with no owner to name:
+-- its enqueues are still accepted and the first app to register it takes it.
+CREATE TABLE {{schema}}.owners (
+    kind         text        NOT NULL CHECK (kind IN ('type', 'consumer', 'kafka_transactional_id', 'migrations')),
+    name         text        NOT NULL CHECK (name <> ''),
+    app          text        CHECK (app <> ''),
+    dedup_window interval, -- consumers only; NULL keeps their records forever
+    since        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (kind, name)
+);
+
+-- Made once, never changed: records kept outside this database (a Kafka
+-- transactional position) name the outbox they belong to, so that a relay
+-- never reconciles its rows against another database's positions.
+CREATE TABLE {{schema}}.outbox_identity (
+    singleton boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    id        uuid        NOT NULL DEFAULT {{schema}}.uuid_v7(),
+    made_at   timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO {{schema}}.outbox_identity DEFAULT VALUES;
+
+-- The types in use before the catalog existed stay enqueueable, unclaimed,
+-- so that producers of the old build (and plain SQL ones) keep working while
+-- their relays are upgraded; their rows wait until the owner registers.
+-- This full scan runs before the statements below lock the outbox, so that
+-- enqueues and relays are not held up by it.
+INSERT INTO {{schema}}.owners (kind, name)
+SELECT 'type', type FROM {{schema}}.outbox
+UNION
+SELECT 'type', type FROM {{schema}}.delivered_counts
+ON CONFLICT DO NOTHING;
+
+-- Who answered the last failed attempt (app and destination), for the dead
+-- letters; NULL before any failure and on rows of old relays.
+ALTER TABLE {{schema}}.outbox ADD COLUMN last_route text;
+
+-- A digest of the payload applied, so that the same key with another payload
+-- is told apart from a redelivery. NULL on records stored before it existed
+-- (and by old receivers), which then count as plain duplicates.
+ALTER TABLE {{schema}}.inbox ADD COLUMN payload_hash bytea;
+
+-- Purge walks one consumer's oldest records, each consumer after its own
+-- window. inbox_received_idx stays for the old relays' purge until none
+-- runs.
+CREATE INDEX inbox_consumer_received_idx ON {{schema}}.inbox (consumer, received_at);
+
+-- Purge deletes only its own app's delivered rows: seeking to its types
+-- keeps it from stepping over the rows other apps retain longer.
+CREATE INDEX outbox_delivered_type_idx ON {{schema}}.outbox (type, delivered_at) WHERE state = 'delivered';
+
+-- The enqueue rules, for every client: a plain INSERT from Java or psql is
+-- held to what the Go client checks. A trigger rather than a foreign key to
+-- owners: a foreign key would take a KEY SHARE lock on the one owners row of
+-- the type for each insert, and concurrent enqueues of one type would then
+-- contend on a MultiXact; this only reads it. The shape checks come first
+-- so that an overlong type is told it is too long, not that it has no owner.
+-- A NULL headers is taken as none, like an absent one.
+CREATE FUNCTION {{schema}}.outbox_check() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    bad record;
+BEGIN
+    IF NEW.type IS NULL OR NEW.type = '' OR octet_length(NEW.type) > 200 THEN
+        RAISE EXCEPTION 'mensageria: message type must be 1 to 200 bytes, got %: name it like "order.created"; nothing was enqueued',
+                coalesce(octet_length(NEW.type) || ' bytes', 'NULL')
+            USING ERRCODE = 'MS003', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = 'type';
+    END IF;
+    IF NEW.key IS NULL OR NEW.key = '' OR octet_length(NEW.key) > 1000 THEN
+        RAISE EXCEPTION 'mensageria: message key must be 1 to 1000 bytes, got %: the key names the business entity (an order id; hash a longer one); nothing was enqueued',
+                coalesce(octet_length(NEW.key) || ' bytes', 'NULL')
+            USING ERRCODE = 'MS002', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = 'key';
+    END IF;
+    IF NEW.headers IS NULL THEN
+        NEW.headers := '{}';
+    ELSIF NEW.headers::text <> '{}' THEN
+        IF json_typeof(NEW.headers) <> 'object' THEN
+            RAISE EXCEPTION 'mensageria: headers must be a JSON object of string values, got a JSON %: write {"name": "value"}; nothing was enqueued',
+                    json_typeof(NEW.headers)
+                USING ERRCODE = 'MS004', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = 'headers';
+        END IF;
+        SELECT h.key, json_typeof(h.value) AS typ INTO bad
+        FROM json_each(NEW.headers) h
+        WHERE h.key = '' OR json_typeof(h.value) <> 'string'
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'mensageria: header % must be a non-empty name with a JSON string value, got a JSON %: quote the value ({"n": "1"}); nothing was enqueued',
+                    to_json(bad.key)::text, bad.typ
+                USING ERRCODE = 'MS004', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = 'headers';
+        END IF;
+    END IF;
+    -- The type is quoted as a JSON string, which the Go driver reads back.
+    PERFORM FROM {{schema}}.owners WHERE kind = 'type' AND name = NEW.type;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'mensageria: message type % has no owner app in schema %: the app that sends it records it when its relay starts (or run ''mensageria owners register --config …''); nothing was enqueued',
+                to_json(NEW.type)::text, TG_TABLE_SCHEMA
+            USING ERRCODE = 'MS001', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = 'type';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER outbox_check BEFORE INSERT ON {{schema}}.outbox
+    FOR EACH ROW EXECUTE FUNCTION {{schema}}.outbox_check();
+
+-- Again, now that the statements above hold the outbox: a type first
+-- enqueued while the scan ran is caught here. Pending and dead rows are read
+-- through their indexes, one step per type; the rows delivered meanwhile
+-- are in delivered_counts.
+WITH RECURSIVE pending(type) AS (
+    (SELECT type FROM {{schema}}.outbox WHERE state = 'pending' ORDER BY type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.type FROM {{schema}}.outbox o WHERE o.state = 'pending' AND o.type > p.type ORDER BY o.type LIMIT 1)
+    FROM pending p WHERE p.type IS NOT NULL
+), dead(type) AS (
+    (SELECT type FROM {{schema}}.outbox WHERE state = 'dead' ORDER BY type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.type FROM {{schema}}.outbox o WHERE o.state = 'dead' AND o.type > d.type ORDER BY o.type LIMIT 1)
+    FROM dead d WHERE d.type IS NOT NULL
+)
+INSERT INTO {{schema}}.owners (kind, name)
+SELECT 'type', type FROM pending WHERE type IS NOT NULL
+UNION
+SELECT 'type', type FROM dead WHERE type IS NOT NULL
+UNION
+SELECT 'type', type FROM {{schema}}.delivered_counts
+ON CONFLICT DO NOTHING;
