@@ -124,6 +124,7 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		if have != want {
 			return res, &SchemaVersionError{Have: have, Want: want}
 		}
+		d.prepareInserts(ctx)
 		return res, nil
 	}
 	if mode != driver.MigrateUp {
@@ -176,6 +177,7 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 	if err != nil {
 		return res, err
 	}
+	d.prepareInserts(ctx)
 	return res, nil
 }
 

@@ -71,6 +71,8 @@ type Driver struct {
 	prefix string
 	q      queries
 	gate   chan struct{} // shared by every Driver of one database file
+	// inserts are the prepared enqueue statements.
+	inserts insertStmts
 
 	mu        sync.Mutex
 	listeners map[*listener]struct{}
@@ -214,6 +216,7 @@ func (d *Driver) Close() error {
 		l.closeLocked()
 	}
 	d.mu.Unlock()
+	d.inserts.close()
 	if d.ownsDB {
 		return d.db.Close()
 	}

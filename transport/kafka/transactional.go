@@ -536,6 +536,9 @@ func (s *TransactionalSender) rearm() {
 		if errors.Is(err, ErrClosed) {
 			return
 		}
+		if errors.Is(err, ErrForeignPositions) {
+			return // logged; waiting will not change whose the record is
+		}
 		s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
 		time.Sleep(wait)
 		wait *= 2

@@ -236,6 +236,50 @@ func TestRelaySettingsCheckTheDuplicateWindow(t *testing.T) {
 	}
 }
 
+// Registered with a Client, the sender needs no Horizon: Start hands it
+// the relay's own, and the warning names it beside the window.
+func TestStartChecksTheDuplicateWindow(t *testing.T) {
+	nc := connect(t)
+	store := newPGStore(t)
+	st, subj := newStream(t, nc, 2*time.Minute)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	s, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: subj + ".orders", Stream: st.CachedInfo().Config.Name, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &mensageria.Config{App: "shop", Registry: mensageria.NewRegistry().MustRegister("order", s), MaxAttempts: 8, Lease: 10 * time.Second}
+	cl, err := mensageria.New(store.drv, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := buf.String()
+	mu.Unlock()
+	if strings.Contains(before, "WARN") {
+		t.Fatalf("a sender without a horizon warned before Start: %q", before)
+	}
+	if err := cl.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop(context.Background())
+	// 8 attempts of up to 10s, backoff 1s doubling to 64s: past the
+	// window.
+	want := RetryHorizon(cl.Config())
+	if want != 8*10*time.Second+127*time.Second {
+		t.Fatalf("RetryHorizon = %s", want)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, w := range []string{"level=WARN", "duplicate_window=2m0s", "retry_horizon=" + want.String()} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("Start did not warn with %q: %q", w, out)
+		}
+	}
+}
+
 // The destination a dead letter names.
 func TestSenderDestination(t *testing.T) {
 	nc := connect(t)

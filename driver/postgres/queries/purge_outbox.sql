@@ -1,7 +1,9 @@
 -- Deletes up to $2 delivered rows of the app's types ($3) delivered more
 -- than $1 ago. One seek per type on outbox_delivered_type_idx: another app
--- that keeps its delivered rows longer is never stepped over.
-DELETE FROM {{schema}}.outbox WHERE id IN (
+-- that keeps its delivered rows longer is never stepped over. The ids are
+-- gathered first, so the delete is primary-key lookups.
+DELETE FROM {{schema}}.outbox
+WHERE state = 'delivered' AND id = ANY (ARRAY(
     SELECT d.id
     FROM unnest($3::text[]) AS t(type)
     CROSS JOIN LATERAL (
@@ -12,4 +14,4 @@ DELETE FROM {{schema}}.outbox WHERE id IN (
         LIMIT $2
     ) d
     ORDER BY d.delivered_at
-    LIMIT $2);
+    LIMIT $2));

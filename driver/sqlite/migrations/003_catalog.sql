@@ -82,10 +82,22 @@ CREATE TABLE {{p}}outbox_new (
                      substr('89ab', 1 + (abs(random()) % 4), 1) || substr(lower(hex(randomblob(2))), 2) || '-' ||
                      lower(hex(randomblob(6))))
                      CHECK (length(message_id) = 36),
-    type         TEXT    NOT NULL CHECK (type <> ''),
-    key          TEXT    NOT NULL CHECK (key <> ''),
-    payload      TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(payload)),
-    headers      TEXT    CHECK (headers IS NULL OR json_valid(headers)),
+    -- The shape rules of an enqueue, the Go API's own, for every client.
+    -- Each constraint's name is the message a refused INSERT gets
+    -- ("CHECK constraint failed: mensageria: ..."). Lengths are bytes of
+    -- UTF-8, the unit of the Go API and the OpenAPI document.
+    type         TEXT    NOT NULL
+        CONSTRAINT "mensageria: the message type is empty; give the type the receiving app routes" CHECK (type <> '')
+        CONSTRAINT "mensageria: the message type is longer than 200 bytes; use a shorter type name" CHECK (length(CAST(type AS BLOB)) <= 200)
+        CONSTRAINT "mensageria: the message type contains a NUL character; remove it" CHECK (instr(CAST(type AS BLOB), x'00') = 0),
+    key          TEXT    NOT NULL
+        CONSTRAINT "mensageria: the key is empty; give every message its natural key (at most 1000 bytes)" CHECK (key <> '')
+        CONSTRAINT "mensageria: the key is longer than 1000 bytes of UTF-8; use a shorter natural key, such as an id" CHECK (length(CAST(key AS BLOB)) <= 1000)
+        CONSTRAINT "mensageria: the key contains a NUL character; remove it" CHECK (instr(CAST(key AS BLOB), x'00') = 0),
+    payload      TEXT    NOT NULL DEFAULT '{}'
+        CONSTRAINT "mensageria: the payload is not a valid JSON document; give JSON text (omit it for {})" CHECK (json_valid(payload)),
+    headers      TEXT
+        CONSTRAINT "mensageria: the headers are not valid JSON; give NULL or a JSON object of strings" CHECK (headers IS NULL OR json_valid(headers)),
     state        TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'dead')),
     attempts     INTEGER NOT NULL DEFAULT 0,
     -- Next moment the row may be claimed. A claim moves it to the end of
@@ -153,39 +165,31 @@ INSERT INTO {{p}}owners (kind, name, app)
     UNION
     SELECT 'type', type, NULL FROM {{p}}delivered_counts;
 
--- The rules of an enqueue, for every client: the Go API checks the same
--- ones first, so these only ever refuse SQL written by hand. One trigger
--- rather than several, because SQLite does not document the order in which
--- triggers fire and each row should get the first rule it breaks. RAISE
--- takes only a literal, so the messages cannot quote the value; the
--- library names the type itself. Lengths are in bytes of UTF-8, the same
--- unit as the Go API and the OpenAPI document. The payload is left to the
--- column's CHECK: parsing a payload of megabytes twice would double the
--- cost of the one rule that grows with the row. A trigger rather than a
--- foreign key: a foreign key would also forbid releasing a type that still
--- has rows.
+-- The rules a column CHECK cannot state, because they read another table
+-- or every member of the headers: the type must have an entry in the
+-- catalog (app NULL, unclaimed, counts), and the headers must be an object
+-- of strings. One trigger rather than two: each costs a sub-program per
+-- row, and SQLite does not document the order in which triggers fire. A
+-- type that breaks a shape rule is left to its CHECK, whose message says
+-- more than "no owner". RAISE takes only a literal, so the messages cannot
+-- quote the value; the library names the type itself. A trigger rather
+-- than a foreign key: foreign keys are off unless each client turns them
+-- on (Python's sqlite3 does not), and one would also forbid releasing a
+-- type that still has rows. The payload is the column CHECK's alone:
+-- parsing a payload of megabytes twice would double the cost of the one
+-- rule that grows with the row.
 CREATE TRIGGER {{p}}outbox_enqueue_rules BEFORE INSERT ON {{p}}outbox
 BEGIN
     SELECT CASE
-        WHEN NEW.type IS NULL OR NEW.type = '' THEN
-            RAISE(ABORT, 'mensageria: the message type is empty; give the type the receiving app routes (at most 200 bytes)')
-        WHEN length(CAST(NEW.type AS BLOB)) > 200 THEN
-            RAISE(ABORT, 'mensageria: the message type is longer than 200 bytes; use a shorter type name')
-        WHEN instr(CAST(NEW.type AS BLOB), x'00') > 0 THEN
-            RAISE(ABORT, 'mensageria: the message type contains a NUL character; remove it')
-        WHEN NOT EXISTS (SELECT 1 FROM {{p}}owners WHERE kind = 'type' AND name = NEW.type) THEN
+        WHEN length(CAST(NEW.type AS BLOB)) BETWEEN 1 AND 200
+             AND NOT EXISTS (SELECT 1 FROM {{p}}owners WHERE kind = 'type' AND name = NEW.type) THEN
             RAISE(ABORT, 'mensageria: the message type has no owner app in {{p}}owners, so no relay would ever deliver it; nothing was enqueued (the app that sends it records it when its relay starts, or run ''mensageria owners register'')')
-        WHEN NEW.key IS NULL OR NEW.key = '' THEN
-            RAISE(ABORT, 'mensageria: the key is empty; give every message its natural key (at most 1000 bytes)')
-        WHEN length(CAST(NEW.key AS BLOB)) > 1000 THEN
-            RAISE(ABORT, 'mensageria: the key is longer than 1000 bytes of UTF-8; use a shorter natural key, such as an id')
-        WHEN instr(CAST(NEW.key AS BLOB), x'00') > 0 THEN
-            RAISE(ABORT, 'mensageria: the key contains a NUL character; remove it')
-        WHEN NEW.headers IS NOT NULL AND NOT json_valid(NEW.headers) THEN
+        WHEN NEW.headers IS NULL THEN NULL
+        WHEN NOT json_valid(NEW.headers) THEN
             RAISE(ABORT, 'mensageria: the headers are not valid JSON; give NULL or a JSON object of strings, such as {"x-request-id":"r1"}')
-        WHEN NEW.headers IS NOT NULL AND json_type(NEW.headers) <> 'object' THEN
+        WHEN json_type(NEW.headers) <> 'object' THEN
             RAISE(ABORT, 'mensageria: the headers are not a JSON object; give NULL or a JSON object of strings, such as {"x-request-id":"r1"}')
-        WHEN NEW.headers IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(NEW.headers) WHERE type <> 'text' OR key = '') THEN
+        WHEN EXISTS (SELECT 1 FROM json_each(NEW.headers) WHERE type <> 'text' OR key = '') THEN
             RAISE(ABORT, 'mensageria: every header needs a non-empty name and a string value (numbers, booleans, null and objects would be dropped on the wire); quote the value')
     END;
 END;
