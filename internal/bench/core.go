@@ -53,12 +53,7 @@ func (e Env) own(ctx context.Context, app string, types ...string) error {
 	if err != nil {
 		return err
 	}
-	res := make([]driver.Resource, len(types))
-	for i, t := range types {
-		res[i] = driver.Resource{Kind: driver.ResourceType, Name: t}
-	}
-	_, err = d.Register(ctx, driver.RegisterParams{App: app, Resources: res})
-	return err
+	return own(ctx, d, app, types...)
 }
 
 // fill inserts n pending rows of typ with one statement, typ owned by the

@@ -302,18 +302,33 @@ func TestBenchCommand(t *testing.T) {
 	if len(lines) != 3 || !seen["drain"] {
 		t.Fatalf("bench output: %s", r.out)
 	}
-	var left int
-	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", schema+"_bench_%").Scan(&left); err != nil || left != 0 {
-		t.Fatalf("scratch schema left behind: %d %v", left, err)
-	}
 	if r := run(t, "", tokEnv, "bench", "--config", p, "--scenario", "nope"); r.code != ExitUsage {
 		t.Fatalf("unknown scenario: %+v", r)
 	}
-	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}, {"--paced-for", "1ms"}} {
+	// The cost of the outbox's insert check, each way of enqueueing with
+	// and without it.
+	r = run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "enqueue-check", "--rounds", "1", "--check-for", "200ms")
+	var check struct {
+		Scenario string             `json:"scenario"`
+		Metrics  map[string]float64 `json:"metrics"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &check); err != nil || r.code != 0 || check.Scenario != "enqueue-check" {
+		t.Fatalf("bench enqueue-check: %v %+v", err, r)
+	}
+	for _, k := range []string{"go-1", "go-100", "sql-1"} {
+		if v := check.Metrics[k+"-ratio"]; !(v > 0) {
+			t.Errorf("enqueue-check %s-ratio = %v", k, v)
+		}
+	}
+	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}, {"--paced-for", "1ms"}, {"--check-for", "1ms"}} {
 		args := append([]string{"bench", "--config", p, "--scenario", "kafka"}, bad...)
 		if r := run(t, "", tokEnv, args...); r.code != ExitUsage {
 			t.Errorf("bench %v: %+v, want a usage error", bad, r)
 		}
+	}
+	var left int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", schema+"_bench_%").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("scratch schema left behind: %d %v", left, err)
 	}
 }
 
