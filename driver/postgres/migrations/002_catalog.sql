@@ -102,8 +102,13 @@ DROP INDEX {{schema}}.outbox_delivered_idx;
 -- not say what to do.
 ALTER TABLE {{schema}}.outbox DROP CONSTRAINT IF EXISTS outbox_type_check, DROP CONSTRAINT IF EXISTS outbox_key_check;
 
+--
+-- It runs with the rights of the role that migrated (SECURITY DEFINER): a
+-- producer granted only INSERT on outbox, as version 1 asked, keeps
+-- enqueueing without a grant on owners. The fixed search_path keeps a
+-- caller's own from resolving the functions it calls.
 CREATE FUNCTION {{schema}}.outbox_check() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     bad record;
     hdr record;
