@@ -300,6 +300,33 @@ type Failure struct {
 	Route string // as Retry.Route
 }
 
+// IDs returns every row of p once, in the order Delivered, Retry, Dead,
+// Release: the order a backend applies the outcomes in, so a row listed
+// twice takes (and is reported with) its first.
+func (p *SettleParams) IDs() []int64 {
+	out := make([]int64, 0, len(p.Delivered)+len(p.Retry)+len(p.Dead)+len(p.Release))
+	seen := make(map[int64]bool, cap(out))
+	add := func(id int64) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range p.Delivered {
+		add(id)
+	}
+	for _, r := range p.Retry {
+		add(r.ID)
+	}
+	for _, f := range p.Dead {
+		add(f.ID)
+	}
+	for _, id := range p.Release {
+		add(id)
+	}
+	return out
+}
+
 // SettleResult sorts the rows of one settle by what happened to them.
 type SettleResult struct {
 	// Settled rows took their outcome.
