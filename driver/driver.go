@@ -117,6 +117,16 @@ type Driver interface {
 	Close() error
 }
 
+// TxRegisterer is implemented by backends on which the caller's open
+// transaction holds the database's one write lock (SQLite): there a first
+// EnqueueTx records its app's ownership inside that transaction, where a
+// registration on a connection of its own would wait for the lock. What it
+// records commits or rolls back with the caller's transaction; a refusal
+// leaves that transaction as it was.
+type TxRegisterer interface {
+	RegisterTx(ctx context.Context, tx any, p RegisterParams) (RegisterResult, error)
+}
+
 // Tx is a transaction opened by Driver.InTx.
 type Tx interface {
 	// Raw is the backend's transaction (pgx.Tx, *sql.Tx) so the effect can
