@@ -27,15 +27,29 @@ import (
 )
 
 // Client enqueues this app's messages and runs its relay.
+//
+// The Client is the app's one composition root: what its Registry holds
+// (the Senders of its types, its Inboxes, what those Senders own) is what
+// it records as the app's in the database's ownership catalog, what its
+// relay claims and purges, and what receives the relay's settings
+// (RelayAware) and its events (the hook interfaces).
 type Client struct {
-	drv   driver.Driver
-	cfg   Config
-	hooks hooks
+	drv driver.Driver
+	cfg Config
 
 	lastNotify atomic.Int64 // unix nanos of the last enqueue that notified
 
-	mu    sync.Mutex
-	relay *relay
+	// registered is 1 + the Registry generation whose ownership is known
+	// to be recorded (0: none yet), so enqueues stop checking until the
+	// Registry gains a type; regMu keeps concurrent first enqueues from
+	// registering all at once.
+	registered atomic.Uint64
+	regMu      sync.Mutex
+
+	startMu sync.Mutex // serializes Start and Stop
+	mu      sync.Mutex // guards relay and stopped
+	relay   *relay
+	stopped bool // Stop ran since the last Start
 }
 
 // New returns a client over drv. It validates cfg and fills its defaults;
@@ -49,23 +63,165 @@ func New(drv driver.Driver, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{drv: drv, cfg: c, hooks: splitHooks(c.Hooks)}, nil
+	return &Client{drv: drv, cfg: c}, nil
 }
 
 // Register records in the ownership catalog what this app owns: its
 // registered types, its Inboxes' consumers (with their windows) and the
-// resources its Senders hold (ResourceOwner). Start and the first Enqueue
-// call it; a conflict with another app is an *OwnerConflictError naming
-// both, and nothing is recorded.
+// resources its Senders hold (ResourceOwner), in one atomic step. Start
+// calls it first, and the first Enqueue or EnqueueTx makes sure it ran,
+// so an app that only enqueues needs no relay; calling it again (a
+// restart, another replica) changes nothing. A resource another app owns
+// fails the whole call with an *OwnerConflictError naming both apps and
+// the resource, and nothing is recorded. A Registry with no types and no
+// inboxes registers nothing.
+//
+// The result's Unlisted are resources the catalog still gives the app
+// that its Registry no longer holds (Start logs them): rows of such a type
+// stay pending until an operator moves the type ('mensageria owners').
 func (c *Client) Register(ctx context.Context) (driver.RegisterResult, error) {
-	return driver.RegisterResult{}, errors.New("FOUNDATION STUB: Register comes with the client work")
+	gen := c.cfg.Registry.generation()
+	res, err := c.resources()
+	if err != nil || len(res) == 0 {
+		if err == nil {
+			c.registered.Store(gen + 1)
+		}
+		return driver.RegisterResult{}, err
+	}
+	out, err := c.drv.Register(ctx, driver.RegisterParams{App: c.cfg.App, Resources: res})
+	if err != nil {
+		var oce *OwnerConflictError
+		if errors.As(err, &oce) {
+			return out, err
+		}
+		return out, fmt.Errorf("mensageria: app %q: recording its ownership: %w", c.cfg.App, err)
+	}
+	c.registered.Store(gen + 1)
+	return out, nil
 }
 
+// resources lists what this app owns: its types, its Inboxes' consumers
+// and what its Senders hold, each once.
+func (c *Client) resources() ([]driver.Resource, error) {
+	var out []driver.Resource
+	seen := map[driver.Resource]bool{}
+	add := func(r driver.Resource) {
+		key := driver.Resource{Kind: r.Kind, Name: r.Name}
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, r)
+		}
+	}
+	reg := c.cfg.Registry
+	for _, t := range reg.Types() {
+		add(driver.Resource{Kind: driver.ResourceType, Name: t})
+	}
+	for _, in := range reg.Inboxes() {
+		// A negative window disables the staleness check, so no record
+		// may ever be purged: the catalog's zero window keeps them.
+		add(driver.Resource{Kind: driver.ResourceConsumer, Name: in.Consumer(), Window: max(in.Window(), 0)})
+	}
+	for _, s := range reg.senders() {
+		ro, ok := s.sender.(ResourceOwner)
+		if !ok {
+			continue
+		}
+		for _, r := range ro.OwnedResources() {
+			switch {
+			case r.Name == "":
+				return nil, &ConfigError{Field: "Registry", Reason: fmt.Sprintf("the Sender of %q (%T) owns a %s resource with an empty name", s.types[0], s.sender, r.Kind)}
+			case r.Kind != driver.ResourceType && r.Kind != driver.ResourceConsumer && r.Kind != driver.ResourceKafkaTransactionalID:
+				return nil, &ConfigError{Field: "Registry", Reason: fmt.Sprintf("the Sender of %q (%T) owns %q of kind %q, which a Sender cannot own", s.types[0], s.sender, r.Name, r.Kind)}
+			}
+			add(r)
+		}
+	}
+	return out, nil
+}
+
+// ensureRegistered makes sure this app's ownership is recorded before its
+// first write. It reads the catalog first: when everything is the app's
+// already (another replica, or an earlier run, registered it) nothing is
+// written, which matters on a database whose write lock the caller's own
+// transaction may hold (SQLite). A failure is returned, and the next call
+// tries again.
+func (c *Client) ensureRegistered(ctx context.Context) error {
+	gen := c.cfg.Registry.generation()
+	if c.registered.Load() == gen+1 {
+		return nil
+	}
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	if c.registered.Load() == gen+1 {
+		return nil
+	}
+	res, err := c.resources()
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 || c.ownsAll(ctx, res) {
+		c.registered.Store(gen + 1)
+		return nil
+	}
+	_, err = c.Register(ctx)
+	return err
+}
+
+// ownsAll reports whether the catalog gives every one of res to this app,
+// consumers with the same window. An error reads as false: Register then
+// decides.
+func (c *Client) ownsAll(ctx context.Context, res []driver.Resource) bool {
+	owned, err := c.drv.Owners(ctx, c.cfg.App)
+	if err != nil {
+		return false
+	}
+	have := make(map[driver.Resource]bool, len(owned))
+	for _, o := range owned {
+		if o.App != c.cfg.App {
+			continue
+		}
+		r := o.Resource
+		if r.Kind != driver.ResourceConsumer {
+			r.Window = 0
+		}
+		have[r] = true
+	}
+	for _, r := range res {
+		if r.Kind != driver.ResourceConsumer {
+			r.Window = 0
+		}
+		if !have[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrNotReady is wrapped by every error Ready returns.
+var ErrNotReady = errors.New("mensageria: relay not ready")
+
 // Ready reports whether the relay is doing its job: nil while it runs and
-// its settles succeed; an error saying why not (not started, stopped,
-// settles failing on a database error).
+// its settles succeed (a standby waiting for the election is ready); an
+// error wrapping ErrNotReady saying why not otherwise: not started,
+// stopping or stopped, or settles failing on a database error ("settle
+// failing for 12s: ..."), when the relay delivers but cannot record what
+// it delivered. It is what a readiness probe should serve.
 func (c *Client) Ready() error {
-	return errors.New("FOUNDATION STUB: Ready comes with the client work")
+	c.mu.Lock()
+	r, stopped := c.relay, c.stopped
+	c.mu.Unlock()
+	switch {
+	case r == nil && stopped:
+		return fmt.Errorf("%w: stopped", ErrNotReady)
+	case r == nil:
+		return fmt.Errorf("%w: not started", ErrNotReady)
+	case r.stopped():
+		return fmt.Errorf("%w: stopping", ErrNotReady)
+	}
+	if since, err := r.health.failing(); err != nil {
+		return fmt.Errorf("%w: settle failing for %s: %w", ErrNotReady, time.Since(since).Round(time.Second), err)
+	}
+	return nil
 }
 
 // Config returns the effective configuration, defaults filled in.
@@ -85,13 +241,22 @@ func (c *Client) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.M
 // Enqueue stores msgs in one transaction of its own. Either all are stored
 // or none: a type without a Sender or an invalid message fails the whole
 // call before anything is written. It returns the message ids.
+//
+// The first enqueue of a Client records the app's ownership first (see
+// Register) unless Start did: a type another app owns fails the call with
+// an *OwnerConflictError and nothing is written. A type the catalog no
+// longer gives any app (an operator released it) fails with an
+// *UnownedTypeError, and the next call registers again.
 func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, error) {
 	p, ids, err := c.prepare(msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
-	if err := c.drv.Insert(ctx, p); err != nil {
+	if err := c.ensureRegistered(ctx); err != nil {
 		return nil, err
+	}
+	if err := c.drv.Insert(ctx, p); err != nil {
+		return nil, c.insertFailed(err)
 	}
 	return ids, nil
 }
@@ -99,17 +264,41 @@ func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, err
 // EnqueueTx stores msgs inside the caller's transaction, so they commit or
 // roll back with the business write. tx is the transaction type of the
 // driver: pgx.Tx or *sql.Tx for PostgreSQL, *sql.Tx for SQLite. Validation
-// is the same as Enqueue's, and a failure writes nothing, so the caller's
-// transaction stays usable.
+// is the same as Enqueue's, and a failure in validation or registration
+// writes nothing, so the caller's transaction stays usable.
+//
+// The first enqueue of a Client makes sure the app's ownership is
+// recorded, as Enqueue does, on a connection of its own: outside tx. An
+// SQLite transaction holds the database's one write lock, so an app whose
+// ownership was never recorded must call Register (or Start, or Enqueue)
+// before opening its first transaction there; once recorded, by any
+// replica, this step only reads.
 func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid.UUID, error) {
 	p, ids, err := c.prepare(msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
+	if err := c.ensureRegistered(ctx); err != nil {
+		var oce *OwnerConflictError
+		if errors.As(err, &oce) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (EnqueueTx records the app's ownership on a connection of its own, outside the caller's transaction; where that transaction holds the database's write lock, as on SQLite, call Client.Register before opening it)", err)
+	}
 	if err := c.drv.InsertTx(ctx, tx, p); err != nil {
-		return nil, err
+		return nil, c.insertFailed(err)
 	}
 	return ids, nil
+}
+
+// insertFailed passes a refused insert's error through unchanged; when the
+// database says a type has no owner, the app's ownership was taken back
+// since it registered, so the next enqueue registers again.
+func (c *Client) insertFailed(err error) error {
+	if errors.Is(err, driver.ErrUnownedType) {
+		c.registered.Store(0)
+	}
+	return err
 }
 
 // PrepareEnqueue validates msgs exactly as EnqueueTx does (a type without
@@ -117,6 +306,10 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid
 // insert, for a driver that can queue them into a pipeline the caller sends
 // itself, such as postgres.Driver.QueueInsert into a pgx.Batch. That saves
 // EnqueueTx's own round trip to the database.
+//
+// It does not touch the database, so it cannot record the app's ownership:
+// Register (or Start, or one Enqueue) must have run before the rows are
+// sent, or the database refuses them as rows of an unowned type.
 func (c *Client) PrepareEnqueue(msgs ...Message) (driver.InsertParams, []uuid.UUID, error) {
 	return c.prepare(msgs)
 }

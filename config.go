@@ -22,48 +22,57 @@ const (
 )
 
 // Config configures a Client. The zero value of every field but App and
-// Registry takes the default written beside it.
+// Registry takes the default named beside it: the exported Default...
+// constants (settings.go), which tools and docs read instead of restating.
 type Config struct {
 	// App names this application. Replicas of one app share one election;
 	// different apps may share one schema. Required.
 	App string
 	// Registry holds the Senders of the types this app may enqueue and
-	// relays. An empty registry is valid: the app enqueues nothing and its
-	// relay claims nothing (a pure receiver).
+	// relays, and its Inboxes. What it holds is what the app owns in the
+	// database's catalog (see Client.Register). An empty registry is
+	// valid: the app enqueues nothing and its relay claims nothing (a pure
+	// receiver).
 	Registry *Registry
 
-	// BatchSize is how many messages one claim takes. Default 500: a claim
+	// BatchSize is how many messages one claim takes. Default
+	// DefaultBatchSize (500): a claim
 	// and its settle cost about the same whatever their size, so larger
 	// batches drain faster (docs/benchmarks.md); under steady load claims
 	// are smaller anyway, as they take only what is due.
 	BatchSize int
-	// Concurrency bounds deliveries in flight. Default 16.
+	// Concurrency bounds deliveries in flight. Default DefaultConcurrency
+	// (16).
 	Concurrency int
 	// BatchesInFlight is how many claimed batches may be delivering and
 	// settling at once, so the next claim overlaps the previous settle.
-	// Default 2; batching Senders (one request or transaction per batch)
-	// may want more.
+	// Default DefaultBatchesInFlight (2); batching Senders (one request or
+	// transaction per batch) may want more.
 	BatchesInFlight int
 	// Lease is how long a claimed batch is reserved before another relay
-	// may take it again; also the election lease. Default 30s.
+	// may take it again; also the election lease. Default DefaultLease
+	// (30s).
 	Lease time.Duration
 	// MaxAttempts parks a message as dead after this many failed
-	// deliveries. Default 20.
+	// deliveries. Default DefaultMaxAttempts (20).
 	MaxAttempts int
 	// BackoffBase is the delay after the first failure; it doubles per
-	// attempt, with jitter, up to BackoffMax. Default 1s.
+	// attempt, with jitter, up to BackoffMax. Default DefaultBackoffBase
+	// (1s).
 	BackoffBase time.Duration
-	// BackoffMax caps one retry delay. Default 10m.
+	// BackoffMax caps one retry delay. Default DefaultBackoffMax (10m).
 	BackoffMax time.Duration
 	// PollInterval is the longest the relay sleeps with no notification.
-	// Default 1s; in poll-only mode it is the latency floor.
+	// Default DefaultPollInterval (1s); in poll-only mode it is the latency
+	// floor.
 	PollInterval time.Duration
 	// PollOnly disables LISTEN/NOTIFY, for a PgBouncer in transaction mode
 	// (which cannot keep a LISTEN session). Default false.
 	PollOnly bool
 	// NotifyDebounce is the least time between two wake-up notifications
 	// sent by this client's enqueues. NOTIFY takes a global lock at commit,
-	// so one per enqueue would cap write throughput. Default 10ms.
+	// so one per enqueue would cap write throughput. Default
+	// DefaultNotifyDebounce (10ms).
 	NotifyDebounce time.Duration
 	// Election selects the replica policy. Default ElectionLeader.
 	Election Election
@@ -72,15 +81,18 @@ type Config struct {
 	// when it is settled, which halves the relay's write cost; delivery
 	// counts are kept either way.
 	DeliveredRetention time.Duration
-	// PurgeInterval is how often the active relay purges. Default 1m.
+	// PurgeInterval is how often the active relay purges this app's
+	// delivered rows and the records of its Inboxes (each after its own
+	// InboxConfig.Window, as registered in the catalog). Default
+	// DefaultPurgeInterval (1m).
 	PurgeInterval time.Duration
-	// InboxWindow is the dedup window of this app's inboxes: inbox rows are
-	// kept this long and older messages are refused as stale. It must
-	// exceed the senders' retry horizon. Default 7 days.
-	InboxWindow time.Duration
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Hooks are optional observers (see Hook). Default none.
+	// Hooks are optional observers (see Hook); a value that implements
+	// none of OnDelivery, OnClaim and OnElection is refused. Senders in the
+	// Registry that implement them are hooked without being listed here,
+	// and a value both here and in the Registry is called once. Default
+	// none.
 	Hooks []Hook
 }
 
@@ -109,17 +121,16 @@ func (c *Config) withDefaults() (Config, error) {
 			*p = v
 		}
 	}
-	def(&out.BatchSize, 500)
-	def(&out.Concurrency, 16)
-	def(&out.BatchesInFlight, 2)
-	def(&out.MaxAttempts, 20)
-	defd(&out.Lease, 30*time.Second)
-	defd(&out.BackoffBase, time.Second)
-	defd(&out.BackoffMax, 10*time.Minute)
-	defd(&out.PollInterval, time.Second)
-	defd(&out.NotifyDebounce, 10*time.Millisecond)
-	defd(&out.PurgeInterval, time.Minute)
-	defd(&out.InboxWindow, 7*24*time.Hour)
+	def(&out.BatchSize, DefaultBatchSize)
+	def(&out.Concurrency, DefaultConcurrency)
+	def(&out.BatchesInFlight, DefaultBatchesInFlight)
+	def(&out.MaxAttempts, DefaultMaxAttempts)
+	defd(&out.Lease, DefaultLease)
+	defd(&out.BackoffBase, DefaultBackoffBase)
+	defd(&out.BackoffMax, DefaultBackoffMax)
+	defd(&out.PollInterval, DefaultPollInterval)
+	defd(&out.NotifyDebounce, DefaultNotifyDebounce)
+	defd(&out.PurgeInterval, DefaultPurgeInterval)
 	if out.Election == "" {
 		out.Election = ElectionLeader
 	}
@@ -143,8 +154,16 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
 	case out.Election != ElectionLeader && out.Election != ElectionNone:
 		return out, &ConfigError{Field: "Election", Reason: fmt.Sprintf("unknown policy %q (use %q or %q)", out.Election, ElectionLeader, ElectionNone)}
-	case out.DeliveredRetention < 0 || out.InboxWindow < 0 || out.PurgeInterval < 0:
-		return out, &ConfigError{Field: "DeliveredRetention", Reason: "durations must not be negative"}
+	case out.DeliveredRetention < 0:
+		return out, &ConfigError{Field: "DeliveredRetention", Reason: "must not be negative"}
+	case out.PurgeInterval < 0:
+		return out, &ConfigError{Field: "PurgeInterval", Reason: "must not be negative"}
+	}
+	for i, h := range out.Hooks {
+		if !isHook(h) {
+			return out, &ConfigError{Field: fmt.Sprintf("Hooks[%d]", i),
+				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim and OnElection, so it would never be called", h)}
+		}
 	}
 	return out, nil
 }

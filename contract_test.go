@@ -26,6 +26,11 @@ func TestEnqueueTxRollbackLeavesNoMessage(t *testing.T) {
 		ctx := context.Background()
 		reg := mensageria.NewRegistry().MustRegister("order.created", &recorder{})
 		c := newClient(t, b.open(), fastConfig(uniqueApp("rb"), reg))
+		// An SQLite transaction holds the database's write lock, so the
+		// app's first registration comes before it (EnqueueTx's doc).
+		if _, err := c.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
 
 		tx, _, rollback := b.begin()
 		if _, err := c.EnqueueTx(ctx, tx, mensageria.Message{Type: "order.created", Key: "o-1"}); err != nil {
@@ -115,7 +120,9 @@ func TestTwoAppsOneSchemaPartition(t *testing.T) {
 		bb := newClient(t, b.open(), fastConfig(uniqueApp("faturamento"), mensageria.NewRegistry().MustRegister("fatura.emitida", recB)))
 		idle := newClient(t, b.open(), fastConfig(uniqueApp("receiver"), mensageria.NewRegistry()))
 		// A foreign type, written as another language would, that no app
-		// here can route.
+		// here can route: its owner app has not started yet.
+		ownerApp := uniqueApp("integrador")
+		own(t, b.open(), ownerApp, "xadm.push")
 		if err := b.exec("INSERT INTO " + b.table("outbox") + ` (type, key, payload) VALUES ('xadm.push', 'foreign-1', '{"n": 1}')`); err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +155,7 @@ func TestTwoAppsOneSchemaPartition(t *testing.T) {
 		}
 		// Its owner, when it appears, can still take it.
 		rec := &recorder{}
-		owner := newClient(t, b.open(), fastConfig(uniqueApp("integrador"), mensageria.NewRegistry().MustRegister("xadm.push", rec)))
+		owner := newClient(t, b.open(), fastConfig(ownerApp, mensageria.NewRegistry().MustRegister("xadm.push", rec)))
 		start(t, owner)
 		eventually(t, 10*time.Second, "the owner relays the foreign row", func() bool { return rec.len() == 1 })
 	})
@@ -282,8 +289,8 @@ func TestCrashedRelayBatchIsRedelivered(t *testing.T) {
 		}
 		// The crashed relay wakes up and tries to settle: fenced.
 		res, err := b.open().Settle(ctx, driver.SettleParams{Token: 99, Dead: []driver.Failure{{ID: jobs[0].ID, Error: "zombie"}}})
-		if err != nil || len(res.Settled) != 0 {
-			t.Fatalf("zombie settle changed %d rows (err %v)", len(res.Settled), err)
+		if err != nil || len(res.Settled) != 0 || len(res.Fenced) != 1 || res.Fenced[0] != jobs[0].ID {
+			t.Fatalf("zombie settle: %+v (err %v); want its one row fenced, nothing changed", res, err)
 		}
 	})
 }
@@ -476,6 +483,10 @@ func TestPipelinedEnqueueIsAtomic(t *testing.T) {
 	ctx := context.Background()
 	drv := b.open().(*postgres.Driver)
 	c := newClient(t, drv, fastConfig(uniqueApp("pipe"), mensageria.NewRegistry().MustRegister("t", &recorder{})))
+	// PrepareEnqueue does not touch the database: the app registers first.
+	if _, err := c.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := c.PrepareEnqueue(mensageria.Message{Type: "nope", Key: "k"}); !errors.Is(err, mensageria.ErrNoSender) {
 		t.Fatalf("PrepareEnqueue of an unregistered type: %v", err)
 	}

@@ -270,7 +270,8 @@ func TestStopFinishesInFlight(t *testing.T) {
 			<-release
 			return nil
 		})
-		cfg := fastConfig(uniqueApp("stop"), mensageria.NewRegistry().MustRegister("t", sender))
+		app := uniqueApp("stop")
+		cfg := fastConfig(app, mensageria.NewRegistry().MustRegister("t", sender))
 		cfg.Concurrency = 4
 		cfg.BatchSize = 4
 		cfg.DeliveredRetention = time.Hour
@@ -298,10 +299,11 @@ func TestStopFinishesInFlight(t *testing.T) {
 		}
 
 		// A stop whose deadline passes releases what is in flight, without
-		// counting the attempt.
+		// counting the attempt. (The next relay of the app: the type is
+		// its.)
 		block := make(chan struct{})
 		defer close(block)
-		cfg2 := fastConfig(uniqueApp("stop2"), mensageria.NewRegistry().MustRegister("t", mensageria.SenderFunc(
+		cfg2 := fastConfig(app, mensageria.NewRegistry().MustRegister("t", mensageria.SenderFunc(
 			func(ctx context.Context, d *mensageria.Delivery) error {
 				select {
 				case <-ctx.Done():

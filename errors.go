@@ -135,6 +135,32 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// unavailableError marks a failure of the destination, not of the message.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// Unavailable wraps a Sender error that is about the destination rather
+// than the message: a refused or reset connection, a timeout, a 5xx, a
+// 429, a 401 or 407, a broker that is down, a topic or stream that is
+// missing. The relay counts such failures toward the route's health, not
+// toward the message's attempts, so an outage never turns a backlog into
+// dead letters. Combine with RetryAfter when the destination said when to
+// come back.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err was marked with Unavailable.
+func IsUnavailable(err error) bool {
+	var u *unavailableError
+	return errors.As(err, &u)
+}
+
 // retryAfterError carries a destination's requested delay.
 type retryAfterError struct {
 	err   error

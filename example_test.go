@@ -48,6 +48,13 @@ func Example_outbox() {
 		panic(err)
 	}
 
+	// Start records that app "pedidos" owns "pedido.criado" and runs the
+	// relay; another app registering the type would be refused.
+	if err := client.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer client.Stop(ctx)
+
 	tx, _ := drv.DB().BeginTx(ctx, nil)
 	// ... the business write goes here, in tx ...
 	if _, err := client.EnqueueTx(ctx, tx, mensageria.Message{Type: "pedido.criado", Key: "pedido-1234", Payload: []byte(`{"total":1999}`)}); err != nil {
@@ -55,8 +62,6 @@ func Example_outbox() {
 	}
 	_ = tx.Commit()
 
-	_ = client.Start(ctx)
-	defer client.Stop(ctx)
 	d := <-delivered
 	fmt.Println(d.Type, d.Key, string(d.Payload), "attempt", d.Attempt)
 	// Output: pedido.criado pedido-1234 {"total":1999} attempt 1

@@ -88,6 +88,48 @@ func pgBackend(t *testing.T) *backend {
 	}
 }
 
+// own records types as app's in the ownership catalog, for tests that
+// write rows without a Client (a driver Insert, raw SQL): the database
+// refuses rows of a type no app owns.
+func own(t interface {
+	Helper()
+	Fatal(...any)
+}, d driver.Driver, app string, types ...string) {
+	t.Helper()
+	res := make([]driver.Resource, len(types))
+	for i, typ := range types {
+		res[i] = driver.Resource{Kind: driver.ResourceType, Name: typ}
+	}
+	if _, err := d.Register(context.Background(), driver.RegisterParams{App: app, Resources: res}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logBuffer is a logger's output, safe to read while the relay writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	return len(p), nil
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
+}
+
+// capture returns a logger writing to a buffer the test reads.
+func capture() (*slog.Logger, *logBuffer) {
+	lb := &logBuffer{}
+	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})), lb
+}
+
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // fastConfig is a Config with test-sized timings.

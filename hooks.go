@@ -24,8 +24,9 @@ const (
 	// the row will be delivered again.
 	OutcomeExpired Outcome = "expired"
 	// OutcomeUnsettled: the database refused the settle (an error, not a
-	// fence); the outcome was not recorded and the row will be delivered
-	// again after its lease.
+	// fence) for as long as the lease lasted; the outcome was not recorded
+	// and the row will be delivered again after its lease. The event's Err
+	// carries the settle's error (joined to the delivery's, if any).
 	OutcomeUnsettled Outcome = "unsettled"
 )
 
@@ -64,6 +65,52 @@ type ElectionEvent struct {
 
 // OnElection is called when this process gains or loses leadership.
 type OnElection interface{ OnElection(ElectionEvent) }
+
+// isHook reports whether h implements at least one hook interface.
+func isHook(h Hook) bool {
+	switch h.(type) {
+	case OnDelivery, OnClaim, OnElection:
+		return true
+	}
+	return false
+}
+
+// same reports whether two values are one: equal comparable values, such as
+// one pointer. Values of a type that cannot be compared are never the same
+// as anything else.
+func same(a, b any) (eq bool) {
+	defer func() {
+		if recover() != nil {
+			eq = false
+		}
+	}()
+	return a == b
+}
+
+// relayHooks are the hooks of one run of the relay: Config.Hooks and then
+// every Sender of the Registry that implements a hook interface, each value
+// once, so a Sender also listed in Config.Hooks is not called twice.
+func relayHooks(cfg *Config) hooks {
+	var all []Hook
+	add := func(h any) {
+		if !isHook(h) {
+			return
+		}
+		for _, x := range all {
+			if same(x, h) {
+				return
+			}
+		}
+		all = append(all, h)
+	}
+	for _, h := range cfg.Hooks {
+		add(h)
+	}
+	for _, s := range cfg.Registry.senders() {
+		add(s.sender)
+	}
+	return splitHooks(all)
+}
 
 type hooks struct {
 	delivery []OnDelivery

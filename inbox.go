@@ -1,7 +1,10 @@
 package mensageria
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,8 +33,12 @@ type InboxConfig struct {
 	Consumer string
 	// Window is the dedup window: records are kept this long and a message
 	// created earlier than now-Window is refused with ErrStale. It must
-	// exceed the sender's retry horizon. Default 7 days; negative disables
-	// the staleness check.
+	// exceed the sender's retry horizon. Default DefaultInboxWindow (7
+	// days); negative disables the staleness check, and then no record is
+	// ever purged. The window is recorded in the ownership catalog when
+	// the Inbox is in a Client's Registry (Registry.RegisterInbox), and
+	// that app's relay purges the records after it; no other app's purge
+	// touches them.
 	Window time.Duration
 	// DedupKey derives the dedup key of a delivery. Default: its natural
 	// key. Ordered streams that carry many messages per key should include
@@ -40,7 +47,10 @@ type InboxConfig struct {
 }
 
 // Inbox makes a receiver idempotent: each (consumer, dedup key) is applied
-// once, in the same transaction as its effect.
+// once, in the same transaction as its effect. The record keeps a digest of
+// the payload, so the same key arriving with a different payload under
+// another message id is told apart from a redelivery: a *ConflictError,
+// and nothing is applied.
 type Inbox struct {
 	drv driver.Driver
 	cfg InboxConfig
@@ -81,7 +91,7 @@ func NewInbox(drv driver.Driver, cfg InboxConfig) (*Inbox, error) {
 		return nil, &ConfigError{Field: "Consumer", Reason: "must be 1-200 bytes"}
 	}
 	if cfg.Window == 0 {
-		cfg.Window = 7 * 24 * time.Hour
+		cfg.Window = DefaultInboxWindow
 	}
 	if cfg.DedupKey == nil {
 		cfg.DedupKey = func(d *Delivery) string { return d.Key }
@@ -92,9 +102,15 @@ func NewInbox(drv driver.Driver, cfg InboxConfig) (*Inbox, error) {
 // Consumer returns the inbox's consumer name.
 func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 
+// Window returns the inbox's dedup window, the default filled in; negative
+// when the staleness check is disabled.
+func (in *Inbox) Window() time.Duration { return in.cfg.Window }
+
 // Apply runs effect once per dedup key. A repeat returns Duplicate without
 // running it; a concurrent repeat waits for the first and then reports
-// Duplicate; a message older than the window returns a *StaleError.
+// Duplicate; a message older than the window returns a *StaleError; a
+// different payload under a key another message applied returns a
+// *ConflictError (errors.Is(err, ErrConflict)) and runs nothing.
 func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyResult, error) {
 	if d == nil || effect == nil {
 		return ApplyResult{}, errors.New("mensageria: Inbox.Apply needs a delivery and an effect")
@@ -116,9 +132,10 @@ func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyRe
 // what bounds a receiver's throughput. If any effect fails, that
 // transaction is rolled back as a whole and every delivery is applied again
 // in a transaction of its own, so one bad message costs its neighbours a
-// retry of their effect, never a lost or doubled one. The results and
-// errors are index-aligned with ds; a nil error with Duplicate false means
-// the effect ran and committed.
+// retry of their effect, never a lost or doubled one. A conflict (see
+// Apply) writes nothing, so it is that delivery's error alone and the
+// batch goes on. The results and errors are index-aligned with ds; a nil
+// error with Duplicate false means the effect ran and committed.
 func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) ([]ApplyResult, []error) {
 	results := make([]ApplyResult, len(ds))
 	errs := make([]error, len(ds))
@@ -135,6 +152,11 @@ func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) 
 	err := in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
 		for i, d := range ds {
 			r, err := in.applyIn(ctx, tx, d, effect)
+			var conflict *ConflictError
+			if errors.As(err, &conflict) {
+				errs[i] = err
+				continue
+			}
 			if err != nil {
 				return errBatchFailed
 			}
@@ -147,6 +169,8 @@ func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) 
 	}
 	// Fall back to one transaction per delivery, so each gets its own
 	// outcome.
+	clear(results)
+	clear(errs)
 	for i, d := range ds {
 		results[i], errs[i] = in.Apply(ctx, d, effect)
 	}
@@ -165,7 +189,8 @@ func (in *Inbox) applyIn(ctx context.Context, tx driver.Tx, d *Delivery, effect 
 	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
 		return ApplyResult{}, &InvalidMessageError{Field: "Key", Reason: "the dedup key must be valid UTF-8 without NUL"}
 	}
-	rec := driver.InboxRecord{Consumer: in.cfg.Consumer, Key: key, MessageID: d.ID}
+	hash := payloadHash(d.Payload)
+	rec := driver.InboxRecord{Consumer: in.cfg.Consumer, Key: key, MessageID: d.ID, PayloadHash: hash}
 	if in.cfg.Window > 0 {
 		rec.CreatedAt, rec.Window = d.CreatedAt, in.cfg.Window
 	}
@@ -177,7 +202,25 @@ func (in *Inbox) applyIn(ctx context.Context, tx driver.Tx, d *Delivery, effect 
 		return ApplyResult{}, &StaleError{Consumer: in.cfg.Consumer, Key: key, CreatedAt: d.CreatedAt, Window: in.cfg.Window}
 	}
 	if r.Duplicate {
+		// A record without a digest predates them: it can only be taken
+		// for a duplicate, as before.
+		if r.FirstPayloadHash != nil && r.FirstMessageID != d.ID && !bytes.Equal(r.FirstPayloadHash, hash) {
+			return ApplyResult{}, &ConflictError{Consumer: in.cfg.Consumer, Key: key, ID: d.ID, FirstID: r.FirstMessageID}
+		}
 		return ApplyResult{Duplicate: true, FirstID: r.FirstMessageID}, nil
 	}
 	return ApplyResult{}, effect(ctx, tx, d)
+}
+
+// payloadHash is the digest an inbox record keeps of a payload: SHA-256 of
+// its compact form when it is a JSON document, so a sender that re-encodes
+// the same document with other whitespace is not taken for a different
+// message; of its bytes otherwise.
+func payloadHash(p []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, p) == nil {
+		p = buf.Bytes()
+	}
+	sum := sha256.Sum256(p)
+	return sum[:]
 }

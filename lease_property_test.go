@@ -20,6 +20,7 @@ func TestLeaseFencingProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		b := sqliteBackend(t)
 		d := b.open()
+		own(rt, d, "fencing", "t")
 		if err := d.Insert(ctx, driver.InsertParams{Rows: []driver.InsertRow{{MessageID: [16]byte{9}, Type: "t", Key: "k", Payload: []byte(`{}`)}}}); err != nil {
 			rt.Fatal(err)
 		}
@@ -56,6 +57,17 @@ func TestLeaseFencingProperty(t *testing.T) {
 					rt.Fatal(err)
 				}
 				latest := i == len(claims)-1
+				// A refused settle says why: a stale claim's row belongs
+				// to a later claim (fenced); the latest claim's own lease
+				// ran out (expired).
+				switch {
+				case n+len(res.Fenced)+len(res.Expired) != 1:
+					rt.Fatalf("settle of one row sorted it into %+v", res)
+				case n == 0 && !latest && len(res.Fenced) != 1:
+					rt.Fatalf("a stale claim's refused settle was reported %+v, want fenced", res)
+				case n == 0 && latest && len(res.Expired) != 1:
+					rt.Fatalf("the latest claim's refused settle was reported %+v, want expired", res)
+				}
 				switch {
 				case n == 1 && !latest:
 					rt.Fatalf("a stale claim (token %d of %d) settled the row", c.token, len(claims))

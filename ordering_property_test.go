@@ -21,6 +21,7 @@ func TestOrderedClaimProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		b := sqliteBackend(t)
 		d := b.open()
+		own(rt, d, "ordering", "o")
 		type row struct {
 			id    int64
 			key   string

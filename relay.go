@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
@@ -24,22 +25,105 @@ const busyPoll = 2 * time.Millisecond
 // deliveries to return and be released.
 const stopGrace = 2 * time.Second
 
-// Start launches the relay in the background. It returns at once; the relay
-// runs until Stop. An app with no registered types still runs the relay for
-// its purge duties but never claims a row.
+// Start records the app's ownership (Register), hands the relay's settings
+// to every part of the Registry that asks for them (RelayAware), and then
+// launches the relay in the background. It returns once the relay runs;
+// the relay runs until Stop. An app with no registered types still runs
+// the relay for its purge duties but never claims a row.
+//
+// A type, inbox consumer or Sender resource another app owns fails Start
+// with an *OwnerConflictError naming both apps and the resource, before
+// anything runs: a copy-pasted route never drains another app's rows.
 func (c *Client) Start(ctx context.Context) error {
+	// startMu, not mu, is held while Start talks to the database, so that
+	// Ready and IsLeader answer at once meanwhile.
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.relay != nil {
+	running := c.relay != nil
+	c.mu.Unlock()
+	if running {
 		return ErrAlreadyStarted
+	}
+	reg, err := c.Register(ctx)
+	if err != nil {
+		return err
+	}
+	c.warnUnlisted(reg.Unlisted)
+	if err := c.useRelaySettings(reg); err != nil {
+		return err
 	}
 	r, err := newRelay(ctx, c)
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
 	c.relay = r
+	c.stopped = false
+	c.mu.Unlock()
 	go r.run()
 	return nil
+}
+
+// settings is what the relay resolved, as RelayAware parts receive it.
+func (c *Client) settings(outbox [16]byte) RelaySettings {
+	return RelaySettings{
+		App:                c.cfg.App,
+		OutboxID:           uuid.UUID(outbox),
+		Lease:              c.cfg.Lease,
+		BackoffBase:        c.cfg.BackoffBase,
+		BackoffMax:         c.cfg.BackoffMax,
+		MaxAttempts:        c.cfg.MaxAttempts,
+		RetryHorizon:       retryHorizon(&c.cfg),
+		DeliveredRetention: c.cfg.DeliveredRetention,
+	}
+}
+
+// useRelaySettings calls UseRelaySettings once on each distinct Sender
+// and each Inbox of the Registry that implements RelayAware.
+func (c *Client) useRelaySettings(reg driver.RegisterResult) error {
+	set := c.settings(reg.OutboxID)
+	for _, s := range c.cfg.Registry.senders() {
+		if ra, ok := s.sender.(RelayAware); ok {
+			if err := ra.UseRelaySettings(set); err != nil {
+				return fmt.Errorf("mensageria: app %q: the Sender of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], s.sender, err)
+			}
+		}
+	}
+	for _, in := range c.cfg.Registry.Inboxes() {
+		if ra, ok := any(in).(RelayAware); ok {
+			if err := ra.UseRelaySettings(set); err != nil {
+				return fmt.Errorf("mensageria: app %q: inbox %q refused the relay's settings: %w", c.cfg.App, in.Consumer(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// warnUnlisted logs, in one line, what the catalog still gives the app
+// that its Registry no longer holds: rows of such a type stay pending,
+// since no relay claims them, until an operator moves the type.
+func (c *Client) warnUnlisted(unlisted []driver.Ownership) {
+	if len(unlisted) == 0 {
+		return
+	}
+	var types, other []string
+	for _, o := range unlisted {
+		if o.Kind == driver.ResourceType {
+			types = append(types, o.Name)
+		} else {
+			other = append(other, string(o.Kind)+" "+o.Name)
+		}
+	}
+	msg := "the catalog gives this app resources its Registry no longer holds; rows of such a type stay pending until an operator releases it ('mensageria owners release type NAME --from APP') or hands it over ('mensageria owners transfer')"
+	args := []any{"app", c.cfg.App}
+	if len(types) > 0 {
+		args = append(args, "types", types)
+	}
+	if len(other) > 0 {
+		args = append(args, "other", other)
+	}
+	c.cfg.Logger.Warn(msg, args...)
 }
 
 // Stop stops claiming at once, lets the batches in flight finish and settle,
@@ -47,10 +131,15 @@ func (c *Client) Start(ctx context.Context) error {
 // are cancelled and their messages released for the next relay, without
 // counting the attempt. Stop on a client that was not started returns nil.
 func (c *Client) Stop(ctx context.Context) error {
+	c.startMu.Lock() // a Start under way finishes first, then is stopped
 	c.mu.Lock()
 	r := c.relay
 	c.relay = nil
+	if r != nil {
+		c.stopped = true
+	}
 	c.mu.Unlock()
+	c.startMu.Unlock()
 	if r == nil {
 		return nil
 	}
@@ -67,10 +156,13 @@ func (c *Client) IsLeader() bool {
 }
 
 type relay struct {
-	c     *Client
-	cfg   *Config
-	types []string
-	order []string
+	c      *Client
+	cfg    *Config
+	types  []string
+	order  []string
+	hooks  hooks
+	routes map[string]string // type -> "<app> → <destination>"
+	health settleHealth
 
 	runCtx    context.Context // cancelled when Stop's deadline passes
 	runCancel context.CancelFunc
@@ -98,6 +190,8 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		cfg:      cfg,
 		types:    cfg.Registry.Types(),
 		order:    cfg.Registry.orderedTypes(),
+		hooks:    relayHooks(cfg),
+		routes:   routeNames(cfg),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}, 1),
@@ -203,7 +297,7 @@ func (r *relay) elect() {
 			r.epoch.Store(epoch)
 			r.leader.Store(ok)
 			r.cfg.Logger.Info("relay leadership changed", "app", r.cfg.App, "leader", ok, "epoch", epoch)
-			for _, h := range r.c.hooks.election {
+			for _, h := range r.hooks.election {
 				h.OnElection(ElectionEvent{App: r.cfg.App, Leader: ok, Epoch: epoch})
 			}
 			signal(r.changed)
@@ -282,6 +376,16 @@ func (r *relay) claimLoop() {
 		}
 		return true
 	}
+	hold := func(d time.Duration) bool { // false when stopping; wake-ups do not cut it short
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-r.stopping:
+			return false
+		case <-t.C:
+		}
+		return true
+	}
 	for !r.stopped() {
 		if len(r.types) == 0 || !r.leader.Load() {
 			if !wait() {
@@ -294,7 +398,21 @@ func (r *relay) claimLoop() {
 		case <-r.stopping:
 			return
 		}
-		jobs, err := r.claim()
+		// Decided once the slot is ours: waiting for it is waiting for a
+		// batch's settle, which may just have started failing.
+		limit := r.cfg.BatchSize
+		if n, failing := r.health.probe(); failing {
+			// Settles keep failing: whatever is claimed now is delivered
+			// and then redelivered after its lease. Claim one row at a
+			// time, backing off, to find out when settles work again
+			// without sending the backlog out once per lease meanwhile.
+			if !hold(r.probeDelay(n)) {
+				<-r.slots
+				return
+			}
+			limit = 1
+		}
+		jobs, err := r.claim(limit)
 		if err != nil || len(jobs.jobs) == 0 {
 			<-r.slots
 			if err != nil && !r.stopped() {
@@ -311,7 +429,7 @@ func (r *relay) claimLoop() {
 			defer func() { <-r.slots }()
 			r.deliver(jobs)
 		}()
-		if len(jobs.jobs) < r.cfg.BatchSize {
+		if len(jobs.jobs) < limit {
 			// The queue was drained at claim time, but messages are
 			// flowing: look again after a short pause rather than wait
 			// for a (debounced) notification, so a steady stream is
@@ -332,15 +450,28 @@ func (r *relay) token() int64 {
 
 type claimed struct {
 	token    int64
-	deadline time.Time
+	deadline time.Time // deliveries end by then
+	leaseEnd time.Time // the lease runs out by then (it was stamped later)
 	jobs     []driver.Job
 }
 
-func (r *relay) claim() (*claimed, error) {
+// probeDelay is the pause before the n-th probe claim of a settle failure
+// streak (n from 0): doubling from BackoffBase up to the lease (or
+// BackoffMax when shorter), so recovery is noticed within about a lease.
+func (r *relay) probeDelay(n int) time.Duration {
+	d := max(r.cfg.BackoffBase, 10*time.Millisecond)
+	ceiling := max(min(r.cfg.BackoffMax, r.cfg.Lease), d)
+	for i := 0; i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	return min(d, ceiling)
+}
+
+func (r *relay) claim(limit int) (*claimed, error) {
 	p := driver.ClaimParams{
 		Types:        r.types,
 		OrderedTypes: r.order,
-		Limit:        r.cfg.BatchSize,
+		Limit:        limit,
 		Lease:        r.cfg.Lease,
 		Token:        r.token(),
 	}
@@ -351,7 +482,7 @@ func (r *relay) claim() (*claimed, error) {
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Lease/2)
 	jobs, err := r.c.drv.Claim(ctx, p)
 	cancel()
-	for _, h := range r.c.hooks.claim {
+	for _, h := range r.hooks.claim {
 		h.OnClaim(ClaimEvent{Claimed: len(jobs), Duration: time.Since(start), Err: err})
 	}
 	if err != nil {
@@ -359,7 +490,7 @@ func (r *relay) claim() (*claimed, error) {
 	}
 	// Deliveries must finish inside the lease, with a margin for the
 	// settle, or another relay may already be delivering them again.
-	return &claimed{token: p.Token, deadline: start.Add(r.cfg.Lease - r.cfg.Lease/10), jobs: jobs}, nil
+	return &claimed{token: p.Token, deadline: start.Add(r.cfg.Lease - r.cfg.Lease/10), leaseEnd: start.Add(r.cfg.Lease), jobs: jobs}, nil
 }
 
 // outcome of one job inside a batch.
@@ -501,24 +632,6 @@ func (r *relay) classify(ctx context.Context, d *Delivery, err error) outcome {
 	return outcome{kind: OutcomeRetry, err: err, delay: delay}
 }
 
-const maxErrorLen = 2000
-
-// errText is what the row keeps of a Sender's error. It must be storable
-// whatever the Sender returned: PostgreSQL text refuses NUL and invalid
-// UTF-8, and one refused value would fail the settle of the whole batch.
-func errText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", " ")
-	if len(s) > maxErrorLen {
-		cut := maxErrorLen
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
-}
-
 func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 	p := driver.SettleParams{Token: b.token, KeepDelivered: r.cfg.DeliveredRetention > 0}
 	for i, o := range outs {
@@ -527,27 +640,34 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 		case OutcomeDelivered:
 			p.Delivered = append(p.Delivered, id)
 		case OutcomeRetry:
-			p.Retry = append(p.Retry, driver.Retry{ID: id, Delay: o.delay, Error: errText(o.err)})
+			p.Retry = append(p.Retry, driver.Retry{ID: id, Delay: o.delay, Error: errText(o.err), Route: r.routes[ds[i].Type]})
 		case OutcomeDead:
-			p.Dead = append(p.Dead, driver.Failure{ID: id, Error: errText(o.err)})
+			p.Dead = append(p.Dead, driver.Failure{ID: id, Error: errText(o.err), Route: r.routes[ds[i].Type]})
 			r.cfg.Logger.Warn("message parked as dead", "type", ds[i].Type, "key", ds[i].Key, "id", ds[i].ID, "attempt", ds[i].Attempt, "err", o.err)
 		default:
 			p.Release = append(p.Release, id)
 		}
 	}
-	// Settle even while stopping: the outcome is known and must not be
-	// redone by the next relay.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runCtx), 10*time.Second)
-	defer cancel()
-	res, err := r.c.drv.Settle(ctx, p)
-	n := len(res.Settled) // FOUNDATION STUB: per-row outcomes come with the relay work
-	fenced := err != nil || n < len(outs)
-	if err != nil {
-		r.cfg.Logger.Warn("settle failed; the batch will be redelivered after its lease", "err", err, "rows", len(outs))
-	} else if n < len(outs) {
-		r.cfg.Logger.Warn("lease lost before settle; another relay owns those rows now", "rows", len(outs)-n)
+	res, err := r.settleWithRetry(b, p)
+	kinds := map[int64]Outcome{}
+	if err == nil {
+		for _, id := range res.Fenced {
+			kinds[id] = OutcomeFenced
+		}
+		for _, id := range res.Expired {
+			kinds[id] = OutcomeExpired
+		}
+		for _, id := range res.Settled {
+			kinds[id] = ""
+		}
+		if n := len(res.Fenced); n > 0 {
+			r.cfg.Logger.Warn(fmt.Sprintf("another relay owns %d rows of this batch now; their outcome was not recorded", n), "app", r.cfg.App, "rows", n)
+		}
+		if n := len(res.Expired); n > 0 {
+			r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows will be delivered again", n), "app", r.cfg.App, "rows", n, "lease", r.cfg.Lease)
+		}
 	}
-	if len(r.c.hooks.delivery) == 0 {
+	if len(r.hooks.delivery) == 0 {
 		return
 	}
 	now := time.Now()
@@ -555,15 +675,144 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 		if o.kind == "" {
 			continue
 		}
-		kind := o.kind
-		if fenced {
-			kind = OutcomeFenced
+		kind, evErr := o.kind, o.err
+		if err != nil {
+			kind, evErr = OutcomeUnsettled, errors.Join(o.err, fmt.Errorf("mensageria: settle failed: %w", err))
+		} else if k, ok := kinds[b.jobs[i].ID]; !ok {
+			// The driver did not say what became of the row: its outcome
+			// cannot be claimed as recorded.
+			kind = OutcomeUnsettled
+		} else if k != "" {
+			kind = k
 		}
-		ev := DeliveryEvent{Type: ds[i].Type, Outcome: kind, Attempt: ds[i].Attempt, Latency: now.Sub(ds[i].CreatedAt), Duration: o.elapsed, Err: o.err}
-		for _, h := range r.c.hooks.delivery {
+		ev := DeliveryEvent{Type: ds[i].Type, Outcome: kind, Attempt: ds[i].Attempt, Latency: now.Sub(ds[i].CreatedAt), Duration: o.elapsed, Err: evErr}
+		for _, h := range r.hooks.delivery {
 			h.OnDelivery(ev)
 		}
 	}
+}
+
+// settleTimeout bounds one settle statement.
+const settleTimeout = 10 * time.Second
+
+// settleWithRetry settles p, and when the database refuses (an error, not
+// a fence) tries again with backoff for as long as the batch's lease
+// lasts: the outcomes are known, and every row still settled in time is a
+// row not delivered again. It runs even while stopping, since the next
+// relay would otherwise redo the batch; only Stop's deadline cuts it.
+func (r *relay) settleWithRetry(b *claimed, p driver.SettleParams) (driver.SettleResult, error) {
+	delay := max(min(100*time.Millisecond, r.cfg.Lease/10), time.Millisecond)
+	ceiling := max(r.cfg.Lease/4, delay)
+	for {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runCtx), settleTimeout)
+		res, err := r.c.drv.Settle(ctx, p)
+		cancel()
+		if err == nil {
+			r.health.succeeded(r.cfg.Logger, r.cfg.App)
+			return res, nil
+		}
+		r.health.failed(r.cfg.Logger, r.cfg.App, err)
+		if time.Now().Add(delay).After(b.leaseEnd) || r.runCtx.Err() != nil {
+			return res, err
+		}
+		sleep(r.runCtx, delay)
+		delay = min(delay*2, ceiling)
+	}
+}
+
+// settleHealth follows streaks of settles failing on database errors: the
+// first failure of a streak and its recovery are logged once each, Ready
+// reports the streak, and the claim loop probes one row at a time while
+// it lasts.
+type settleHealth struct {
+	mu     sync.Mutex
+	since  time.Time // the streak's first failure; zero while settles succeed
+	err    error     // the latest failure
+	probes int       // probe claims made during the streak
+}
+
+func (h *settleHealth) failed(log *slog.Logger, app string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		h.since = time.Now()
+		log.Error("settle failed on a database error; the relay retries each batch's settle while its lease lasts and claims one row at a time until a settle succeeds",
+			"app", app, "err", err)
+	}
+	h.err = err
+}
+
+func (h *settleHealth) succeeded(log *slog.Logger, app string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		return
+	}
+	log.Info("settles work again", "app", app, "failing_for", time.Since(h.since).Round(time.Millisecond), "last_err", h.err)
+	h.since, h.err, h.probes = time.Time{}, nil, 0
+}
+
+// failing returns the streak's start and latest error; a nil error while
+// settles succeed.
+func (h *settleHealth) failing() (time.Time, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.since, h.err
+}
+
+// probe reports whether a streak is under way and, if so, counts one more
+// probe and returns how many came before it.
+func (h *settleHealth) probe() (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		return 0, false
+	}
+	h.probes++
+	return h.probes - 1, true
+}
+
+// routeNames says, per type, who answers a delivery: the app and the
+// Sender's destination (DestinationNamer), or the Sender's Go type.
+func routeNames(cfg *Config) map[string]string {
+	out := map[string]string{}
+	for _, s := range cfg.Registry.senders() {
+		dest := fmt.Sprintf("%T", s.sender)
+		if dn, ok := s.sender.(DestinationNamer); ok {
+			if d := dn.Destination(); d != "" {
+				dest = d
+			}
+		}
+		name := storable(cfg.App+" → "+dest, maxRouteLen)
+		for _, t := range s.types {
+			out[t] = name
+		}
+	}
+	return out
+}
+
+const (
+	maxErrorLen = 2000
+	maxRouteLen = 500
+)
+
+// errText is what the row keeps of a Sender's error.
+func errText(err error) string { return storable(err.Error(), maxErrorLen) }
+
+// storable is s as a row can keep it whatever bytes it holds: PostgreSQL
+// text refuses NUL and invalid UTF-8, and one refused value would fail the
+// settle of the whole batch.
+func storable(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", " ")
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }
 
 // purge runs on the active relay only, so replicas do not race each other

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -57,6 +58,7 @@ type Registry struct {
 	mu      sync.RWMutex
 	routes  map[string]Route
 	inboxes []*Inbox
+	gen     atomic.Uint64 // counts changes, so a Client sees what it has not registered yet
 }
 
 // NewRegistry returns an empty registry.
@@ -84,6 +86,7 @@ func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
 		return &ConfigError{Field: "Registry", Reason: fmt.Sprintf("type %q registered twice", typ)}
 	}
 	r.routes[typ] = rt
+	r.gen.Add(1)
 	return nil
 }
 
@@ -113,8 +116,12 @@ func (r *Registry) RegisterInbox(in *Inbox) error {
 		}
 	}
 	r.inboxes = append(r.inboxes, in)
+	r.gen.Add(1)
 	return nil
 }
+
+// generation counts the changes made to the Registry.
+func (r *Registry) generation() uint64 { return r.gen.Load() }
 
 // Inboxes returns the registered Inboxes, in registration order.
 func (r *Registry) Inboxes() []*Inbox {
@@ -141,6 +148,31 @@ func (r *Registry) Route(typ string) (Route, bool) {
 	defer r.mu.RUnlock()
 	rt, ok := r.routes[typ]
 	return rt, ok
+}
+
+// registeredSender is one distinct Sender of a Registry and the types it
+// is registered for.
+type registeredSender struct {
+	sender Sender
+	types  []string
+}
+
+// senders returns each distinct Sender once (one registered for several
+// types is one value), in the order of their first type.
+func (r *Registry) senders() []registeredSender {
+	var out []registeredSender
+next:
+	for _, t := range r.Types() {
+		rt, _ := r.Route(t)
+		for i := range out {
+			if same(out[i].sender, rt.Sender) {
+				out[i].types = append(out[i].types, t)
+				continue next
+			}
+		}
+		out = append(out, registeredSender{sender: rt.Sender, types: []string{t}})
+	}
+	return out
 }
 
 func (r *Registry) orderedTypes() []string {

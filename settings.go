@@ -1,6 +1,7 @@
 package mensageria
 
 import (
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -77,6 +78,15 @@ type (
 	OwnerConflictError = driver.OwnerConflictError
 )
 
+// UnownedTypeError is returned by Enqueue and EnqueueTx when the database
+// refuses a row because no app owns its type in the catalog (an operator
+// released it since this app registered); nothing is written, and the next
+// enqueue records the app's ownership again first.
+type UnownedTypeError = driver.UnownedTypeError
+
+// ErrUnownedType is wrapped by every *UnownedTypeError.
+var ErrUnownedType = driver.ErrUnownedType
+
 // ErrOwnerConflict is wrapped by every *OwnerConflictError: a message type,
 // inbox consumer, Kafka transactional id or the schema's migrations belong
 // to another app.
@@ -84,17 +94,34 @@ var ErrOwnerConflict = driver.ErrOwnerConflict
 
 // retryHorizon is the worst-case time from a message's first attempt to
 // its last: each attempt may run up to a lease and then waits its full
-// backoff (jitter only shortens it).
+// backoff (jitter only shortens it). A figure too large for a Duration
+// (an enormous MaxAttempts) saturates instead of wrapping around.
 func retryHorizon(c *Config) time.Duration {
-	var total time.Duration
+	const forever = time.Duration(math.MaxInt64)
+	total := c.Lease
 	delay := c.BackoffBase
 	for a := 1; a < c.MaxAttempts; a++ {
-		total += c.Lease + min(delay, c.BackoffMax)
-		if delay < c.BackoffMax {
+		step := c.Lease + min(delay, c.BackoffMax)
+		if delay <= 0 || delay >= c.BackoffMax {
+			// Every attempt left costs the same: multiply rather than
+			// loop, so a MaxAttempts in the millions costs nothing.
+			n := time.Duration(c.MaxAttempts - a)
+			if step > 0 && n > (forever-total)/step {
+				return forever
+			}
+			return total + n*step
+		}
+		if total > forever-step {
+			return forever
+		}
+		total += step
+		if delay > c.BackoffMax/2 {
+			delay = c.BackoffMax
+		} else {
 			delay *= 2
 		}
 	}
-	return total + c.Lease
+	return total
 }
 
 // DestinationNamer is implemented by Senders that can say where they

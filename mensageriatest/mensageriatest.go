@@ -119,11 +119,16 @@ type Partition struct {
 	Wait time.Duration
 }
 
+// foreignOwner is the stand-in app AssertPartition records as the owner of
+// the foreign type when no app owns it.
+const foreignOwner = "mensageriatest-foreign-owner"
+
 // AssertPartition checks both sides of the partition: enqueueing a type
 // without a Sender fails with ErrNoSender and writes no row, and a row of a
 // foreign type is neither claimed nor touched by the app's relay. The
-// foreign row stays in the table, as its owner would find it: run it on a
-// test database.
+// foreign row stays in the table, as its owner would find it, and the
+// foreign type, when no app owned it, is left recorded as the stand-in
+// app "mensageriatest-foreign-owner"'s: run it on a test database.
 func AssertPartition(t testing.TB, p Partition) {
 	t.Helper()
 	if p.Client == nil {
@@ -156,6 +161,21 @@ func AssertPartition(t testing.TB, p Partition) {
 		t.Errorf("mensageriatest: a failed enqueue wrote %d rows", after-before)
 	}
 
+	// The database refuses rows of a type no app owns: the foreign row
+	// belongs to a stand-in app, as it would to its real owner.
+	if _, err := drv.Register(ctx, driver.RegisterParams{App: foreignOwner, Resources: []driver.Resource{{Kind: driver.ResourceType, Name: foreign}}}); err != nil {
+		var oce *driver.OwnerConflictError
+		if !errors.As(err, &oce) {
+			t.Fatalf("mensageriatest: record the foreign type's owner: %v", err)
+			return
+		}
+		for _, c := range oce.Conflicts {
+			if c.App == p.Client.Config().App {
+				t.Errorf("mensageriatest: the catalog gives the foreign type %q to the app itself", foreign)
+				return
+			}
+		}
+	}
 	id := uuid.Must(uuid.NewV7())
 	if err := drv.Insert(ctx, driver.InsertParams{Rows: []driver.InsertRow{{MessageID: id, Type: foreign, Key: "mensageriatest-claim", Payload: []byte("{}")}}}); err != nil {
 		t.Fatalf("mensageriatest: insert a foreign row: %v", err)

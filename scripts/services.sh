@@ -23,4 +23,15 @@ if ! nats_up; then
   for _ in $(seq 1 30); do nats_up && break; sleep 0.5; done
 fi
 nats_up || { echo "NATS did not start" >&2; exit 1; }
-echo "services: PostgreSQL and NATS are up"
+
+# The SQLite driver's black-box tests enqueue with a plain INSERT from the
+# programs other apps use, on the SQLite the distribution ships: Python's
+# sqlite3 module and the sqlite3 shell.
+tools=()
+command -v sqlite3 >/dev/null 2>&1 || tools+=(sqlite3)
+command -v python3 >/dev/null 2>&1 || tools+=(python3)
+if [ "${#tools[@]}" -gt 0 ]; then
+  echo "installing ${tools[*]}"
+  apt-get update && apt-get install -y "${tools[@]}"
+fi
+echo "services: PostgreSQL and NATS are up; python3 and sqlite3 are installed"

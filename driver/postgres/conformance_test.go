@@ -40,8 +40,9 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 			_, err := pool.Exec(ctx, q, args...)
 			return err
 		},
-		Table:      func(name string) string { return schema + "." + name },
-		Unmigrated: func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		Table:          func(name string) string { return schema + "." + name },
+		Unmigrated:     func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		CatalogVersion: 2,
 	}
 }
 

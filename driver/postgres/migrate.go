@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -114,12 +115,23 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		if current > latest {
 			return fmt.Errorf("%w: database %s is at version %d, this build knows up to %d", driver.ErrSchemaAhead, d.schema, current, latest)
 		}
+		owner, err := d.migrationsOwner(ctx, tx, current, mode == driver.MigrateUp)
+		if err != nil {
+			return err
+		}
+		res.Owner = owner
 		if mode == driver.MigrateCheck {
 			if current < latest {
 				return fmt.Errorf("%w: schema %s is at version %d, this build needs %d (run `mensageria migrate up`, or apply `mensageria migrate sql`)",
 					driver.ErrSchemaBehind, d.schema, current, latest)
 			}
 			return nil
+		}
+		// Refused even with nothing left to apply: the app that is not
+		// the owner learns it on its first start, not on the next release.
+		if owner != "" && owner != p.App {
+			return &driver.OwnerConflictError{App: p.App, Conflicts: []driver.Ownership{{
+				Resource: driver.Resource{Kind: driver.ResourceMigrations, Name: driver.MigrationsName}, App: owner}}}
 		}
 		if _, err := tx.Exec(ctx, d.versionTableSQL()); err != nil {
 			return err
@@ -137,9 +149,44 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 			res.Applied = append(res.Applied, m.Version)
 			res.To = m.Version
 		}
+		if owner == "" && p.App != "" {
+			// A row left with no app (written by hand) is taken too.
+			if _, err := tx.Exec(ctx, "INSERT INTO "+d.table("owners")+` (kind, name, app) VALUES ('migrations', $1, $2)
+				ON CONFLICT (kind, name) DO UPDATE SET app = excluded.app, since = now() WHERE owners.app IS NULL`,
+				driver.MigrationsName, p.App); err != nil {
+				return fmt.Errorf("mensageria/postgres: record the migrations owner: %w", err)
+			}
+			res.Owner = p.App
+		}
 		return nil
 	})
 	return res, err
+}
+
+// catalogVersion is the migration that creates the owners table.
+const catalogVersion = 2
+
+// migrationsOwner reads the app that owns the schema's migrations ("" for
+// none, or a schema older than the catalog), locking its row when the
+// caller goes on to migrate. The migrate advisory lock already serializes
+// migrations; the row lock also holds off a Transfer of it meanwhile.
+func (d *Driver) migrationsOwner(ctx context.Context, tx pgx.Tx, current int, lock bool) (string, error) {
+	if current < catalogVersion {
+		return "", nil
+	}
+	q := "SELECT coalesce(app, '') FROM " + d.table("owners") + " WHERE kind = 'migrations' AND name = $1"
+	if lock {
+		q += " FOR UPDATE"
+	}
+	var owner string
+	err := tx.QueryRow(ctx, q, driver.MigrationsName).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("mensageria/postgres: read the migrations owner: %w", err)
+	}
+	return owner, nil
 }
 
 // currentVersion looks the table up first: a failed SELECT would abort the

@@ -31,7 +31,9 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	if limit <= 0 || limit > 10000 {
 		limit = 100
 	}
-	q := "SELECT id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, coalesce(last_error, '') FROM " + d.table("outbox")
+	// The owner is one primary-key lookup in the catalog per row listed.
+	q := "SELECT id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, coalesce(last_error, ''), coalesce(last_route, ''), " +
+		"coalesce((SELECT w.app FROM " + d.table("owners") + " w WHERE w.kind = 'type' AND w.name = o.type), '') FROM " + d.table("outbox") + " o"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -43,7 +45,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
 		var j driver.Job
 		var state string
-		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &j.DeliveredAt, &j.LastError)
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &j.DeliveredAt, &j.LastError, &j.LastRoute, &j.Owner)
 		j.State = driver.State(state)
 		return j, err
 	})

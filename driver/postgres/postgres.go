@@ -14,6 +14,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria/driver"
@@ -48,8 +50,11 @@ type Driver struct {
 }
 
 type queries struct {
-	claim, settleDelivered, settleRetry, settleDead, settleRelease string
-	inboxRecord, stats, purgeOutbox, purgeInbox, purgeCounts       string
+	claim, settleDelivered, settleRetry, settleDead, settleRelease       string
+	inboxRecord, inboxFirst, stats, purgeOutbox, purgeInbox, purgeCounts string
+	settleSort                                                           string
+	registerInsert, registerLock, registerAdopt, owners                  string
+	transferLock, transferSet                                            string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -86,6 +91,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		purgeOutbox:     load("purge_outbox"),
 		purgeInbox:      load("purge_inbox"),
 		purgeCounts:     load("purge_counts"),
+		inboxFirst:      load("inbox_first"),
+		settleSort:      load("settle_sort"),
+		registerInsert:  load("register_insert"),
+		registerLock:    load("register_lock"),
+		registerAdopt:   load("register_adopt"),
+		owners:          load("owners"),
+		transferLock:    load("transfer_lock"),
+		transferSet:     load("transfer_set"),
 	}
 	return d, nil
 }
@@ -120,9 +133,9 @@ func (d *Driver) Insert(ctx context.Context, p driver.InsertParams) error {
 	if len(p.Rows) > insertChunk || p.Notify {
 		// A batch runs as one implicit transaction only without explicit
 		// BEGIN; several chunks must still be all-or-nothing.
-		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+		return EnqueueError(pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }))
 	}
-	return d.pool.SendBatch(ctx, b).Close()
+	return EnqueueError(d.pool.SendBatch(ctx, b).Close())
 }
 
 // InsertTx writes rows in the caller's transaction: a pgx.Tx or a *sql.Tx
@@ -135,12 +148,12 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 	case pgx.Tx:
 		b := &pgx.Batch{}
 		d.QueueInsert(b, p)
-		return tx.SendBatch(ctx, b).Close()
+		return EnqueueError(tx.SendBatch(ctx, b).Close())
 	case *sql.Tx:
 		for start := 0; start < len(p.Rows); start += insertChunk {
 			rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
 			if _, err := tx.ExecContext(ctx, d.insertStatement(len(rows)), insertArgs(rows, true)...); err != nil {
-				return err
+				return EnqueueError(err)
 			}
 		}
 		if p.Notify {
@@ -157,7 +170,8 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 // QueueInsert queues p's rows (and the notification, when asked) into b,
 // to run in the caller's transaction when the caller sends the batch: the
 // enqueue then rides on a round trip the business write makes anyway.
-// Prepare p with Client.PrepareEnqueue.
+// Prepare p with Client.PrepareEnqueue, and pass the error of sending the
+// batch through EnqueueError to get the typed refusals InsertTx returns.
 func (d *Driver) QueueInsert(b *pgx.Batch, p driver.InsertParams) {
 	for start := 0; start < len(p.Rows); start += insertChunk {
 		rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
@@ -222,4 +236,53 @@ func uuidString(u [16]byte) string {
 		out = append(out, hex[b>>4], hex[b&0xf])
 	}
 	return string(out)
+}
+
+// The SQLSTATEs the outbox's insert trigger raises (migrations/002_catalog.sql).
+const (
+	stateUnownedType = "MS001"
+	stateBadKey      = "MS002"
+	stateBadType     = "MS003"
+	stateBadHeaders  = "MS004"
+)
+
+// EnqueueError turns the database's refusal of an outbox row into the
+// driver's errors: a type without an owner becomes a
+// *driver.UnownedTypeError naming the type; a key, type or headers the
+// table refuses is wrapped with the database's message, which says what is
+// wrong and how to fix it. Any other error (nil included) is returned as
+// it is. It reads errors of pgx and of any database/sql driver whose errors
+// report a SQLSTATE (pgx's stdlib, lib/pq).
+func EnqueueError(err error) error {
+	var se interface{ SQLState() string }
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	switch se.SQLState() {
+	case stateUnownedType:
+		return &driver.UnownedTypeError{Type: refusedType(err)}
+	case stateBadKey, stateBadType, stateBadHeaders:
+		return fmt.Errorf("mensageria/postgres: the outbox refused the message: %w", err)
+	}
+	return err
+}
+
+// refusedType reads the type back from the trigger's message, where it
+// stands as a JSON string after "message type ".
+func refusedType(err error) string {
+	msg := err.Error()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		msg = pe.Message
+	}
+	const marker = "message type "
+	i := strings.Index(msg, marker)
+	if i < 0 {
+		return ""
+	}
+	var typ string
+	if json.NewDecoder(strings.NewReader(msg[i+len(marker):])).Decode(&typ) != nil {
+		return ""
+	}
+	return typ
 }

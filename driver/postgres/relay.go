@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,48 +96,83 @@ func less(a, b *driver.Job) bool {
 	return a.ID < b.ID
 }
 
-// Settle records a batch's outcomes in one transaction and one round trip.
+// Settle records a batch's outcomes in one transaction and one round trip;
+// every statement returns the ids it changed. Only when some row was left
+// unchanged does a second query tell fenced rows from expired ones.
 func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
-	n, err := d.settleCount(ctx, p)
-	if err != nil {
-		return driver.SettleResult{}, err
-	}
-	return driver.SettleResult{Settled: make([]int64, n)}, nil // FOUNDATION STUB: replaced by the driver work
-}
-
-func (d *Driver) settleCount(ctx context.Context, p driver.SettleParams) (int, error) {
-	type step struct {
-		sql  string
-		args []any
-		rows bool // returns the count as a row instead of a command tag
-	}
-	var steps []step
+	var steps []settleStep
 	if len(p.Delivered) > 0 {
-		steps = append(steps, step{d.q.settleDelivered, []any{p.Delivered, p.Token, p.KeepDelivered}, true})
+		steps = append(steps, settleStep{d.q.settleDelivered, []any{p.Delivered, p.Token, p.KeepDelivered}})
 	}
 	if len(p.Retry) > 0 {
 		ids := make([]int64, len(p.Retry))
 		delays := make([]int64, len(p.Retry))
 		errs := make([]string, len(p.Retry))
+		routes := make([]string, len(p.Retry))
 		for i, r := range p.Retry {
-			ids[i], delays[i], errs[i] = r.ID, r.Delay.Microseconds(), r.Error
+			ids[i], delays[i], errs[i], routes[i] = r.ID, r.Delay.Microseconds(), r.Error, r.Route
 		}
-		steps = append(steps, step{d.q.settleRetry, []any{ids, p.Token, delays, errs}, false})
+		steps = append(steps, settleStep{d.q.settleRetry, []any{ids, p.Token, delays, errs, routes}})
 	}
 	if len(p.Dead) > 0 {
 		ids := make([]int64, len(p.Dead))
 		errs := make([]string, len(p.Dead))
+		routes := make([]string, len(p.Dead))
 		for i, f := range p.Dead {
-			ids[i], errs[i] = f.ID, f.Error
+			ids[i], errs[i], routes[i] = f.ID, f.Error, f.Route
 		}
-		steps = append(steps, step{d.q.settleDead, []any{ids, p.Token, errs}, false})
+		steps = append(steps, settleStep{d.q.settleDead, []any{ids, p.Token, errs, routes}})
 	}
 	if len(p.Release) > 0 {
-		steps = append(steps, step{d.q.settleRelease, []any{p.Release, p.Token}, false})
+		steps = append(steps, settleStep{d.q.settleRelease, []any{p.Release, p.Token}})
 	}
 	if len(steps) == 0 {
-		return 0, nil
+		return driver.SettleResult{}, nil
 	}
+	changed, err := d.settle(ctx, steps)
+	if err != nil {
+		return driver.SettleResult{}, fmt.Errorf("mensageria/postgres: settle: %w", err)
+	}
+	var res driver.SettleResult
+	var left []int64
+	seen := make(map[int64]bool, len(changed))
+	each := func(id int64) {
+		if seen[id] {
+			return // listed twice: its first outcome stands
+		}
+		seen[id] = true
+		if changed[id] {
+			res.Settled = append(res.Settled, id)
+		} else {
+			left = append(left, id)
+		}
+	}
+	for _, id := range p.Delivered {
+		each(id)
+	}
+	for _, r := range p.Retry {
+		each(r.ID)
+	}
+	for _, f := range p.Dead {
+		each(f.ID)
+	}
+	for _, id := range p.Release {
+		each(id)
+	}
+	if len(left) > 0 {
+		res.Fenced, res.Expired = d.sortUnsettled(ctx, p.Token, left)
+	}
+	return res, nil
+}
+
+type settleStep struct {
+	sql  string
+	args []any
+}
+
+// settle runs the steps in one relay transaction and returns the ids they
+// changed.
+func (d *Driver) settle(ctx context.Context, steps []settleStep) (map[int64]bool, error) {
 	b := relayTx(func(b *pgx.Batch) {
 		for _, s := range steps {
 			b.Queue(s.sql, s.args...)
@@ -144,55 +180,80 @@ func (d *Driver) settleCount(ctx context.Context, p driver.SettleParams) (int, e
 	})
 	br := d.pool.SendBatch(ctx, b)
 	defer br.Close()
-	fail := func(err error) (int, error) { return 0, fmt.Errorf("mensageria/postgres: settle: %w", err) }
 	for range relayTxPrologue {
 		if _, err := br.Exec(); err != nil {
-			return fail(err)
+			return nil, err
 		}
 	}
-	n := 0
-	for _, s := range steps {
-		if s.rows {
-			var c int64
-			if err := br.QueryRow().Scan(&c); err != nil {
-				return fail(err)
-			}
-			n += int(c)
-			continue
-		}
-		tag, err := br.Exec()
+	changed := map[int64]bool{}
+	for range steps {
+		rows, err := br.Query()
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
-		n += int(tag.RowsAffected())
+		var id int64
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error { changed[id] = true; return nil })
+		if err != nil {
+			return nil, err
+		}
 	}
 	if _, err := br.Exec(); err != nil { // COMMIT
-		return fail(err)
+		return nil, err
 	}
-	return n, nil
+	return changed, nil
 }
 
-// Purge deletes one batch of each kind of expired row.
+// sortUnsettled splits rows a committed settle left unchanged into fenced
+// (another token, or gone) and expired (still ours, lease run out). The
+// settle is already recorded, so this runs even when ctx ended meanwhile
+// (a relay stopping); should it fail all the same, the rows are reported
+// expired: unchanged and left to be claimed again, which is true of both,
+// without claiming that another relay owns them.
+func (d *Driver) sortUnsettled(ctx context.Context, token int64, ids []int64) (fenced, expired []int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rows, err := d.pool.Query(ctx, d.q.settleSort, ids, token)
+	if err != nil {
+		return nil, ids
+	}
+	ours, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, ids
+	}
+	for _, id := range ids {
+		if slices.Contains(ours, id) {
+			expired = append(expired, id)
+		} else {
+			fenced = append(fenced, id)
+		}
+	}
+	return fenced, expired
+}
+
+// Purge deletes one batch of each kind of one app's expired rows. See
+// queries/purge_*.sql.
 func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
 	batch := p.Batch
 	if batch <= 0 {
 		batch = 1000
 	}
 	var res driver.PurgeResult
-	tag, err := d.pool.Exec(ctx, d.q.purgeOutbox, p.DeliveredBefore, batch)
-	if err != nil {
-		return res, fmt.Errorf("mensageria/postgres: purge outbox: %w", err)
+	if len(p.Types) > 0 {
+		tag, err := d.pool.Exec(ctx, d.q.purgeOutbox, p.DeliveredBefore, batch, p.Types)
+		if err != nil {
+			return res, fmt.Errorf("mensageria/postgres: purge outbox: %w", err)
+		}
+		res.Outbox = int(tag.RowsAffected())
+		if _, err := d.pool.Exec(ctx, d.q.purgeCounts, p.Types); err != nil {
+			return res, fmt.Errorf("mensageria/postgres: purge counts: %w", err)
+		}
 	}
-	res.Outbox = int(tag.RowsAffected())
-	if false { // zero keeps the inbox: it is the dedup memory
-		tag, err = d.pool.Exec(ctx, d.q.purgeInbox, time.Duration(0), batch)
+	if p.App != "" {
+		tag, err := d.pool.Exec(ctx, d.q.purgeInbox, p.App, batch)
 		if err != nil {
 			return res, fmt.Errorf("mensageria/postgres: purge inbox: %w", err)
 		}
 		res.Inbox = int(tag.RowsAffected())
-	}
-	if _, err := d.pool.Exec(ctx, d.q.purgeCounts); err != nil {
-		return res, fmt.Errorf("mensageria/postgres: purge counts: %w", err)
 	}
 	return res, nil
 }
@@ -206,7 +267,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.TypeStats, error) {
 		var s driver.TypeStats
 		var age float64
-		err := r.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age)
+		err := r.Scan(&s.Type, &s.Owner, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age)
 		s.OldestPending = time.Duration(age * float64(time.Second))
 		return s, err
 	})

@@ -31,7 +31,7 @@ func (t *pgTx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.In
 	if !r.CreatedAt.IsZero() && r.Window > 0 {
 		created = &r.CreatedAt
 	}
-	tag, err := t.tx.Exec(ctx, t.d.q.inboxRecord, r.Consumer, r.Key, r.MessageID, created, r.Window)
+	tag, err := t.tx.Exec(ctx, t.d.q.inboxRecord, r.Consumer, r.Key, r.MessageID, created, r.Window, r.PayloadHash)
 	if err != nil {
 		return driver.InboxResult{}, fmt.Errorf("mensageria/postgres: inbox: %w", err)
 	}
@@ -40,15 +40,15 @@ func (t *pgTx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.In
 	}
 	// Not inserted: either a record exists (duplicate) or the message was
 	// too old to be checked (stale). A record wins: it proves the effect.
-	var first [16]byte
-	err = t.tx.QueryRow(ctx, "SELECT message_id FROM "+t.d.table("inbox")+" WHERE consumer = $1 AND key = $2", r.Consumer, r.Key).Scan(&first)
+	res := driver.InboxResult{Duplicate: true}
+	err = t.tx.QueryRow(ctx, t.d.q.inboxFirst, r.Consumer, r.Key).Scan(&res.FirstMessageID, &res.FirstPayloadHash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return driver.InboxResult{Stale: true}, nil
 	}
 	if err != nil {
 		return driver.InboxResult{}, fmt.Errorf("mensageria/postgres: inbox: %w", err)
 	}
-	return driver.InboxResult{Duplicate: true, FirstMessageID: first}, nil
+	return res, nil
 }
 
 // Offset locks the position it returns until the transaction ends: a sink

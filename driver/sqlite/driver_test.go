@@ -28,11 +28,24 @@ func migrated(t *testing.T, path string, cfg *sqlite.Config) *sqlite.Driver {
 	return d
 }
 
+// own records types as app's in the catalog, as its relay does at start.
+func own(t *testing.T, d *sqlite.Driver, app string, types ...string) {
+	t.Helper()
+	var rs []driver.Resource
+	for _, typ := range types {
+		rs = append(rs, driver.Resource{Kind: driver.ResourceType, Name: typ})
+	}
+	if _, err := d.Register(context.Background(), driver.RegisterParams{App: app, Resources: rs}); err != nil {
+		t.Fatalf("Register(%s, %v): %v", app, types, err)
+	}
+}
+
 // The statement the README gives apps in other languages is enqueued and
 // delivered by a relay.
 func TestPlainSQLInsertIsRelayed(t *testing.T) {
 	d := migrated(t, filepath.Join(t.TempDir(), "m.db"), nil)
 	ctx := t.Context()
+	own(t, d, "plain", "t")
 	if _, err := d.DB().ExecContext(ctx, `INSERT INTO mensageria_outbox (type, key, payload) VALUES ('t','k','{"a":1}')`); err != nil {
 		t.Fatalf("plain insert: %v", err)
 	}
@@ -69,6 +82,7 @@ func TestPlainSQLInsertIsRelayed(t *testing.T) {
 
 func TestPlainSQLInsertRejectsNonJSON(t *testing.T) {
 	d := migrated(t, filepath.Join(t.TempDir(), "m.db"), nil)
+	own(t, d, "plain", "t")
 	_, err := d.DB().Exec(`INSERT INTO mensageria_outbox (type, key, payload) VALUES ('t','k','not json')`)
 	if err == nil || !strings.Contains(err.Error(), "CHECK") {
 		t.Fatalf("non-JSON payload: %v, want a CHECK constraint failure", err)
@@ -145,6 +159,7 @@ func TestConfigSchema(t *testing.T) {
 		t.Fatalf("tables %s, %s", a.Table("outbox"), b.Table("outbox"))
 	}
 	ctx := t.Context()
+	own(t, a, "a", "t")
 	if err := a.Insert(ctx, driver.InsertParams{Rows: []driver.InsertRow{{MessageID: uuid.New(), Type: "t", Key: "k", Payload: []byte(`{}`)}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +227,7 @@ func TestNewWithCallerDB(t *testing.T) {
 func concurrentWriters(t *testing.T, a, b *sqlite.Driver) {
 	t.Helper()
 	ctx := t.Context()
+	own(t, a, "writers", "c")
 	const perWriter = 60
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -344,6 +360,7 @@ func TestClaimManyTypes(t *testing.T) {
 				driver.InsertRow{MessageID: uuid.New(), Type: typ, Key: "k", Payload: []byte(`{}`)})
 		}
 	}
+	own(t, d, "many", types...)
 	if err := d.Insert(ctx, driver.InsertParams{Rows: rows}); err != nil {
 		t.Fatal(err)
 	}
@@ -364,6 +381,7 @@ func TestClaimManyTypes(t *testing.T) {
 func TestListenInProcess(t *testing.T) {
 	d := migrated(t, filepath.Join(t.TempDir(), "m.db"), nil)
 	ctx := t.Context()
+	own(t, d, "listen", "t")
 	l, err := d.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)

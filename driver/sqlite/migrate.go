@@ -80,7 +80,9 @@ func (d *Driver) bookkeeping() string {
 }
 
 // MigrationSQL returns every migration after version from, with this
-// driver's table prefix, each ending with the row that records it.
+// driver's table prefix, each ending with the row that records it. That row
+// gives applied_at itself: a version table made by an older build defaults
+// it with unixepoch('subsec'), which an operator's older sqlite3 lacks.
 func (d *Driver) MigrationSQL(from int) ([]driver.Migration, error) {
 	if from < 0 || from > latest() {
 		return nil, &SchemaVersionError{Have: from, Want: latest()}
@@ -88,15 +90,23 @@ func (d *Driver) MigrationSQL(from int) ([]driver.Migration, error) {
 	var out []driver.Migration
 	for _, m := range migrationFiles[from:] {
 		text := d.bookkeeping() + "\n" + strings.ReplaceAll(m.sql, "{{p}}", d.prefix) +
-			fmt.Sprintf("\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", d.versionTable(), m.version, m.name)
+			fmt.Sprintf("\nINSERT INTO %s (version, name, applied_at) VALUES (%d, '%s', %s);\n", d.versionTable(), m.version, m.name, nowExpr)
 		out = append(out, driver.Migration{Version: m.version, Name: m.name, SQL: text})
 	}
 	return out, nil
 }
 
+// catalogVersion is the migration that creates the owners catalog.
+const catalogVersion = 3
+
 // Migrate applies missing migrations in one immediate transaction, so two
 // processes migrating at once serialize on SQLite's write lock and the
-// second finds nothing to do. MigrateCheck only reads the version.
+// second finds nothing to do. MigrateCheck only reads the version (and the
+// migrations owner, once the catalog exists).
+//
+// MigrateUp is refused to any app but the catalog's migrations owner, even
+// when nothing is left to apply, so a wrong app learns it at once; with no
+// owner recorded, a named app that migrates up becomes the owner.
 func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.MigrateResult, error) {
 	mode := p.Mode
 	want := latest()
@@ -106,16 +116,22 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 			return driver.MigrateResult{}, err
 		}
 		res := driver.MigrateResult{From: have, To: have}
+		if have >= catalogVersion {
+			if res.Owner, err = d.migrationsOwner(ctx, d.db); err != nil {
+				return res, err
+			}
+		}
 		if have != want {
 			return res, &SchemaVersionError{Have: have, Want: want}
 		}
+		d.prepareInserts(ctx)
 		return res, nil
 	}
 	if mode != driver.MigrateUp {
 		return driver.MigrateResult{}, fmt.Errorf("mensageria/sqlite: unknown migrate mode %d", mode)
 	}
 	var res driver.MigrateResult
-	err := d.write(ctx, func(w writer, _ int64) error {
+	err := d.write(ctx, func(w writer, now int64) error {
 		have, err := d.version(ctx, w)
 		if err != nil {
 			return err
@@ -124,23 +140,58 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		if have > want {
 			return &SchemaVersionError{Have: have, Want: want}
 		}
+		if have >= catalogVersion {
+			if res.Owner, err = d.migrationsOwner(ctx, w); err != nil {
+				return err
+			}
+			if res.Owner != "" && res.Owner != p.App {
+				return &driver.OwnerConflictError{App: p.App, Conflicts: []driver.Ownership{{
+					Resource: driver.Resource{Kind: driver.ResourceMigrations, Name: driver.MigrationsName}, App: res.Owner}}}
+			}
+		}
 		ms, err := d.MigrationSQL(have)
 		if err != nil {
 			return err
 		}
 		for _, m := range ms {
 			if _, err := w.ExecContext(ctx, m.SQL); err != nil {
+				// A migration may switch a connection setting for a step
+				// (003 renames in legacy mode); a failure halfway must not
+				// leave it switched on a pooled connection.
+				_, _ = w.ExecContext(context.WithoutCancel(ctx), "PRAGMA legacy_alter_table = OFF")
 				return fmt.Errorf("mensageria/sqlite: migration %d (%s): %w", m.Version, m.Name, err)
 			}
 			res.Applied = append(res.Applied, m.Version)
 			res.To = m.Version
+		}
+		if res.Owner == "" && p.App != "" && res.To >= catalogVersion {
+			// An entry left unclaimed (app NULL) is taken like an absent one.
+			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"owners (kind, name, app, since) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET app = excluded.app, since = excluded.since WHERE app IS NULL",
+				string(driver.ResourceMigrations), driver.MigrationsName, p.App, now); err != nil {
+				return wrap("recording the migrations owner", err)
+			}
+			res.Owner = p.App
 		}
 		return nil
 	})
 	if err != nil {
 		return res, err
 	}
+	d.prepareInserts(ctx)
 	return res, nil
+}
+
+// migrationsOwner reads the app that owns the schema's migrations, "" when
+// none is recorded.
+func (d *Driver) migrationsOwner(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (string, error) {
+	var app sql.NullString
+	err := q.QueryRowContext(ctx, "SELECT app FROM "+d.prefix+"owners WHERE kind = ? AND name = ?", string(driver.ResourceMigrations), driver.MigrationsName).Scan(&app)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", wrap("reading the migrations owner", err)
+	}
+	return app.String, nil
 }
 
 func (d *Driver) version(ctx context.Context, q interface {

@@ -5,12 +5,16 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/xadm/mensageria/driver"
 )
@@ -19,29 +23,116 @@ import (
 type queries struct {
 	insertHead string
 	jobCols    string
+	listCols   string // jobCols and the type's owner
 	settled    string // guard: still leased to the token, lease not expired
 }
 
 func newQueries(p string) queries {
+	jobCols := "id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, last_error, last_route"
 	return queries{
 		insertHead: "INSERT INTO " + p + "outbox (message_id, type, key, payload, headers) VALUES ",
-		jobCols:    "id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, last_error",
+		jobCols:    jobCols,
+		listCols:   jobCols + ", (SELECT w.app FROM " + p + "owners w WHERE w.kind = 'type' AND w.name = " + p + "outbox.type)",
 		settled:    " AND state = 'pending' AND lease_token = ? AND lease_until > ?",
 	}
+}
+
+// RefusedError is a row the outbox table refused by its own rules, the
+// ones every plain SQL INSERT meets too (a type with no owner is a
+// *driver.UnownedTypeError instead). Reason is the table's message, the
+// trigger's or a column CHECK's, which says what to fix. Nothing of the
+// call was written.
+type RefusedError struct {
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return "mensageria/sqlite: enqueue refused: " + e.Reason
+}
+
+// unownedMark is in the message of the outbox trigger's refusal of a type
+// without an owner (migrations/003_catalog.sql).
+const unownedMark = "has no owner app in"
+
+// refusal turns the outbox's refusals (the trigger's RAISE, the columns'
+// named CHECKs) into typed errors. RAISE takes only a literal, so an
+// unowned type is named from the rows: the first one the catalog lacks,
+// read in the same transaction as the refused insert.
+func (d *Driver) refusal(ctx context.Context, w writer, rows []driver.InsertRow, err error) error {
+	var se *msqlite.Error
+	if !errors.As(err, &se) {
+		return wrap("enqueue", err)
+	}
+	code := se.Code()
+	if code != sqlite3.SQLITE_CONSTRAINT_CHECK && code != sqlite3.SQLITE_CONSTRAINT_TRIGGER {
+		return wrap("enqueue", err)
+	}
+	// The table's own messages start with "mensageria: " (a CHECK's is its
+	// name); SQLite's wrapping and the result code are dropped.
+	msg := strings.TrimSpace(strings.TrimSuffix(se.Error(), fmt.Sprintf("(%d)", code)))
+	if i := strings.Index(msg, "mensageria: "); i >= 0 {
+		msg = msg[i:]
+	}
+	if code == sqlite3.SQLITE_CONSTRAINT_CHECK || !strings.Contains(msg, unownedMark) {
+		return &RefusedError{Reason: msg}
+	}
+	types := make([]string, len(rows))
+	for i, r := range rows {
+		types[i] = r.Type
+	}
+	var typ string
+	qerr := w.QueryRowContext(ctx, "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT name FROM "+d.prefix+"owners WHERE kind = 'type') LIMIT 1",
+		stringsJSON(types)).Scan(&typ)
+	if qerr != nil && !errors.Is(qerr, sql.ErrNoRows) {
+		return wrap("enqueue", errors.Join(err, qerr))
+	}
+	return &driver.UnownedTypeError{Type: typ}
 }
 
 // chunk bounds the host parameters of one statement well under SQLite's
 // limit.
 const chunk = 200
 
-// Insert writes p.Rows in one transaction of its own.
+// Insert writes p.Rows in one transaction of its own. A row the outbox
+// table refuses fails the call with a *driver.UnownedTypeError (a type no
+// app owns) or a *RefusedError, and nothing is written.
+//
+// Unlike the driver's other writes it runs in a *sql.Tx (immediate with
+// Open's _txlock; on a caller's *sql.DB without it, deferred, which is as
+// safe here because its first statement writes), so that the prepared
+// INSERTs are reused per connection: preparing one compiles the outbox's
+// trigger, most of an enqueue's cost.
 func (d *Driver) Insert(ctx context.Context, p driver.InsertParams) error {
 	if len(p.Rows) == 0 {
 		return nil
 	}
-	err := d.write(ctx, func(w writer, _ int64) error { return d.insertRows(ctx, w, p.Rows) })
+	select {
+	case d.gate <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("mensageria/sqlite: waiting for the write lock: %w", ctx.Err())
+	}
+	defer func() { <-d.gate }()
+	// Prepared before the transaction holds a connection: preparing on
+	// the *sql.DB takes one, and a caller's pool may have only one.
+	for n := len(p.Rows); n > 0; n -= min(n, chunk) {
+		d.inserts.prepare(ctx, d, min(n, chunk))
+	}
+	// Not cancellable once begun: an interrupted COMMIT leaves the outcome
+	// unknown. A cancellation before it rolls back.
+	tx, err := d.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
+		return wrap("begin", err)
+	}
+	if err := d.insertRows(ctx, tx, p.Rows); err != nil {
+		_ = tx.Rollback()
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		_ = tx.Rollback()
+		return wrap("enqueue", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return wrap("commit", err)
 	}
 	if p.Notify {
 		d.notify()
@@ -82,17 +173,78 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 	return nil
 }
 
-func (d *Driver) insertRows(ctx context.Context, w writer, rows []driver.InsertRow) error {
+// cachedRows are the row counts whose INSERT stays prepared: the usual
+// enqueue is a few rows, and a long call goes in full chunks.
+func cachedRows(n int) bool { return n <= 8 || n == chunk }
+
+// insertStmts keeps one prepared INSERT per cached row count. database/sql
+// prepares a *sql.Stmt again on each connection it runs on, keeps it there
+// for the next transaction, and finalizes it when it closes the
+// connection. They are prepared only where no connection of the caller's
+// is held (Migrate, and Insert before it begins): InsertTx, inside the
+// caller's transaction, only uses what exists.
+type insertStmts struct {
+	mu     sync.Mutex
+	m      map[int]*sql.Stmt
+	closed bool
+}
+
+func (c *insertStmts) get(n int) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[n]
+}
+
+// prepare makes the statement of n rows if it is cached and missing. A
+// failure (no schema yet) leaves it to the plain statement to report.
+func (c *insertStmts) prepare(ctx context.Context, d *Driver, n int) {
+	if !cachedRows(n) || c.get(n) != nil {
+		return
+	}
+	st, err := d.db.PrepareContext(ctx, d.insertQuery(n))
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.m[n] != nil {
+		_ = st.Close()
+		return
+	}
+	if c.m == nil {
+		c.m = map[int]*sql.Stmt{}
+	}
+	c.m[n] = st
+}
+
+// prepareInserts readies the statements of the usual enqueues once the
+// schema is there.
+func (d *Driver) prepareInserts(ctx context.Context) {
+	for n := 1; n <= 8; n++ {
+		d.inserts.prepare(ctx, d, n)
+	}
+}
+
+func (c *insertStmts) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, st := range c.m {
+		_ = st.Close()
+	}
+	c.m = nil
+}
+
+// insertQuery is the INSERT of n rows.
+func (d *Driver) insertQuery(n int) string {
+	return d.q.insertHead + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ")
+}
+
+func (d *Driver) insertRows(ctx context.Context, tx *sql.Tx, rows []driver.InsertRow) error {
 	for len(rows) > 0 {
 		n := min(len(rows), chunk)
-		var sb strings.Builder
-		sb.WriteString(d.q.insertHead)
 		args := make([]any, 0, n*5)
-		for i, r := range rows[:n] {
-			if i > 0 {
-				sb.WriteString(", ")
-			}
-			sb.WriteString("(?, ?, ?, ?, ?)")
+		for _, r := range rows[:n] {
 			var headers any
 			if len(r.Headers) > 0 {
 				headers = string(r.Headers)
@@ -105,8 +257,22 @@ func (d *Driver) insertRows(ctx context.Context, w writer, rows []driver.InsertR
 			// plain INSERTs then see the same column type.
 			args = append(args, uuid.UUID(r.MessageID).String(), r.Type, r.Key, payload, headers)
 		}
-		if _, err := w.ExecContext(ctx, sb.String(), args...); err != nil {
-			return wrap("enqueue", err)
+		query := d.insertQuery(n)
+		var err error
+		st := d.inserts.get(n)
+		if st != nil {
+			_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+			// A caller's transaction of another *sql.DB on the same file
+			// cannot use this handle's statements; nothing ran.
+			if err != nil && strings.Contains(err.Error(), "statement from different database") {
+				st = nil
+			}
+		}
+		if st == nil {
+			_, err = tx.ExecContext(ctx, query, args...)
+		}
+		if err != nil {
+			return d.refusal(ctx, tx, rows[:n], err)
 		}
 		rows = rows[n:]
 	}
@@ -193,7 +359,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 		if err != nil {
 			return wrap("claim", err)
 		}
-		jobs, err = scanJobs(rows)
+		jobs, err = scanJobs(rows, false)
 		return err
 	})
 	if err != nil {
@@ -225,21 +391,29 @@ func dedupe(s []string) []string {
 	return out
 }
 
-func scanJobs(rows *sql.Rows) ([]driver.Job, error) {
+// scanJobs reads rows of jobCols, or of listCols when withOwner.
+func scanJobs(rows *sql.Rows, withOwner bool) ([]driver.Job, error) {
 	defer rows.Close()
 	var jobs []driver.Job
 	for rows.Next() {
 		var (
-			j                  driver.Job
-			mid, state         string
-			headers, lastErr   sql.NullString
-			created, available int64
-			delivered          sql.NullInt64
-			payload            []byte
+			j                           driver.Job
+			mid, state                  string
+			headers, lastErr, lastRoute sql.NullString
+			owner                       sql.NullString
+			created, available          int64
+			delivered                   sql.NullInt64
+			payload                     []byte
 		)
-		if err := rows.Scan(&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &j.Attempt, &created, &available, &delivered, &lastErr); err != nil {
+		dest := []any{&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &j.Attempt, &created, &available, &delivered, &lastErr, &lastRoute}
+		if withOwner {
+			dest = append(dest, &owner)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, wrap("reading outbox rows", err)
 		}
+		j.LastRoute = lastRoute.String
+		j.Owner = owner.String
 		id, err := uuid.Parse(mid)
 		if err != nil {
 			return nil, fmt.Errorf("mensageria/sqlite: outbox row %d has message_id %q, not a UUID: %w", j.ID, mid, err)
@@ -268,71 +442,86 @@ func scanJobs(rows *sql.Rows) ([]driver.Job, error) {
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 // Settle records the outcomes of one claimed batch in one transaction; each
-// update is guarded by the token and the lease.
+// update is guarded by the token and the lease. The rows it did not change
+// are sorted by one more read in the same transaction: gone or leased to
+// another token is Fenced, still ours but past the lease is Expired.
 func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
-	n, err := d.settleCount(ctx, p)
-	if err != nil {
-		return driver.SettleResult{}, err
+	// Every row of p once, in p's order: a row listed twice takes its first
+	// outcome and is reported once.
+	var all []int64
+	seen := map[int64]bool{}
+	add := func(id int64) {
+		if !seen[id] {
+			seen[id] = true
+			all = append(all, id)
+		}
 	}
-	return driver.SettleResult{Settled: make([]int64, n)}, nil // FOUNDATION STUB: replaced by the driver work
-}
-
-func (d *Driver) settleCount(ctx context.Context, p driver.SettleParams) (int, error) {
-	if len(p.Delivered)+len(p.Retry)+len(p.Dead)+len(p.Release) == 0 {
-		return 0, nil
+	for _, id := range p.Delivered {
+		add(id)
+	}
+	for _, id := range p.Release {
+		add(id)
+	}
+	for _, r := range p.Retry {
+		add(r.ID)
+	}
+	for _, f := range p.Dead {
+		add(f.ID)
+	}
+	if len(all) == 0 {
+		return driver.SettleResult{}, nil
 	}
 	o := d.prefix + "outbox"
-	changed := 0
+	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		changed = 0
-		exec := func(q string, args ...any) error {
-			res, err := w.ExecContext(ctx, q, args...)
+		res = driver.SettleResult{}
+		settled := map[int64]bool{}
+		// returning runs an UPDATE or DELETE ending in RETURNING id, type and
+		// records what it changed.
+		delivered := map[string]int64{}
+		returning := func(q string, args []any, count bool) error {
+			rows, err := w.QueryContext(ctx, q+" RETURNING id, type", args...)
 			if err != nil {
 				return wrap("settle", err)
 			}
-			n, _ := res.RowsAffected()
-			changed += int(n)
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var typ string
+				if err := rows.Scan(&id, &typ); err != nil {
+					return wrap("settle", err)
+				}
+				settled[id] = true
+				if count {
+					delivered[typ]++
+				}
+			}
+			return wrap("settle", rows.Err())
+		}
+		byIDs := func(head string, setArgs []any, ids []int64, count bool) error {
+			for len(ids) > 0 {
+				n := min(len(ids), chunk)
+				args := append([]any{}, setArgs...)
+				for _, id := range ids[:n] {
+					args = append(args, id)
+				}
+				args = append(args, p.Token, now)
+				if err := returning(head+" WHERE id IN ("+marks(n)+")"+d.q.settled, args, count); err != nil {
+					return err
+				}
+				ids = ids[n:]
+			}
 			return nil
 		}
 		// Delivered rows are deleted (or, kept, marked) and counted per
 		// type and minute, so Stats knows the recent deliveries without
 		// the rows.
-		delivered := map[string]int64{}
-		ids := p.Delivered
-		for len(ids) > 0 {
-			n := min(len(ids), chunk)
-			args := []any{}
-			if p.KeepDelivered {
-				args = append(args, now)
+		if p.KeepDelivered {
+			if err := byIDs("UPDATE "+o+" SET state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Delivered, true); err != nil {
+				return err
 			}
-			for _, id := range ids[:n] {
-				args = append(args, id)
-			}
-			args = append(args, p.Token, now)
-			q := "DELETE FROM " + o
-			if p.KeepDelivered {
-				q = "UPDATE " + o + " SET state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL"
-			}
-			rows, err := w.QueryContext(ctx, q+" WHERE id IN ("+marks(n)+")"+d.q.settled+" RETURNING type", args...)
-			if err != nil {
-				return wrap("settle", err)
-			}
-			for rows.Next() {
-				var typ string
-				if err := rows.Scan(&typ); err != nil {
-					rows.Close()
-					return wrap("settle", err)
-				}
-				delivered[typ]++
-				changed++
-			}
-			if err := rows.Close(); err != nil {
-				return wrap("settle", err)
-			}
-			if err := rows.Err(); err != nil {
-				return wrap("settle", err)
-			}
-			ids = ids[n:]
+		} else if err := byIDs("DELETE FROM "+o, nil, p.Delivered, true); err != nil {
+			return err
 		}
 		minute := now - now%time.Minute.Microseconds()
 		for typ, n := range delivered {
@@ -341,91 +530,162 @@ func (d *Driver) settleCount(ctx context.Context, p driver.SettleParams) (int, e
 				return wrap("settle counts", err)
 			}
 		}
-		byIDs := func(set string, setArgs []any, ids []int64) error {
-			for len(ids) > 0 {
-				n := min(len(ids), chunk)
-				args := append([]any{}, setArgs...)
-				for _, id := range ids[:n] {
-					args = append(args, id)
-				}
-				args = append(args, p.Token, now)
-				if err := exec("UPDATE "+o+" SET "+set+" WHERE id IN ("+marks(n)+")"+d.q.settled, args...); err != nil {
-					return err
-				}
-				ids = ids[n:]
-			}
-			return nil
-		}
 		// A released row was not attempted: give the attempt back.
-		if err := byIDs("attempts = max(attempts - 1, 0), available_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Release); err != nil {
+		if err := byIDs("UPDATE "+o+" SET attempts = max(attempts - 1, 0), available_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Release, false); err != nil {
 			return err
 		}
+		// An empty route is stored as none, so a row never shows the route
+		// of an older attempt next to a newer error.
 		for _, r := range p.Retry {
 			delay := max(r.Delay, 0)
-			if err := exec("UPDATE "+o+" SET available_at = ?, last_error = ?, lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
-				now+delay.Microseconds(), r.Error, r.ID, p.Token, now); err != nil {
+			if err := returning("UPDATE "+o+" SET available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+				[]any{now + delay.Microseconds(), r.Error, r.Route, r.ID, p.Token, now}, false); err != nil {
 				return err
 			}
 		}
 		for _, f := range p.Dead {
-			if err := exec("UPDATE "+o+" SET state = 'dead', available_at = ?, last_error = ?, lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
-				now, f.Error, f.ID, p.Token, now); err != nil {
+			if err := returning("UPDATE "+o+" SET state = 'dead', available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+				[]any{now, f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
 				return err
+			}
+		}
+		var rest []int64
+		for _, id := range all {
+			if settled[id] {
+				res.Settled = append(res.Settled, id)
+			} else {
+				rest = append(rest, id)
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		expired := map[int64]bool{}
+		rows, err := w.QueryContext(ctx, "SELECT id FROM "+o+" WHERE id IN (SELECT value FROM json_each(?)) AND state = 'pending' AND lease_token = ? AND lease_until <= ?",
+			int64sJSON(rest), p.Token, now)
+		if err != nil {
+			return wrap("settle", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return wrap("settle", err)
+			}
+			expired[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return wrap("settle", err)
+		}
+		for _, id := range rest {
+			if expired[id] {
+				res.Expired = append(res.Expired, id)
+			} else {
+				res.Fenced = append(res.Fenced, id)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return driver.SettleResult{}, err
 	}
-	return changed, nil
+	return res, nil
 }
 
 // defaultPurgeBatch bounds one purge pass when the caller gives no batch.
 const defaultPurgeBatch = 1000
 
-// Purge deletes at most p.Batch delivered outbox rows and p.Batch inbox rows
-// older than their ages. A zero DeliveredBefore purges every delivered row
-// (the client's DeliveredRetention 0 means "keep none"); a zero InboxBefore
-// skips the inbox, because an emptied inbox would let duplicates through.
+// Purge deletes, in one transaction, at most p.Batch delivered outbox rows
+// of p.Types older than p.DeliveredBefore (zero: every delivered row of
+// them) and at most p.Batch inbox records of the consumers the catalog
+// gives p.App, each older than that consumer's own window; a consumer
+// without a window, another app's, or one nobody registered keeps every
+// record. Per-minute delivered counts of p.Types older than a day go too.
 func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
 	batch := p.Batch
 	if batch <= 0 {
 		batch = defaultPurgeBatch
 	}
+	types := stringsJSON(dedupe(p.Types))
 	var res driver.PurgeResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.PurgeResult{}
-		if p.DeliveredBefore >= 0 {
+		if len(p.Types) > 0 && p.DeliveredBefore >= 0 {
 			o := d.prefix + "outbox"
-			r, err := w.ExecContext(ctx, "DELETE FROM "+o+" WHERE id IN (SELECT id FROM "+o+" WHERE state = 'delivered' AND delivered_at <= ? ORDER BY delivered_at LIMIT ?)",
-				now-p.DeliveredBefore.Microseconds(), batch)
+			// No ORDER BY: everything past the age goes, so which batch goes
+			// first does not matter, and without it one probe of the
+			// (type, delivered_at) index per type stops at the limit.
+			r, err := w.ExecContext(ctx, "DELETE FROM "+o+" WHERE id IN (SELECT id FROM "+o+" WHERE state = 'delivered' AND type IN (SELECT value FROM json_each(?)) AND delivered_at <= ? LIMIT ?)",
+				types, now-p.DeliveredBefore.Microseconds(), batch)
 			if err != nil {
 				return wrap("purge outbox", err)
 			}
 			n, _ := r.RowsAffected()
 			res.Outbox = int(n)
 		}
-		if false {
-			in := d.prefix + "inbox"
-			r, err := w.ExecContext(ctx, "DELETE FROM "+in+" WHERE (consumer, key) IN (SELECT consumer, key FROM "+in+" WHERE received_at < ? ORDER BY received_at LIMIT ?)",
-				now-int64(0), batch)
+		if p.App != "" {
+			n, err := d.purgeInbox(ctx, w, p.App, now, batch)
 			if err != nil {
-				return wrap("purge inbox", err)
+				return err
 			}
-			n, _ := r.RowsAffected()
-			res.Inbox = int(n)
+			res.Inbox = n
 		}
-		_, err := w.ExecContext(ctx, "DELETE FROM "+d.prefix+"delivered_counts WHERE minute < ?", now-24*time.Hour.Microseconds())
-		return wrap("purge counts", err)
+		if len(p.Types) > 0 {
+			_, err := w.ExecContext(ctx, "DELETE FROM "+d.prefix+"delivered_counts WHERE type IN (SELECT value FROM json_each(?)) AND minute < ?",
+				types, now-24*time.Hour.Microseconds())
+			return wrap("purge counts", err)
+		}
+		return nil
 	})
 	return res, err
+}
+
+// purgeInbox deletes up to batch records of app's consumers, each one's
+// oldest first on the (consumer, received_at) index, after its window.
+func (d *Driver) purgeInbox(ctx context.Context, w writer, app string, now int64, batch int) (int, error) {
+	rows, err := w.QueryContext(ctx, "SELECT name, dedup_window_us FROM "+d.prefix+"owners WHERE app = ? AND kind = 'consumer' AND dedup_window_us IS NOT NULL ORDER BY name", app)
+	if err != nil {
+		return 0, wrap("purge inbox", err)
+	}
+	type consumer struct {
+		name   string
+		window int64
+	}
+	var cs []consumer
+	for rows.Next() {
+		var c consumer
+		if err := rows.Scan(&c.name, &c.window); err != nil {
+			rows.Close()
+			return 0, wrap("purge inbox", err)
+		}
+		cs = append(cs, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, wrap("purge inbox", err)
+	}
+	in := d.prefix + "inbox"
+	total := 0
+	for _, c := range cs {
+		if total >= batch {
+			break
+		}
+		r, err := w.ExecContext(ctx, "DELETE FROM "+in+" WHERE consumer = ?1 AND key IN (SELECT key FROM "+in+" WHERE consumer = ?1 AND received_at < ?2 ORDER BY received_at LIMIT ?3)",
+			c.name, now-c.window, batch-total)
+		if err != nil {
+			return total, wrap("purge inbox", err)
+		}
+		n, _ := r.RowsAffected()
+		total += int(n)
+	}
+	return total, nil
 }
 
 // Stats reports every type with pending or dead rows or deliveries in the
 // last hour. Pending counts rows waiting for a claim (due or not); InFlight
 // counts rows under a live lease; DeliveredLastHr comes from the per-minute
-// counts, so it includes rows deleted at settle.
+// counts, so it includes rows deleted at settle. Owner is the type's app in
+// the catalog ("" for none, or unclaimed).
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	now, err := d.now(ctx)
 	if err != nil {
@@ -470,6 +730,23 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	if err := rows.Err(); err != nil {
 		return nil, wrap("stats", err)
 	}
+	owners, err := d.db.QueryContext(ctx, "SELECT name, app FROM "+d.prefix+"owners WHERE kind = 'type' AND app IS NOT NULL")
+	if err != nil {
+		return nil, wrap("stats owners", err)
+	}
+	defer owners.Close()
+	for owners.Next() {
+		var typ, app string
+		if err := owners.Scan(&typ, &app); err != nil {
+			return nil, wrap("stats owners", err)
+		}
+		if s, ok := byType[typ]; ok {
+			s.Owner = app
+		}
+	}
+	if err := owners.Err(); err != nil {
+		return nil, wrap("stats owners", err)
+	}
 	out := make([]driver.TypeStats, 0, len(byType))
 	for _, s := range byType {
 		out = append(out, *s)
@@ -511,7 +788,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 		limit = defaultListLimit
 	}
 	limit = min(limit, maxListLimit)
-	q := "SELECT " + d.q.jobCols + " FROM " + d.prefix + "outbox"
+	q := "SELECT " + d.q.listCols + " FROM " + d.prefix + "outbox"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -521,7 +798,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	if err != nil {
 		return nil, wrap("list messages", err)
 	}
-	return scanJobs(rows)
+	return scanJobs(rows, true)
 }
 
 func int64sJSON(ids []int64) string {

@@ -15,6 +15,19 @@
 //
 // EnqueueTx takes a *sql.Tx of the same database. Listen wakes listeners of
 // the same *Driver only; relays in other processes find new rows by polling.
+//
+// Any program may enqueue with a plain
+//
+//	INSERT INTO mensageria_outbox (type, key, payload) VALUES ('order.created', 'order-1', '{"id":1}')
+//
+// (headers, a JSON object of strings, optional): every other column has a
+// default that SQLite 3.31 and later evaluate. A trigger on the outbox
+// holds such an INSERT to the Go API's rules and refuses it with a message
+// starting "mensageria: ": the type must have an owner in <prefix>owners
+// (the ownership catalog, filled by Register) and be 1-200 bytes, the key
+// 1-1000 bytes (of UTF-8, not characters), neither with NUL; headers NULL
+// or an object whose values are all strings. Insert and InsertTx report a
+// refused row as a *driver.UnownedTypeError or a *RefusedError.
 package sqlite
 
 import (
@@ -58,6 +71,8 @@ type Driver struct {
 	prefix string
 	q      queries
 	gate   chan struct{} // shared by every Driver of one database file
+	// inserts are the prepared enqueue statements.
+	inserts insertStmts
 
 	mu        sync.Mutex
 	listeners map[*listener]struct{}
@@ -185,7 +200,7 @@ func gateFor(db *sql.DB) (chan struct{}, error) {
 func (d *Driver) DB() *sql.DB { return d.db }
 
 // Table returns the full name of one of the driver's tables ("outbox",
-// "inbox", "offsets", "leader", "migrations").
+// "inbox", "offsets", "leader", "migrations", "owners", "identity").
 func (d *Driver) Table(name string) string { return d.prefix + name }
 
 // Close ends every listener and, when Open created the database handle,
@@ -201,16 +216,20 @@ func (d *Driver) Close() error {
 		l.closeLocked()
 	}
 	d.mu.Unlock()
+	d.inserts.close()
 	if d.ownsDB {
 		return d.db.Close()
 	}
 	return nil
 }
 
-// nowExpr is the database clock in microseconds. unixepoch('subsec') has
+// nowExpr is the database clock in microseconds, written as the migrations'
+// column defaults are: julianday('now') exists on every SQLite a client
+// program may use (unixepoch('subsec') only from 3.42), so the migration SQL
+// that embeds it runs under an operator's own tool too. The clock has
 // millisecond resolution; rounding first keeps float error out of the
 // microsecond digits.
-const nowExpr = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
+const nowExpr = "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
 
 // writer runs statements inside one write transaction.
 type writer interface {

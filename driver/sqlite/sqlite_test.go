@@ -42,8 +42,9 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 			_, err := d.DB().ExecContext(ctx, q, args...)
 			return err
 		},
-		Table:      d.Table,
-		Unmigrated: func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		Table:          d.Table,
+		Unmigrated:     func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		CatalogVersion: 3,
 	}
 }
 

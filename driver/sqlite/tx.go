@@ -52,8 +52,12 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 			return driver.InboxResult{Stale: true}, nil
 		}
 	}
-	res, err := t.tx.ExecContext(ctx, "INSERT INTO "+in+" (consumer, key, message_id, received_at) VALUES (?, ?, ?, "+nowExpr+") ON CONFLICT (consumer, key) DO NOTHING",
-		r.Consumer, r.Key, uuid.UUID(r.MessageID).String())
+	var hash any
+	if r.PayloadHash != nil {
+		hash = r.PayloadHash
+	}
+	res, err := t.tx.ExecContext(ctx, "INSERT INTO "+in+" (consumer, key, message_id, received_at, payload_hash) VALUES (?, ?, ?, "+nowExpr+", ?) ON CONFLICT (consumer, key) DO NOTHING",
+		r.Consumer, r.Key, uuid.UUID(r.MessageID).String(), hash)
 	if err != nil {
 		return driver.InboxResult{}, wrap("inbox", err)
 	}
@@ -61,10 +65,11 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 		return driver.InboxResult{}, nil
 	}
 	var first string
-	if err := t.tx.QueryRowContext(ctx, "SELECT message_id FROM "+in+" WHERE consumer = ? AND key = ?", r.Consumer, r.Key).Scan(&first); err != nil {
+	var firstHash []byte
+	if err := t.tx.QueryRowContext(ctx, "SELECT message_id, payload_hash FROM "+in+" WHERE consumer = ? AND key = ?", r.Consumer, r.Key).Scan(&first, &firstHash); err != nil {
 		return driver.InboxResult{}, wrap("inbox", err)
 	}
-	out := driver.InboxResult{Duplicate: true}
+	out := driver.InboxResult{Duplicate: true, FirstPayloadHash: firstHash}
 	if id, err := uuid.Parse(first); err == nil {
 		out.FirstMessageID = id
 	}

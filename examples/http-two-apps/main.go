@@ -7,9 +7,13 @@
 //     that same inbox transaction, enqueues "invoice.issued" back to
 //     orders, which marks the order invoiced.
 //
-// Each app registers only its own type, so each relay claims only its own
-// rows of the shared outbox. Both run in this one process for the sake of
-// a single `go run`; they share nothing but the database and the wire.
+// Each app registers only its own type and its own inbox, and its Client
+// records them as the app's in the schema's ownership catalog when it
+// starts: each relay claims only its own rows of the shared outbox and
+// purges only its own inbox's records, and an app that routed the other's
+// type by mistake would fail to start. Both run in this one process for
+// the sake of a single `go run`; they share nothing but the database and
+// the wire.
 //
 //	go run ./examples/http-two-apps -dsn postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 package main
@@ -67,8 +71,9 @@ func run(dsn, schema string, n int) error {
 	if err != nil {
 		return err
 	}
-	// One owner migrates; the other app would use driver.MigrateCheck.
-	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+	// One app owns the schema's migrations (the first to migrate it up is
+	// recorded); the other would use driver.MigrateCheck.
+	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp, App: "orders"}); err != nil {
 		return fmt.Errorf("migrate (is PostgreSQL up at %s?): %w", dsn, err)
 	}
 	if _, err := pool.Exec(ctx, `
@@ -194,15 +199,19 @@ func newApp(ctx context.Context, drv *postgres.Driver, logger *slog.Logger, name
 	if err != nil {
 		return nil, err
 	}
-	client, err := mensageria.New(drv, &mensageria.Config{
-		App:      name,
-		Registry: mensageria.NewRegistry().MustRegister(sendType, sender),
-		Logger:   logger.With("app", name),
-	})
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: name + "." + recvType})
 	if err != nil {
 		return nil, err
 	}
-	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: name + "." + recvType})
+	reg := mensageria.NewRegistry().MustRegister(sendType, sender)
+	if err := reg.RegisterInbox(inbox); err != nil {
+		return nil, err
+	}
+	client, err := mensageria.New(drv, &mensageria.Config{
+		App:      name,
+		Registry: reg,
+		Logger:   logger.With("app", name),
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -14,15 +14,11 @@ import (
 // sink run until it has applied what was put in front of it.
 
 // newRelay builds a client whose relay delivers typ to s at its defaults,
-// with claims of batchSize (0: the default). A Sender that follows the
-// election (the Kafka transactional one) is registered as a hook too, as
-// its docs ask.
+// with claims of batchSize (0: the default). The client finds what s needs
+// (the election's events, the relay's settings) in its registry.
 func newRelay(d driver.Driver, typ string, s mensageria.Sender, batchSize int, hooks ...mensageria.Hook) (*mensageria.Client, error) {
-	if h, ok := s.(mensageria.OnElection); ok {
-		hooks = append(hooks, h)
-	}
 	return mensageria.New(d, &mensageria.Config{
-		App:       "bench-" + typ,
+		App:       relayApp(typ),
 		Registry:  mensageria.NewRegistry().MustRegister(typ, s),
 		Hooks:     hooks,
 		BatchSize: batchSize,

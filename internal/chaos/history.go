@@ -54,7 +54,8 @@ type History struct {
 	Business []Business
 
 	// Figures, not checked: faults injected by kind and settles the
-	// relays saw refused (outcome "fenced").
+	// relays saw refused for a lost lease (outcomes "fenced" and
+	// "expired").
 	Faults map[string]int
 	Fenced int
 }

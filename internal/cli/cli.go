@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/driver"
 )
 
 // Exit codes.
@@ -121,7 +123,7 @@ Every other command reads a YAML config (--config, default mensageria.yaml,
 or $MENSAGERIA_CONFIG); 'mensageria explain' shows what it guarantees.
 
 Exit codes: 0 ok, 1 runtime failure, 2 usage or config error (or a message
-type with no route).`,
+type with no route, or a type, consumer or id another app owns).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -140,6 +142,7 @@ type with no route).`,
 		a.enqueueCommand(),
 		a.statusCommand(),
 		a.deadCommand(),
+		a.ownersCommand(),
 		a.explainCommand(),
 		a.benchCommand(),
 		a.demoCommand(),
@@ -161,6 +164,12 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		var s silentExit
 		if errors.As(err, &ee) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
 			return err
+		}
+		// Another app's ownership, or a type no app owns, is a mistake of
+		// configuration or of the operator, never a passing failure: a
+		// retry would meet the same catalog.
+		if errors.Is(err, driver.ErrOwnerConflict) || errors.Is(err, driver.ErrUnownedType) {
+			return &exitError{code: ExitUsage, err: err}
 		}
 		return &exitError{code: ExitFailure, err: err}
 	}

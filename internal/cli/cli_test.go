@@ -56,19 +56,21 @@ func run(t *testing.T, stdin string, env map[string]string, args ...string) resu
 type receiver struct {
 	mu     sync.Mutex
 	got    map[string]int // key -> deliveries
+	ids    map[string]int // message id -> deliveries
 	accept bool           // accept "refuse" keys too
 	delay  time.Duration
 	srv    *httptest.Server
 }
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{got: map[string]int{}}
+	r := &receiver{got: map[string]int{}, ids: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Header.Get("Authorization") != "Bearer tok" {
 			http.Error(w, "no", http.StatusUnauthorized)
 			return
 		}
 		var env struct {
+			ID  string `json:"id"`
 			Key string `json:"key"`
 		}
 		if err := json.NewDecoder(req.Body).Decode(&env); err != nil {
@@ -82,6 +84,7 @@ func newReceiver(t *testing.T) *receiver {
 		accept := r.accept
 		if !strings.HasPrefix(env.Key, "refuse") || accept {
 			r.got[env.Key]++
+			r.ids[env.ID]++
 		}
 		r.mu.Unlock()
 		if strings.HasPrefix(env.Key, "refuse") && !accept {
@@ -148,7 +151,7 @@ func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
 }
 
 func TestHelpEverywhere(t *testing.T) {
-	cmds := [][]string{{}, {"migrate"}, {"migrate", "up"}, {"migrate", "check"}, {"migrate", "sql"}, {"relay"}, {"enqueue"}, {"status"}, {"dead"}, {"dead", "list"}, {"dead", "show"}, {"dead", "retry"}, {"dead", "discard"}, {"explain"}, {"bench"}, {"demo"}}
+	cmds := [][]string{{}, {"migrate"}, {"migrate", "up"}, {"migrate", "check"}, {"migrate", "sql"}, {"relay"}, {"enqueue"}, {"status"}, {"dead"}, {"dead", "list"}, {"dead", "show"}, {"dead", "retry"}, {"dead", "discard"}, {"owners"}, {"owners", "list"}, {"owners", "register"}, {"owners", "transfer"}, {"owners", "release"}, {"explain"}, {"bench"}, {"demo"}}
 	for _, c := range cmds {
 		r := run(t, "", nil, append(c, "--help")...)
 		if r.code != 0 || !strings.Contains(r.out, "--config") || !strings.Contains(r.out, "Usage:") {
@@ -158,7 +161,8 @@ func TestHelpEverywhere(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	cases := [][]string{{"nope"}, {"status", "--bogus"}, {"dead", "show"}, {"dead", "show", "abc"}, {"migrate"}, {"dead", "retry"}, {"enqueue", "extra"}}
+	cases := [][]string{{"nope"}, {"status", "--bogus"}, {"dead", "show"}, {"dead", "show", "abc"}, {"migrate"}, {"dead", "retry"}, {"enqueue", "extra"},
+		{"owners"}, {"owners", "transfer", "type"}, {"owners", "release", "type", "t", "u"}, {"owners", "transfer", "kind", "name", "--from", "a", "--to", "b"}}
 	for _, c := range cases {
 		r := run(t, "", nil, c...)
 		if r.code != ExitUsage || r.err == "" {
@@ -274,6 +278,15 @@ func TestCommandsOnSQLite(t *testing.T) {
 		t.Fatalf("sql: %+v", r)
 	}
 
+	// A type no app owns yet: exit 2, nothing written; the app records its
+	// types with owners register (or its relay's start).
+	if r := c("", "enqueue", "--type", "pedido.criado", "--key", "k", "--payload", "{}"); r.code != ExitUsage || !strings.Contains(r.err, "has no owner app") {
+		t.Fatalf("enqueue before register: %+v", r)
+	}
+	if r := c("", "owners", "register"); r.code != 0 {
+		t.Fatalf("owners register: %+v", r)
+	}
+
 	// No route: exit 2, nothing written.
 	r := c("", "enqueue", "--type", "nota.fiscal", "--key", "k", "--payload", "{}")
 	if r.code != ExitUsage || !strings.Contains(r.err, `no route for type "nota.fiscal"`) {
@@ -333,19 +346,19 @@ func TestCommandsOnSQLite(t *testing.T) {
 	for _, want := range []string{
 		`mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"} 20`,
 		`mensageria_dead_letters_total{app="pedidos",type="pedido.criado"} 3`,
-		`mensageria_outbox_dead{app="pedidos",type="pedido.criado"} 3`,
-		`mensageria_outbox_pending{app="pedidos",type="pedido.criado"} 0`,
+		`mensageria_outbox_dead{app="pedidos",owner="pedidos",type="pedido.criado"} 3`,
+		`mensageria_outbox_pending{app="pedidos",owner="pedidos",type="pedido.criado"} 0`,
 		`mensageria_delivery_latency_seconds_bucket{app="pedidos",outcome="delivered",type="pedido.criado"`,
 		`mensageria_relay_leader{app="pedidos"} 1`,
 		`mensageria_election_holder{app="pedidos",holder="`,
-		`mensageria_outbox_oldest_pending_seconds{app="pedidos",type="pedido.criado"}`,
+		`mensageria_outbox_oldest_pending_seconds{app="pedidos",owner="pedidos",type="pedido.criado"}`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
 	st = status(t, c)
-	if ty := st.typ("pedido.criado"); ty.Pending != 0 || ty.DeliveredLastHr != 20 || ty.Dead != 3 || st.Election.Holder == "" {
+	if ty := st.typ("pedido.criado"); ty.Pending != 0 || ty.DeliveredLastHr != 20 || ty.Dead != 3 || ty.Owner != "pedidos" || st.Election.Holder == "" {
 		t.Fatalf("status after relay: %+v", st)
 	}
 	if r := c("", "status"); r.code != 0 || !strings.Contains(r.out, "held by") || !strings.Contains(r.out, "pedido.criado") {

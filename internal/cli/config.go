@@ -125,6 +125,21 @@ func (c *Config) ClientConfig() mensageria.Config {
 	}
 }
 
+// Effective is the library config the file describes with every default
+// filled in, by the library itself: the figures the relay really runs with.
+func (c *Config) Effective() mensageria.Config { return c.offlineClient().Config() }
+
+// offlineClient is a client of the config that never touches a database,
+// for the figures the library derives from it.
+func (c *Config) offlineClient() *mensageria.Client {
+	cc := c.ClientConfig()
+	cl, err := mensageria.New(nopDriver{}, &cc)
+	if err != nil {
+		panic("cli: a parsed config the library refuses: " + err.Error()) // ParseConfig ran the same check
+	}
+	return cl
+}
+
 // ConfigError is a config file mistake, located by line.
 type ConfigError struct {
 	File  string

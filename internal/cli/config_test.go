@@ -228,18 +228,3 @@ func TestDocumentedConfigExample(t *testing.T) {
 		t.Fatalf("http route %+v", h)
 	}
 }
-
-// docs/config.md: a transactional route remembers its batches for ten
-// leases, and never under five minutes.
-func TestRetainFor(t *testing.T) {
-	for lease, want := range map[time.Duration]time.Duration{
-		0:                5 * time.Minute,
-		2 * time.Second:  5 * time.Minute,
-		time.Minute:      10 * time.Minute,
-		90 * time.Second: 15 * time.Minute,
-	} {
-		if got := retainFor(lease); got != want {
-			t.Errorf("retainFor(%s) = %s, want %s", lease, got, want)
-		}
-	}
-}

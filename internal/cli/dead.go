@@ -2,8 +2,10 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,19 +19,24 @@ import (
 
 // DeadMessage is one dead letter as `dead list|show --json` print it.
 type DeadMessage struct {
-	ID        int64             `json:"id"`
-	MessageID string            `json:"message_id"`
-	Type      string            `json:"type"`
-	Key       string            `json:"key"`
-	Attempts  int               `json:"attempts"`
-	CreatedAt time.Time         `json:"created_at"`
-	LastError string            `json:"last_error"`
-	Payload   json.RawMessage   `json:"payload,omitempty"`
-	Headers   map[string]string `json:"headers,omitempty"`
+	ID        int64     `json:"id"`
+	MessageID string    `json:"message_id"`
+	Type      string    `json:"type"`
+	Key       string    `json:"key"`
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	LastError string    `json:"last_error"`
+	// LastRoute says which app and destination gave the last error.
+	LastRoute string `json:"last_route"`
+	// Owner is the type's owning app in the catalog ("" for none).
+	Owner   string            `json:"owner"`
+	Payload json.RawMessage   `json:"payload,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 func deadOf(j driver.Job, full bool) DeadMessage {
-	d := DeadMessage{ID: j.ID, MessageID: uuid.UUID(j.MessageID).String(), Type: j.Type, Key: j.Key, Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), LastError: j.LastError}
+	d := DeadMessage{ID: j.ID, MessageID: uuid.UUID(j.MessageID).String(), Type: j.Type, Key: j.Key, Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), LastError: j.LastError,
+		LastRoute: j.LastRoute, Owner: j.Owner}
 	if full {
 		if json.Valid(j.Payload) {
 			d.Payload = j.Payload
@@ -66,6 +73,72 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// deadScope is what one dead command may act on: the types the catalog
+// gives the config's app, or, with --all-apps, every row of the schema.
+type deadScope struct {
+	app     string
+	schema  string
+	allApps bool
+	types   []string // the app's own types; unused with allApps
+}
+
+func newDeadScope(ctx context.Context, c *Config, drv driver.Driver, allApps bool) (deadScope, error) {
+	s := deadScope{app: c.App, schema: c.Schema, allApps: allApps}
+	if allApps {
+		return s, nil
+	}
+	var err error
+	s.types, err = ownedTypes(ctx, drv, c.App)
+	return s, err
+}
+
+// filter narrows the types a command asked for (none: all of the scope's)
+// to the scope, refusing a type of another app with its owner's name.
+func (s deadScope) filter(ctx context.Context, drv driver.Driver, asked []string) ([]string, error) {
+	if s.allApps {
+		return asked, nil
+	}
+	if len(asked) == 0 {
+		return s.types, nil
+	}
+	for _, t := range asked {
+		if slices.Contains(s.types, t) {
+			continue
+		}
+		o, ok, err := lookupOwner(ctx, drv, driver.ResourceType, t)
+		if err != nil {
+			return nil, err
+		}
+		owner := "no app owns it"
+		if ok {
+			owner = "it is owned by " + quoteApp(o.App)
+		}
+		return nil, usageErr("message type %q is not app %s's (%s): its dead letters are not this config's to touch; nothing changed (use the owning app's config, or --all-apps to act across apps)", t, s.app, owner)
+	}
+	return asked, nil
+}
+
+// check refuses rows whose type the scope does not own, naming the owner.
+func (s deadScope) check(jobs []driver.Job) error {
+	if s.allApps {
+		return nil
+	}
+	for _, j := range jobs {
+		if !slices.Contains(s.types, j.Type) {
+			owner := "no app owns its type"
+			if j.Owner != "" {
+				owner = "its type is owned by app " + strconv.Quote(j.Owner)
+			}
+			return usageErr("message %d (type %s) is not app %s's: %s; nothing changed (use the owning app's config, or --all-apps to act across apps)", j.ID, j.Type, s.app, owner)
+		}
+	}
+	return nil
+}
+
+// none reports an app that owns no types: with an empty type list a
+// filter would select every app's rows.
+func (s deadScope) none() bool { return !s.allApps && len(s.types) == 0 }
+
 func (a *app) deadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dead",
@@ -78,6 +151,11 @@ the destination, or out of attempts), each with its last error.
   dead retry ID... | --type T     back to pending, attempts from zero
   dead discard ID... | --type T   delete them
 
+Each acts only on the dead letters of the types the ownership catalog gives
+the config's app: another app's rows are not listed, and an id or a type of
+another app is refused (exit 2) with its owner's name. --all-apps is the
+explicit flag for a DBA to act across every app of the schema.
+
 Retrying or discarding more than one message asks for confirmation on
 standard input unless --yes is given.`,
 		Args: noArgs,
@@ -87,7 +165,7 @@ standard input unless --yes is given.`,
 	}
 
 	var listTypes []string
-	var listJSON bool
+	var listJSON, listAll bool
 	var limit int
 	var after int64
 	list := &cobra.Command{
@@ -95,14 +173,25 @@ standard input unless --yes is given.`,
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			_, b, err := a.connect(cmd.Context())
+			ctx := cmd.Context()
+			c, b, err := a.connectCurrent(ctx)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			jobs, err := b.drv.ListMessages(cmd.Context(), driver.ListFilter{State: driver.StateDead, Types: listTypes, AfterID: after, Limit: limit})
+			scope, err := newDeadScope(ctx, c, b.drv, listAll)
 			if err != nil {
 				return err
+			}
+			types, err := scope.filter(ctx, b.drv, listTypes)
+			if err != nil {
+				return err
+			}
+			var jobs []driver.Job
+			if !scope.none() {
+				if jobs, err = b.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, Types: types, AfterID: after, Limit: limit}); err != nil {
+					return err
+				}
 			}
 			if listJSON {
 				out := make([]DeadMessage, len(jobs))
@@ -112,13 +201,21 @@ standard input unless --yes is given.`,
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
 			if len(jobs) == 0 {
-				fmt.Fprintln(a.io.Out, "no dead messages")
+				switch {
+				case scope.none():
+					fmt.Fprintf(a.io.Out, "no dead messages: app %s owns no message types in schema %s (--all-apps lists every app's)\n", c.App, c.Schema)
+				case listAll:
+					fmt.Fprintln(a.io.Out, "no dead messages")
+				default:
+					fmt.Fprintf(a.io.Out, "no dead messages of app %s\n", c.App)
+				}
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
+			fmt.Fprintln(tw, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
 			for _, j := range jobs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339), oneLine(j.LastError, 100))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
+					cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
 			if len(jobs) == limit {
@@ -131,8 +228,9 @@ standard input unless --yes is given.`,
 	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
 	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	list.Flags().BoolVar(&listAll, "all-apps", false, "every app's dead letters, not only the config's app's (for a DBA)")
 
-	var showJSON bool
+	var showJSON, showAll bool
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one dead message in full",
@@ -142,17 +240,25 @@ standard input unless --yes is given.`,
 			if err != nil {
 				return err
 			}
-			c, b, err := a.connect(cmd.Context())
+			ctx := cmd.Context()
+			c, b, err := a.connectCurrent(ctx)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			jobs, err := b.drv.ListMessages(cmd.Context(), driver.ListFilter{IDs: ids, Limit: 1})
+			scope, err := newDeadScope(ctx, c, b.drv, showAll)
+			if err != nil {
+				return err
+			}
+			jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
 			if err != nil {
 				return err
 			}
 			if len(jobs) == 0 {
 				return failErr("no message with id %d in schema %s", ids[0], c.Schema)
+			}
+			if err := scope.check(jobs); err != nil {
+				return err
 			}
 			j := jobs[0]
 			if j.State != driver.StateDead {
@@ -165,16 +271,22 @@ standard input unless --yes is given.`,
 				return enc.Encode(d)
 			}
 			w := a.io.Out
-			fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
-				d.ID, d.MessageID, d.Type, d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
-			for k, v := range d.Headers {
-				fmt.Fprintf(w, "header      %s: %s\n", k, v)
+			fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nowner       %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
+				d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
+			hk := make([]string, 0, len(d.Headers))
+			for k := range d.Headers {
+				hk = append(hk, k)
 			}
-			fmt.Fprintf(w, "last error  %s\npayload     %s\n", d.LastError, string(j.Payload))
+			slices.Sort(hk)
+			for _, k := range hk {
+				fmt.Fprintf(w, "header      %s: %s\n", k, d.Headers[k])
+			}
+			fmt.Fprintf(w, "last route  %s\nlast error  %s\npayload     %s\n", cellOr(d.LastRoute), d.LastError, string(j.Payload))
 			return nil
 		}),
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	show.Flags().BoolVar(&showAll, "all-apps", false, "show a message of any app (for a DBA)")
 
 	cmd.AddCommand(list, show, a.reviveCommand(false), a.reviveCommand(true))
 	return cmd
@@ -189,7 +301,7 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 		short = "Delete dead messages"
 	}
 	var types []string
-	var yes, asJSON bool
+	var yes, asJSON, allApps bool
 	cmd := &cobra.Command{
 		Use:   verb + " ID... | --type T",
 		Short: short,
@@ -204,11 +316,31 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 			if len(ids) > 0 && len(types) > 0 {
 				return usageErr("dead %s takes message ids or --type, not both", verb)
 			}
-			c, b, err := a.connect(cmd.Context())
+			ctx := cmd.Context()
+			c, b, err := a.connectCurrent(ctx)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
+			scope, err := newDeadScope(ctx, c, b.drv, allApps)
+			if err != nil {
+				return err
+			}
+			if len(types) > 0 {
+				if _, err := scope.filter(ctx, b.drv, types); err != nil {
+					return err
+				}
+			} else if !allApps {
+				// Every id is checked before anything changes: one row of
+				// another app refuses the whole call.
+				jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: len(ids)})
+				if err != nil {
+					return err
+				}
+				if err := scope.check(jobs); err != nil {
+					return err
+				}
+			}
 			if len(ids) > 1 || len(types) > 0 {
 				what := fmt.Sprintf("%d dead messages (%s)", len(ids), joinIDs(ids))
 				if len(types) > 0 {
@@ -229,7 +361,7 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 					}
 				}
 			}
-			n, err := b.drv.Revive(cmd.Context(), driver.ReviveParams{IDs: ids, Types: types, Discard: discard})
+			n, err := b.drv.Revive(ctx, driver.ReviveParams{IDs: ids, Types: types, Discard: discard})
 			if err != nil {
 				return err
 			}
@@ -246,7 +378,22 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 	cmd.Flags().StringSliceVarP(&types, "type", "t", nil, "every dead message of these types")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&allApps, "all-apps", false, "act on dead letters of any app (for a DBA)")
 	return cmd
+}
+
+func ownerCell(app string) string {
+	if app == "" {
+		return "(none)"
+	}
+	return app
+}
+
+func cellOr(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func joinIDs(ids []int64) string {

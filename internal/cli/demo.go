@@ -65,12 +65,14 @@ loopback while faults are injected:
   - the receivers answer 5xx, time out, and lose acks (apply, then drop
     the response);
   - two relays of one app run overlapping cycles (election none);
-  - rows of a third app's type sit in the shared table;
+  - rows of a third app's type sit in the shared table, and a fourth app
+    whose config routes that type tries to start its relay;
   - an enqueue of a type with no sender is attempted.
 
 It ends with a table (sent, delivered, redeliveries, duplicates absorbed,
-dead with reasons, lost, duplicate effects, foreign rows untouched) and
-exits 1 if anything was lost or applied twice.
+dead with reasons, lost, duplicate effects, foreign rows untouched, the
+refusals) and exits 1 if anything was lost or applied twice, or a refusal
+did not happen.
 
 --db postgres://... runs the same on PostgreSQL, in a schema of its own
 that is dropped afterwards.`,
@@ -122,6 +124,9 @@ type demo struct {
 	rng   *rand.Rand
 
 	fat, ped *faultServer
+	// inboxes are each app's receivers: registered with its relays, so
+	// the catalog gives each consumer to its app with its window.
+	inboxes map[string]*mensageria.Inbox
 
 	// committed keys of pedido.criado; rolled back keys
 	mu         sync.Mutex
@@ -514,6 +519,12 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 			return nil, err
 		}
 	}
+	if in := d.inboxes[app]; in != nil {
+		if err := reg.RegisterInbox(in); err != nil {
+			p.conn.Close()
+			return nil, err
+		}
+	}
 	cfg := demoClientConfig(app, election, reg, p)
 	if !d.pg {
 		// One SQLite file has one write lock: fewer deliveries at once
@@ -588,11 +599,17 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	d.inboxes = map[string]*mensageria.Inbox{"faturamento": inboxFat, "pedidos": inboxPed}
 	// faturamento enqueues its answer inside the inbox transaction: the
 	// invoice row, the dedup record and the reply commit together.
 	faturaReg := mensageria.NewRegistry().MustRegister(typFatura, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil }))
 	fatEnq, err := mensageria.New(d.main.drv, demoClientConfig("faturamento", mensageria.ElectionLeader, faturaReg))
 	if err != nil {
+		return false, err
+	}
+	// Its types are recorded as faturamento's before the first effect
+	// enqueues one inside an inbox transaction.
+	if _, err := fatEnq.Register(ctx); err != nil {
 		return false, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -662,6 +679,28 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 		d.logf("refused: enqueue of %s (no sender in app pedidos) failed at once: %v", typNoSender, nsErr)
 	} else {
 		d.logf("UNEXPECTED: enqueue of %s without a sender returned %v", typNoSender, nsErr)
+	}
+	if _, err := pedidos.Register(ctx); err != nil {
+		return false, err
+	}
+	// A copy-pasted config: a third app routes estoque's type. Its relay
+	// must refuse to start, claiming nothing.
+	intruderReg := mensageria.NewRegistry().MustRegister(typForeign, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
+		return errors.New("the intruder's sender must never run")
+	}))
+	intruder, err := mensageria.New(d.main.drv, demoClientConfig("relatorios", mensageria.ElectionNone, intruderReg))
+	if err != nil {
+		return false, err
+	}
+	intruderErr := intruder.Start(ctx)
+	intruderOK := errors.Is(intruderErr, mensageria.ErrOwnerConflict)
+	if intruderOK {
+		d.logf("refused: a relay of app relatorios routing %s did not start: %v", typForeign, intruderErr)
+	} else {
+		if intruderErr == nil {
+			_ = intruder.Stop(context.WithoutCancel(ctx))
+		}
+		d.logf("UNEXPECTED: a relay of app relatorios routing estoque's type started: %v", intruderErr)
 	}
 
 	// Relays: pedidos runs two at once with election none (overlapping
@@ -833,6 +872,7 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 	d.fat.srv.Close()
 	d.ped.srv.Close()
 	rep, err := d.report(context.WithoutCancel(ctx), foreignRows, cancelled, noSenderOK)
+	rep.intruderOK = intruderOK
 	if err != nil {
 		return false, err
 	}
@@ -897,6 +937,7 @@ type demoReport struct {
 	foreignUntouched   int
 	foreignTotal       int
 	noSenderOK         bool
+	intruderOK         bool
 	noSenderRows       int
 	faults             [3]int64
 	fenced             int64
@@ -1059,7 +1100,7 @@ func abs(n int) int {
 }
 
 func (r *demoReport) ok() bool {
-	return r.lost == 0 && r.dupEffects == 0 && r.rolledBackLeaked == 0 && r.foreignUntouched == r.foreignTotal && r.noSenderOK && r.noSenderRows == 0
+	return r.lost == 0 && r.dupEffects == 0 && r.rolledBackLeaked == 0 && r.foreignUntouched == r.foreignTotal && r.noSenderOK && r.noSenderRows == 0 && r.intruderOK
 }
 
 func (r *demoReport) write(d *demo) {
@@ -1110,6 +1151,7 @@ func (r *demoReport) write(d *demo) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  foreign rows untouched  %d/%d %s (%s: pending, never tried)\n", r.foreignUntouched, r.foreignTotal, check(r.foreignUntouched == r.foreignTotal), typForeign)
 	fmt.Fprintf(w, "  enqueue, no sender      %s (typed error, %d rows written)\n", check(r.noSenderOK && r.noSenderRows == 0), r.noSenderRows)
+	fmt.Fprintf(w, "  another app's type      %s (a relay routing it refused to start)\n", check(r.intruderOK))
 	fmt.Fprintf(w, "  rolled back, applied    %d %s\n", r.rolledBackLeaked, check(r.rolledBackLeaked == 0))
 	fmt.Fprintf(w, "  faults injected         %d x 503, %d past the timeout, %d lost acks,\n", r.faults[0], r.faults[1], r.faults[2])
 	fmt.Fprintf(w, "                          2 relays killed mid-batch\n")

@@ -136,6 +136,12 @@ func TestEndToEndPostgres(t *testing.T) {
 		t.Fatalf("migrate sql: %+v", r)
 	}
 
+	// An app that enqueues by plain SQL before its relay ever ran records
+	// its types first (docs/config.md, the deploy order).
+	if r := c("", "owners", "register"); r.code != 0 {
+		t.Fatalf("owners register: %+v", r)
+	}
+
 	// A type with no route: exit 2 and no row.
 	if r := c("", "enqueue", "--type", "nota.fiscal", "--key", "nf-1"); r.code != ExitUsage || !strings.Contains(r.err, "no route") {
 		t.Fatalf("enqueue without route: %+v", r)
@@ -155,14 +161,6 @@ func TestEndToEndPostgres(t *testing.T) {
 		}
 	}
 	total := sqlRows + 5
-	if psql, err := exec.LookPath("psql"); err == nil {
-		out, err := exec.Command(psql, testdb.URL(), "-v", "ON_ERROR_STOP=1", "-c",
-			fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload) VALUES ('pedido.criado', 'psql-1', '{"from":"psql"}')`, schema)).CombinedOutput()
-		if err != nil {
-			t.Fatalf("psql: %v %s", err, out)
-		}
-		total++
-	}
 
 	relayArgs := []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}
 	r1 := startProc(t, bin, env, relayArgs...)
@@ -221,7 +219,8 @@ func TestEndToEndPostgres(t *testing.T) {
 	}
 
 	resp, err := getWithClient("http://" + addr + "/metrics")
-	if err != nil || !strings.Contains(resp, `mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"}`) || !strings.Contains(resp, "mensageria_election_holder") {
+	if err != nil || !strings.Contains(resp, `mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"}`) || !strings.Contains(resp, "mensageria_election_holder") ||
+		!strings.Contains(resp, `mensageria_outbox_pending{app="pedidos",owner="pedidos",type="pedido.criado"} 0`) {
 		t.Fatalf("metrics: %v\n%s", err, resp)
 	}
 
@@ -247,7 +246,7 @@ func TestDemoSQLite(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "PASS") {
 		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
 	}
-	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched  25/25 ok", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
+	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched  25/25 ok", "another app's type      ok", "duplicate effects", "lost", "dead, with reasons", "customer blocked", "on SQLite"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
@@ -303,18 +302,33 @@ func TestBenchCommand(t *testing.T) {
 	if len(lines) != 3 || !seen["drain"] {
 		t.Fatalf("bench output: %s", r.out)
 	}
-	var left int
-	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", schema+"_bench_%").Scan(&left); err != nil || left != 0 {
-		t.Fatalf("scratch schema left behind: %d %v", left, err)
-	}
 	if r := run(t, "", tokEnv, "bench", "--config", p, "--scenario", "nope"); r.code != ExitUsage {
 		t.Fatalf("unknown scenario: %+v", r)
 	}
-	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}, {"--paced-for", "1ms"}} {
+	// The cost of the outbox's insert check, each way of enqueueing with
+	// and without it.
+	r = run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "enqueue-check", "--rounds", "1", "--check-for", "200ms")
+	var check struct {
+		Scenario string             `json:"scenario"`
+		Metrics  map[string]float64 `json:"metrics"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &check); err != nil || r.code != 0 || check.Scenario != "enqueue-check" {
+		t.Fatalf("bench enqueue-check: %v %+v", err, r)
+	}
+	for _, k := range []string{"go-1", "go-100", "sql-1"} {
+		if v := check.Metrics[k+"-ratio"]; !(v > 0) {
+			t.Errorf("enqueue-check %s-ratio = %v", k, v)
+		}
+	}
+	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}, {"--paced-for", "1ms"}, {"--check-for", "1ms"}} {
 		args := append([]string{"bench", "--config", p, "--scenario", "kafka"}, bad...)
 		if r := run(t, "", tokEnv, args...); r.code != ExitUsage {
 			t.Errorf("bench %v: %+v, want a usage error", bad, r)
 		}
+	}
+	var left int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", schema+"_bench_%").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("scratch schema left behind: %d %v", left, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
 )
 
 // maxPayload matches the library's limit, checked here so a huge file is
@@ -66,11 +67,15 @@ func (a *app) enqueueCommand() *cobra.Command {
 		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
 		Short: "Enqueue one message (for operators and tests)",
 		Long: `enqueue writes one message into the outbox, as an app would inside its
-business transaction. The type must be one of the config's routes: a type
-with no route fails at once with exit code 2 and writes nothing, because no
-relay of this app would ever deliver it.
+business transaction. The type must be one of the config's routes, and the
+ownership catalog must give it to the config's app (its relay records it
+when it starts, or 'mensageria owners register' does): a type with no
+route, no owner or another owner fails at once with exit code 2 and
+writes nothing, because no relay of this app would ever deliver it.
+enqueue never records ownership itself.
 
-Apps in other languages enqueue with a plain INSERT instead:
+Apps in other languages enqueue with a plain INSERT instead; the database
+refuses a type that no app owns:
   INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
@@ -100,19 +105,42 @@ Apps in other languages enqueue with a plain INSERT instead:
 				}
 				msg.Headers[k] = v
 			}
-			b, cl, err := connect(cmd.Context(), c, nil)
+			ctx := cmd.Context()
+			b, cl, err := connect(ctx, c, nil)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := b.ping(cmd.Context()); err != nil {
+			if err := b.ping(ctx); err != nil {
 				return err
 			}
-			ids, err := cl.Enqueue(cmd.Context(), msg)
+			if err := checkSchema(ctx, c, b.drv); err != nil {
+				return err
+			}
+			// The library's Enqueue would record the type as this app's
+			// on first use; an operator's one-off enqueue must not claim
+			// anything, so it checks the catalog and writes the rows
+			// itself.
+			p, ids, err := cl.PrepareEnqueue(msg)
 			if errors.Is(err, mensageria.ErrNoSender) || errors.Is(err, mensageria.ErrInvalidMessage) {
 				return &exitError{code: ExitUsage, err: err}
 			}
 			if err != nil {
+				return err
+			}
+			o, owned, err := lookupOwner(ctx, b.drv, driver.ResourceType, typ)
+			switch {
+			case err != nil:
+				return err
+			case !owned:
+				return usageErr("message type %q has no owner app in schema %s, so no relay would ever deliver it; nothing was enqueued (app %s records it when its relay starts, or run 'mensageria owners register --config %s' first)",
+					typ, c.Schema, c.App, a.configPath)
+			case o.App != "" && o.App != c.App:
+				return usageErr("message type %q is owned by app %q, not app %q: only its owner enqueues it and only its owner's relay delivers it; nothing was enqueued", typ, o.App, c.App)
+			case o.App == "":
+				fmt.Fprintf(a.io.Err, "note: message type %q is unclaimed (left so by the upgrade to the catalog): its rows wait until app %s's relay starts, or 'mensageria owners register'\n", typ, c.App)
+			}
+			if err := b.drv.Insert(ctx, p); err != nil {
 				return err
 			}
 			if asJSON {

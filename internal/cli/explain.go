@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/guarantee"
 )
 
@@ -19,14 +23,92 @@ type explainRoute struct {
 	Map         guarantee.Map `json:"guarantees"`
 }
 
+// explainTiming is the relay's effective timing: the config's figures,
+// the library's defaults where it gives none.
+type explainTiming struct {
+	LeaseSec       float64 `json:"lease_seconds"`
+	MaxAttempts    int     `json:"max_attempts"`
+	BackoffBaseSec float64 `json:"backoff_base_seconds"`
+	BackoffMaxSec  float64 `json:"backoff_max_seconds"`
+	// RetryHorizonSec is the longest a message keeps being retried: every
+	// backoff up to the last attempt plus a lease per attempt.
+	RetryHorizonSec float64 `json:"retry_horizon_seconds"`
+	// DeliveredRetentionSec: delivered rows are kept this long (0: deleted
+	// when settled).
+	DeliveredRetentionSec float64 `json:"delivered_retention_seconds"`
+	PurgeIntervalSec      float64 `json:"purge_interval_seconds"`
+	// DefaultInboxWindowSec is an Inbox's dedup window when its own
+	// config gives none; each consumer's window is in the catalog.
+	DefaultInboxWindowSec float64 `json:"default_inbox_window_seconds"`
+}
+
+// explainOwnership is the catalog as explain read it, when it could.
+type explainOwnership struct {
+	// Read is false when the database was not reachable (Why says why);
+	// the rest is then empty.
+	Read    bool         `json:"read"`
+	Why     string       `json:"why,omitempty"`
+	Entries []OwnerEntry `json:"entries,omitempty"`
+}
+
 type explainOut struct {
-	App      string         `json:"app"`
-	Election string         `json:"election"`
-	Routes   []explainRoute `json:"routes"`
+	App       string           `json:"app"`
+	Election  string           `json:"election"`
+	Timing    explainTiming    `json:"timing"`
+	Ownership explainOwnership `json:"ownership"`
+	Routes    []explainRoute   `json:"routes"`
+}
+
+func timingOf(c *Config) explainTiming {
+	cl := c.offlineClient()
+	e := cl.Config()
+	return explainTiming{
+		LeaseSec: e.Lease.Seconds(), MaxAttempts: e.MaxAttempts,
+		BackoffBaseSec: e.BackoffBase.Seconds(), BackoffMaxSec: e.BackoffMax.Seconds(),
+		RetryHorizonSec:       cl.RetryHorizon().Seconds(),
+		DeliveredRetentionSec: e.DeliveredRetention.Seconds(), PurgeIntervalSec: e.PurgeInterval.Seconds(),
+		DefaultInboxWindowSec: mensageria.DefaultInboxWindow.Seconds(),
+	}
+}
+
+// readOwnership reads the catalog entries that concern the config's app:
+// its routed types (whoever owns them) and whatever else it owns. It never
+// creates anything: a SQLite file that does not exist is not opened.
+func readOwnership(ctx context.Context, c *Config) explainOwnership {
+	if c.Backend() == "sqlite" {
+		if _, err := os.Stat(c.SQLitePath()); err != nil {
+			return explainOwnership{Why: "no database file at " + c.SQLitePath()}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	b, err := openBackend(ctx, c.Database, c.Schema)
+	if err != nil {
+		return explainOwnership{Why: err.Error()}
+	}
+	defer b.Close()
+	if err := b.ping(ctx); err != nil {
+		return explainOwnership{Why: err.Error()}
+	}
+	if err := checkSchema(ctx, c, b.drv); err != nil {
+		return explainOwnership{Why: err.Error()}
+	}
+	all, err := b.drv.Owners(ctx, "")
+	if err != nil {
+		return explainOwnership{Why: err.Error()}
+	}
+	out := explainOwnership{Read: true, Entries: []OwnerEntry{}}
+	for _, o := range all {
+		_, routed := c.Route(o.Name)
+		if o.App == c.App || (o.Kind == driver.ResourceType && routed) || o.Kind == driver.ResourceMigrations {
+			out.Entries = append(out.Entries, ownerEntryOf(o))
+		}
+	}
+	return out
 }
 
 func (a *app) explainCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, noDB bool
 	cmd := &cobra.Command{
 		Use:   "explain",
 		Short: "Show what each route of the config guarantees, and where idempotency must defend",
@@ -34,14 +116,23 @@ func (a *app) explainCommand() *cobra.Command {
 transport, the level that holds on each hop (exactly-once into the outbox,
 at-least-once to the destination, effectively-once through an inbox,
 exactly-once inside Kafka) and the places where a duplicate can still
-reach a side effect. It reads the config only; it never connects.`,
+reach a side effect; the relay's real timing (lease, attempts, backoff, the
+retry horizon a receiver's dedup window must outlast, the purge windows);
+and, when the database answers, who owns the config's types and what else
+the ownership catalog gives its app (--no-db: the config only). It never
+writes anything.`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, err := a.loadConfig()
 			if err != nil {
 				return err
 			}
-			out := explainOut{App: c.App, Election: electionName(c.Relay.Election)}
+			out := explainOut{App: c.App, Election: electionName(c.Relay.Election), Timing: timingOf(c)}
+			if noDB {
+				out.Ownership.Why = "not read (--no-db)"
+			} else {
+				out.Ownership = readOwnership(cmd.Context(), c)
+			}
 			for _, r := range c.Routes {
 				m, ok := guarantee.For(r.Transport, guarantee.Options{Ordered: r.Ordered, NoElection: c.Relay.Election == mensageria.ElectionNone,
 					KafkaTransactional: r.Kafka != nil && r.Kafka.TransactionalID != ""})
@@ -60,6 +151,7 @@ reach a side effect. It reads the config only; it never connects.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&noDB, "no-db", false, "do not read the ownership catalog (the config only)")
 	return cmd
 }
 
@@ -99,6 +191,8 @@ func writeExplain(w io.Writer, c *Config, out explainOut) {
 	}
 	fmt.Fprint(w, wrap("", "", head))
 	fmt.Fprint(w, wrap("", "", "Nothing is dropped silently: a message is delivered, or parked as dead with its reason (a permanent refusal, or max attempts) for 'mensageria dead' to show, retry or discard."))
+	writeTiming(w, out.Timing)
+	writeOwnership(w, c, out.Ownership)
 	for _, r := range out.Routes {
 		m := r.Map
 		fmt.Fprintf(w, "\nroute %s  (line %d)\n", r.Type, r.Line)
@@ -119,6 +213,72 @@ func writeExplain(w io.Writer, c *Config, out explainOut) {
 		fmt.Fprintln(w, "  idempotency must defend")
 		for _, d := range m.Defend {
 			fmt.Fprint(w, wrap("    - ", "      ", d))
+		}
+	}
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func writeTiming(w io.Writer, t explainTiming) {
+	fmt.Fprintln(w, "\nrelay timing (the config's figures; the library's defaults where it gives none)")
+	row := func(name, value, text string) {
+		fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-10s ", name, value), strings.Repeat(" ", 28), text))
+	}
+	row("lease", humanDuration(secs(t.LeaseSec)), "a claimed batch is held this long; a crashed relay's batch is delivered again after it")
+	row("attempts", fmt.Sprint(t.MaxAttempts), "then the message is parked as dead, with its reason")
+	row("backoff", humanDuration(secs(t.BackoffBaseSec)), fmt.Sprintf("after the first failure, doubling up to %s (jitter only shortens it)", humanDuration(secs(t.BackoffMaxSec))))
+	row("retry horizon", humanDuration(secs(t.RetryHorizonSec).Round(time.Second)),
+		"the longest a message keeps being retried: a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new")
+	delivered := "delivered rows are deleted when settled"
+	if t.DeliveredRetentionSec > 0 {
+		delivered = "delivered rows are kept " + humanDuration(secs(t.DeliveredRetentionSec))
+	}
+	row("purge", "every "+humanDuration(secs(t.PurgeIntervalSec)),
+		fmt.Sprintf("%s; the inbox records of this app's consumers go after each consumer's own window in the catalog (an Inbox's default %s), other apps' never", delivered, humanDuration(secs(t.DefaultInboxWindowSec))))
+}
+
+func writeOwnership(w io.Writer, c *Config, o explainOwnership) {
+	fmt.Fprintf(w, "\nownership (schema %s)\n", c.Schema)
+	if !o.Read {
+		fmt.Fprint(w, wrap("  ", "  ", "not read: "+o.Why+". The relay records the config's types as app "+c.App+"'s when it starts, and refuses to start if another app owns one."))
+		return
+	}
+	owner := map[string]OwnerEntry{}
+	for _, e := range o.Entries {
+		if e.Kind == string(driver.ResourceType) {
+			owner[e.Name] = e
+		}
+	}
+	for _, t := range c.Types() {
+		e, ok := owner[t]
+		switch {
+		case !ok:
+			fmt.Fprintf(w, "  type %-30s no owner yet: app %s's relay records it when it starts\n", t, c.App)
+		case e.Unclaimed:
+			fmt.Fprintf(w, "  type %-30s unclaimed (left by the upgrade): app %s's relay takes it when it starts\n", t, c.App)
+		case e.App == c.App:
+			fmt.Fprintf(w, "  type %-30s app %s\n", t, e.App)
+		default:
+			fmt.Fprint(w, wrap(fmt.Sprintf("  type %-30s ", t), strings.Repeat(" ", 38),
+				fmt.Sprintf("app %s: OWNED BY ANOTHER APP, so app %s's relay refuses to start (move it with 'mensageria owners transfer', or remove the route)", e.App, c.App)))
+		}
+	}
+	for _, e := range o.Entries {
+		_, routed := c.Route(e.Name)
+		switch {
+		case e.Kind == string(driver.ResourceType) && routed:
+		case e.Kind == string(driver.ResourceType):
+			fmt.Fprintf(w, "  type %-30s app %s, not routed by this config: its rows stay pending\n", e.Name, e.App)
+		case e.Kind == string(driver.ResourceConsumer):
+			window := "records kept forever"
+			if e.WindowSeconds != nil && *e.WindowSeconds > 0 {
+				window = "window " + humanDuration(secs(*e.WindowSeconds))
+			}
+			fmt.Fprintf(w, "  consumer %-26s app %s, %s\n", e.Name, e.App, window)
+		case e.Kind == string(driver.ResourceMigrations):
+			fmt.Fprintf(w, "  migrations %-24s app %s runs 'migrate up'\n", "", appName(e.App))
+		default:
+			fmt.Fprintf(w, "  %s %s  app %s\n", e.Kind, e.Name, appName(e.App))
 		}
 	}
 }

@@ -44,6 +44,9 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	if r := runBin(t, bin, nil, "", "migrate", "up", "--config", p); r.code != 0 {
 		t.Fatalf("migrate up: %+v", r)
 	}
+	if r := runBin(t, bin, nil, "", "owners", "register", "--config", p); r.code != 0 {
+		t.Fatalf("owners register: %+v", r)
+	}
 	ctx := context.Background()
 	enqueue := func(from, n int) {
 		t.Helper()
@@ -195,4 +198,43 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	if !strings.Contains(second.stderr.String(), "transactional ids registered") {
 		t.Errorf("the second replica never registered the ids:\n%s", second.stderr.String())
 	}
+}
+
+// Two apps given the same Kafka transactional id on one schema: the id is
+// the first app's in the catalog once its relay starts, and the second
+// app's relay refuses to start, exit 2, naming both apps and the id.
+func TestRelayKafkaTransactionalIDOwned(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "pedidos", "faturas"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := strings.Join(cluster.ListenAddrs(), ", ")
+	eachBackend(t, func(t *testing.T, s *shared) {
+		cfg := func(app, typ, topic string) string {
+			return writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: %s\nroutes:\n  - type: %s\n    kafka: {brokers: [%s], topic: %s, transactional_id: mensageria-relay-shared}\n"+
+				"relay: {lease: 2s, poll_interval: 50ms}\n", s.db, s.schema, app, typ, brokers, topic))
+		}
+		pedidos, faturamento := cfg("pedidos", "pedido.criado", "pedidos"), cfg("faturamento", "fatura.emitida", "faturas")
+		must(t, "migrate up", run(t, "", nil, "migrate", "up", "--config", pedidos), 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var errb syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(ctx, []string{"relay", "--config", pedidos, "--listen", "127.0.0.1:0", "--log-format", "json"}, IO{Err: &errb})
+		}()
+		waitAddr(t, &errb, done)
+		must(t, "the second app's relay", run(t, "", nil, "relay", "--config", faturamento, "--listen", ""), ExitUsage,
+			`app "faturamento" cannot start its relay`, `Kafka transactional id "mensageria-relay-shared" is owned by app "pedidos"`)
+		if owner, _ := ownerOf(catalogOf(t, func(stdin string, args ...string) result {
+			return run(t, stdin, nil, append(args, "--config", pedidos)...)
+		}), "type", "fatura.emitida"); owner != "" {
+			t.Fatalf("the refused relay recorded its type for %q", owner)
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("relay exit %d:\n%s", code, errb.String())
+		}
+	})
 }

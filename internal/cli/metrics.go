@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +34,7 @@ func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog
 		app: app,
 		reg: prometheus.NewRegistry(),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mensageria_deliveries_total", Help: "Delivery attempts by type and outcome (delivered, retry, dead, fenced).", ConstLabels: constLabels,
+			Name: "mensageria_deliveries_total", Help: "Delivery attempts by type and outcome (delivered, retry, dead; fenced: another relay owns the row now; expired: the lease ran out before the settle; unsettled: the database refused the settle).", ConstLabels: constLabels,
 		}, []string{"type", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "mensageria_delivery_latency_seconds", Help: "From enqueue (database clock) to the end of the delivery attempt.", ConstLabels: constLabels,
@@ -98,12 +97,17 @@ func (m *metrics) OnElection(ev mensageria.ElectionEvent) {
 	m.epoch.Set(float64(ev.Epoch))
 }
 
+// The per-type gauges carry the type's owning app in the catalog (owner,
+// empty for a type no app owns) beside the app of the relay that serves
+// them: every relay of a schema reports every type, and a dashboard tells
+// whose backlog it is.
 var (
-	descPending   = prometheus.NewDesc("mensageria_outbox_pending", "Pending messages (in flight included) by type.", []string{"app", "type"}, nil)
-	descInFlight  = prometheus.NewDesc("mensageria_outbox_in_flight", "Messages leased to a relay right now, by type.", []string{"app", "type"}, nil)
-	descDead      = prometheus.NewDesc("mensageria_outbox_dead", "Dead letters waiting for an operator, by type.", []string{"app", "type"}, nil)
-	descDelivered = prometheus.NewDesc("mensageria_outbox_delivered_last_hour", "Messages delivered in the last hour, by type.", []string{"app", "type"}, nil)
-	descOldest    = prometheus.NewDesc("mensageria_outbox_oldest_pending_seconds", "Age of the oldest pending message, by type.", []string{"app", "type"}, nil)
+	typeLabels    = []string{"app", "type", "owner"}
+	descPending   = prometheus.NewDesc("mensageria_outbox_pending", "Pending messages (in flight included) by type.", typeLabels, nil)
+	descInFlight  = prometheus.NewDesc("mensageria_outbox_in_flight", "Messages leased to a relay right now, by type.", typeLabels, nil)
+	descDead      = prometheus.NewDesc("mensageria_outbox_dead", "Dead letters waiting for an operator, by type.", typeLabels, nil)
+	descDelivered = prometheus.NewDesc("mensageria_outbox_delivered_last_hour", "Messages delivered in the last hour, by type.", typeLabels, nil)
+	descOldest    = prometheus.NewDesc("mensageria_outbox_oldest_pending_seconds", "Age of the oldest pending message, by type.", typeLabels, nil)
 	descHolder    = prometheus.NewDesc("mensageria_election_holder", "1 for the process that holds the app's relay election, as the database knows it.", []string{"app", "holder"}, nil)
 	descUp        = prometheus.NewDesc("mensageria_outbox_stats_up", "1 when the last read of the outbox statistics succeeded.", []string{"app"}, nil)
 )
@@ -132,11 +136,12 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 1, c.app)
 	for _, s := range stats {
-		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), c.app, s.Type)
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), c.app, s.Type)
-		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), c.app, s.Type)
-		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHr), c.app, s.Type)
-		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), c.app, s.Type)
+		l := []string{c.app, s.Type, s.Owner}
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), l...)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), l...)
+		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), l...)
+		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHr), l...)
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), l...)
 	}
 	if c.elector != nil {
 		if h, err := c.elector.Holder(ctx); err == nil && h.Holder != "" {
@@ -163,6 +168,3 @@ func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return mux
 }
-
-// readiness is set once the relay runs and cleared when it stops.
-type readiness struct{ on atomic.Bool }

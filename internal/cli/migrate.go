@@ -17,9 +17,11 @@ func (a *app) migrateCommand() *cobra.Command {
 		Long: `migrate manages the mensageria tables in the configured schema.
 
   migrate up      apply every missing migration (safe to run from several
-                  processes at once: they serialize on a database lock)
+                  processes at once: they serialize on a database lock).
+                  The first app to migrate a schema up owns its migrations;
+                  from any other app it is refused (exit 2), naming the owner
   migrate check   verify the schema is current without changing it; exits 1
-                  when it is behind (for apps that do not own the schema)
+                  when it is behind (open to every app)
   migrate sql     print the DDL, for a team's own migration tool (Flyway,
                   goose, Liquibase)`,
 		Args: noArgs,
@@ -37,12 +39,16 @@ func (a *app) migrateCommand() *cobra.Command {
 			defer b.Close()
 			res, err := b.drv.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
 			behind := errors.Is(err, driver.ErrSchemaBehind)
+			var oce *driver.OwnerConflictError
+			if errors.As(err, &oce) {
+				return conflictErr(oce, "migrate the schema up", a.configPath)
+			}
 			if err != nil && !behind {
 				return fmt.Errorf("migrate: %w", err)
 			}
 			if asJSON {
 				_ = json.NewEncoder(a.io.Out).Encode(map[string]any{
-					"schema": c.Schema, "from": res.From, "to": res.To, "applied": nonNil(res.Applied), "current": !behind,
+					"schema": c.Schema, "from": res.From, "to": res.To, "applied": nonNil(res.Applied), "current": !behind, "owner": res.Owner,
 				})
 			} else {
 				switch {
@@ -54,6 +60,9 @@ func (a *app) migrateCommand() *cobra.Command {
 					fmt.Fprintf(a.io.Out, "schema %s already at version %d; nothing to apply\n", c.Schema, res.To)
 				default:
 					fmt.Fprintf(a.io.Out, "schema %s migrated from version %d to %d (applied %v)\n", c.Schema, res.From, res.To, res.Applied)
+				}
+				if res.Owner != "" && !behind {
+					fmt.Fprintf(a.io.Out, "its migrations are owned by app %s\n", res.Owner)
 				}
 			}
 			if behind {

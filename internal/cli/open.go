@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -70,15 +69,10 @@ func (b *backend) ping(ctx context.Context) error {
 	return nil
 }
 
-// retainFor is how long a transactional route's sender remembers a
-// committed batch: a batch whose settle is lost comes back after its lease
-// (0: the default 30s), so ten leases, and never under five minutes.
-func retainFor(lease time.Duration) time.Duration {
-	return max(5*time.Minute, 10*cmp.Or(lease, 30*time.Second))
-}
-
-// newSender builds the Sender of a route, and what closes it.
-func newSender(ctx context.Context, r Route, lease time.Duration, log *slog.Logger) (mensageria.Sender, func(), error) {
+// newSender builds the Sender of a route, and what closes it. The relay's
+// timing reaches the Senders that need it (a transactional route's
+// retention) from the Client, at Start.
+func newSender(ctx context.Context, r Route, log *slog.Logger) (mensageria.Sender, func(), error) {
 	switch r.Transport {
 	case "http":
 		s, err := m2mhttp.NewSender(m2mhttp.SenderConfig{
@@ -94,7 +88,7 @@ func newSender(ctx context.Context, r Route, lease time.Duration, log *slog.Logg
 	case "kafka":
 		if r.Kafka.TransactionalID != "" {
 			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
-				TransactionalID: r.Kafka.TransactionalID, Logger: log, Retain: retainFor(lease)})
+				TransactionalID: r.Kafka.TransactionalID, Logger: log})
 			if err != nil {
 				return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
 			}
@@ -127,14 +121,13 @@ var enqueueOnly = mensageria.SenderFunc(func(context.Context, *mensageria.Delive
 	return mensageria.Permanent(fmt.Errorf("this client only enqueues"))
 })
 
-// registry builds the registry of a config's routes, and the Senders that
-// follow the relay election (a Kafka route with a transactional id), to be
-// passed as hooks. With a nil log the Senders are stand-ins, for clients
-// that only enqueue.
-func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Registry, []mensageria.Hook, func(), error) {
+// registry builds the registry of a config's routes, with its Senders (the
+// Client discovers the hooks and settings they need in the registry). With
+// a nil log the Senders are stand-ins, for clients that only enqueue.
+func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Registry, []mensageria.Sender, func(), error) {
 	live := log != nil
 	reg := mensageria.NewRegistry()
-	var hooks []mensageria.Hook
+	var senders []mensageria.Sender
 	var closers []func()
 	closeAll := func() {
 		for _, f := range closers {
@@ -146,14 +139,12 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		if live {
 			var closeFn func()
 			var err error
-			if s, closeFn, err = newSender(ctx, r, c.Relay.Lease, log); err != nil {
+			if s, closeFn, err = newSender(ctx, r, log); err != nil {
 				closeAll()
 				return nil, nil, nil, err
 			}
 			closers = append(closers, closeFn)
-			if h, ok := s.(mensageria.OnElection); ok {
-				hooks = append(hooks, h)
-			}
+			senders = append(senders, s)
 		}
 		var opts []mensageria.RouteOption
 		if r.Ordered {
@@ -164,7 +155,7 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 			return nil, nil, nil, err
 		}
 	}
-	return reg, hooks, closeAll, nil
+	return reg, senders, closeAll, nil
 }
 
 // connect opens the database and an enqueue-only client for a config.

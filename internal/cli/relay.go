@@ -41,7 +41,11 @@ func (a *app) relayCommand() *cobra.Command {
 		Use:   "relay",
 		Short: "Run the relay of this app's routes until SIGTERM or SIGINT",
 		Long: `relay delivers the outbox messages of the config's routes, and only those:
-rows of other types in the same schema are left to their own apps. It runs
+rows of other types in the same schema are left to their own apps. At start
+it records in the ownership catalog that the config's app owns its types
+(and its Kafka transactional ids); a type another app owns stops it with
+exit 2 before it serves or claims anything ('mensageria owners' moves
+ownership between apps). It runs
 until SIGTERM or SIGINT, then stops claiming, lets the deliveries in flight
 finish within --shutdown-timeout and releases the rest for the next relay.
 
@@ -50,7 +54,8 @@ others stand by and take over when it dies.
 
 It serves, on --listen:
   /healthz   the process is alive
-  /readyz    the relay runs and the database answers
+  /readyz    the relay runs, its settles succeed and the database
+             answers (503 with the reason otherwise)
   /metrics   Prometheus: pending and oldest age by type, deliveries by
              outcome, delivery latency, dead letters, election holder; for
              a Kafka route with a transactional_id, its transactions
@@ -69,7 +74,7 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				return err
 			}
 			ctx := cmd.Context()
-			reg, senderHooks, closeSenders, err := registry(ctx, c, log)
+			reg, senders, closeSenders, err := registry(ctx, c, log)
 			if err != nil {
 				return err
 			}
@@ -87,25 +92,24 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				mode = driver.MigrateUp
 			}
 			res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.App})
-			if errors.Is(err, driver.ErrSchemaBehind) {
+			var oce *driver.OwnerConflictError
+			switch {
+			case errors.Is(err, driver.ErrSchemaBehind):
 				return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the relay with --migrate", c.Schema, res.From, res.To)
-			}
-			if err != nil {
+			case errors.As(err, &oce):
+				return conflictErr(oce, "migrate the schema up (--migrate)", a.configPath)
+			case err != nil:
 				return fmt.Errorf("schema check: %w", err)
 			}
 			if len(res.Applied) > 0 {
-				log.Info("schema migrated", "schema", c.Schema, "from", res.From, "to", res.To)
+				log.Info("schema migrated", "schema", c.Schema, "from", res.From, "to", res.To, "migrations_owner", res.Owner)
 			}
 			cc := c.ClientConfig()
 			cc.Registry = reg
 			cc.Logger = log
 			var el driver.Elector
 			if c.Relay.Election != mensageria.ElectionNone {
-				lease := cc.Lease
-				if lease == 0 {
-					lease = 30 * time.Second
-				}
-				if el, err = b.drv.Elector(c.App, lease); err != nil {
+				if el, err = b.drv.Elector(c.App, c.Effective().Lease); err != nil {
 					return err
 				}
 			}
@@ -114,9 +118,8 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				m.leader.Set(1)
 			}
 			cc.Hooks = append(cc.Hooks, m)
-			cc.Hooks = append(cc.Hooks, senderHooks...)
-			for _, h := range senderHooks {
-				if ts, ok := h.(*kafka.TransactionalSender); ok {
+			for _, s := range senders {
+				if ts, ok := s.(*kafka.TransactionalSender); ok {
 					m.watchTransactional(ts)
 				}
 			}
@@ -124,10 +127,17 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 			if err != nil {
 				return err
 			}
-			var ready readiness
+			// Ownership first, before anything is served or claimed: a
+			// config that routes another app's type stops here.
+			if _, err := cl.Register(ctx); err != nil {
+				if errors.As(err, &oce) {
+					return conflictErr(oce, "start its relay", a.configPath)
+				}
+				return fmt.Errorf("ownership catalog: %w", err)
+			}
 			readyFn := func(ctx context.Context) error {
-				if !ready.on.Load() {
-					return errors.New("relay not running")
+				if err := cl.Ready(); err != nil {
+					return err
 				}
 				if b.pool != nil {
 					return b.pool.Ping(ctx)
@@ -147,9 +157,11 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				go func() { srvDone <- srv.Serve(ln) }()
 			}
 			if err := cl.Start(ctx); err != nil {
+				if errors.As(err, &oce) {
+					return conflictErr(oce, "start its relay", a.configPath)
+				}
 				return err
 			}
-			ready.on.Store(true)
 			log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", electionName(c.Relay.Election))
 			var serveErr error
 			select {
@@ -158,7 +170,6 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 			case serveErr = <-srvDone:
 				log.Error("health server failed; stopping", "err", serveErr)
 			}
-			ready.on.Store(false)
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
 			defer cancel()
 			stopErr := cl.Stop(sctx)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 )
 
@@ -18,6 +20,7 @@ import (
 type StatusType struct {
 	Type             string  `json:"type"`
 	Routed           bool    `json:"routed"` // by this config's app
+	Owner            string  `json:"owner"`  // the owning app in the catalog; "" for none
 	Pending          int64   `json:"pending"`
 	InFlight         int64   `json:"in_flight"`
 	Dead             int64   `json:"dead"`
@@ -53,16 +56,31 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		_, routed := c.Route(s.Type)
 		seen[s.Type] = true
 		st.Types = append(st.Types, StatusType{
-			Type: s.Type, Routed: routed, Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead,
+			Type: s.Type, Routed: routed, Owner: s.Owner, Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead,
 			DeliveredLastHr: s.DeliveredLastHr, OldestPendingSec: s.OldestPending.Seconds(),
 		})
 	}
 	// A routed type with no rows yet still gets its line: "0 pending" is
-	// an answer an operator wants to see.
+	// an answer an operator wants to see, and so is its owner.
+	var catalog []driver.Ownership
+	loaded := false
 	for _, t := range c.Types() {
-		if !seen[t] {
-			st.Types = append(st.Types, StatusType{Type: t, Routed: true})
+		if seen[t] {
+			continue
 		}
+		if !loaded {
+			if catalog, err = drv.Owners(ctx, ""); err != nil {
+				return nil, fmt.Errorf("status: ownership catalog: %w", err)
+			}
+			loaded = true
+		}
+		owner := ""
+		for _, o := range catalog {
+			if o.Kind == driver.ResourceType && o.Name == t {
+				owner = o.App
+			}
+		}
+		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
 	}
 	slices.SortFunc(st.Types, func(a, b StatusType) int {
 		if a.Routed != b.Routed {
@@ -79,12 +97,8 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		}
 		return 0
 	})
-	if c.Relay.Election != "none" {
-		lease := c.Relay.Lease
-		if lease == 0 {
-			lease = 30 * time.Second
-		}
-		el, err := drv.Elector(c.App, lease)
+	if c.Relay.Election != mensageria.ElectionNone {
+		el, err := drv.Elector(c.App, c.Effective().Lease)
 		if err == nil {
 			var h driver.Leader
 			if h, err = el.Holder(ctx); err == nil {
@@ -117,19 +131,34 @@ func writeStatus(w io.Writer, st *Status) {
 		fmt.Fprintf(w, "election: advisory, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TYPE\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
+	fmt.Fprintln(tw, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
+	var unowned []string
 	for _, t := range st.Types {
-		name := t.Type
-		if !t.Routed {
-			name += " (other app)"
+		owner := t.Owner
+		switch {
+		case owner == "":
+			owner = "-"
+			if t.Pending > 0 {
+				unowned = append(unowned, t.Type)
+			}
+		case owner != st.App && t.Routed:
+			owner += " (!)"
 		}
 		oldest := "-"
 		if t.Pending > 0 {
 			oldest = (time.Duration(t.OldestPendingSec * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", name, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
 	}
 	_ = tw.Flush()
+	for _, t := range st.Types {
+		if t.Routed && t.Owner != "" && t.Owner != st.App {
+			fmt.Fprintf(w, "(!) %s is routed by this config but owned by app %s: app %s's relay refuses to start until it moves ('mensageria owners transfer')\n", t.Type, t.Owner, st.App)
+		}
+	}
+	if len(unowned) > 0 {
+		fmt.Fprintf(w, "no app owns %s: those rows stay pending until their app's relay starts (or 'mensageria owners register')\n", strings.Join(unowned, ", "))
+	}
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -137,10 +166,10 @@ func (a *app) statusCommand() *cobra.Command {
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the outbox per type: pending, in flight, dead, delivered, oldest age, election holder",
+		Short: "Show the outbox per type: owning app, pending, in flight, dead, delivered, oldest age, election holder",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, b, err := a.connect(cmd.Context())
+			c, b, err := a.connectCurrent(cmd.Context())
 			if err != nil {
 				return err
 			}

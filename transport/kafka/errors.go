@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/xadm/mensageria"
@@ -39,6 +40,46 @@ func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // Unwrap returns the broker's error.
 func (e *FencedError) Unwrap() error { return e.Err }
+
+// ErrForeignPositions is wrapped by every *ForeignPositionsError.
+var ErrForeignPositions = errors.New("mensageria/kafka: the transactional id's position record belongs to another outbox")
+
+// ForeignPositionsError is returned by a TransactionalSender whose
+// transactional id holds a position record written for another outbox (an
+// app on another database or schema configured with the same id, which
+// the ownership catalog of this one cannot see). Row ids of two outboxes
+// overlap, so reading this outbox's rows against that record would answer
+// rows never produced as already committed, and the relay would settle
+// them as delivered. The sender refuses instead: it produces nothing,
+// answers every delivery with this error (the relay retries the rows,
+// which stay in the outbox), and registers nothing, so the other outbox's
+// relay is not fenced.
+type ForeignPositionsError struct {
+	TransactionalID string
+	Topic           string
+	// Outbox and App are this relay's; Outbox is uuid.Nil when the sender
+	// was never told its outbox (it was not started by a mensageria
+	// Client), and then no record naming an outbox can be proven its own.
+	Outbox uuid.UUID
+	App    string
+	// RecordOutbox and RecordApp are what the record names.
+	RecordOutbox uuid.UUID
+	RecordApp    string
+}
+
+func (e *ForeignPositionsError) Error() string {
+	ours := "an outbox this sender was never told (it was not started by a mensageria Client)"
+	if e.Outbox != uuid.Nil {
+		ours = fmt.Sprintf("outbox %s (app %q)", e.Outbox, e.App)
+	}
+	return fmt.Sprintf("mensageria/kafka: transactional id %q is used by another outbox: its position record in topic %q belongs to outbox %s (app %q), and this relay drains %s; "+
+		"reading this outbox's rows against it would settle rows never produced as delivered, so nothing is produced and the rows stay in the outbox. "+
+		"Give each outbox its own transactional id (or, once that outbox's relay is gone for good and its rows settled, delete its record with a tombstone under the id)",
+		e.TransactionalID, e.Topic, e.RecordOutbox, e.RecordApp, ours)
+}
+
+// Is makes errors.Is(err, ErrForeignPositions) true.
+func (e *ForeignPositionsError) Is(target error) bool { return target == ErrForeignPositions }
 
 // ConfigError names the config field that is wrong. It wraps
 // mensageria.ErrConfig.

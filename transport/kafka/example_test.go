@@ -49,10 +49,12 @@ func ExampleTransactionalSender() {
 	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		panic(err)
 	}
+	// The sender is registered once: the client also finds its election
+	// hook, its transactional ids for the ownership catalog and its need
+	// of the relay's settings there.
 	client, err := mensageria.New(drv, &mensageria.Config{
 		App:          "pedidos",
 		Registry:     mensageria.NewRegistry().MustRegister("pedido.criado", sender),
-		Hooks:        []mensageria.Hook{sender}, // the elected relay owns the transactional id
 		PollInterval: 10 * time.Millisecond,
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -107,10 +108,22 @@ type positions struct {
 	retain time.Duration
 	now    func() time.Time
 
+	// writer is the outbox (and app) the records this lane writes name;
+	// read is what the record it was opened with named.
+	writer, read owner
+
 	own          []rowSet // this lane's last max commits, oldest first
 	carried      []rowSet // inherited when the lane opened
 	carriedUntil time.Time
 	recent       []stamped // every batch committed or inherited within retain, oldest first
+}
+
+// owner is the outbox a position record belongs to, and its app (for the
+// operator reading an error). A zero Outbox is a record of an older
+// version, or of a sender that was never told its outbox.
+type owner struct {
+	Outbox uuid.UUID
+	App    string
 }
 
 // stamped is the union of the batches remembered from one bucket of time:
@@ -214,6 +227,9 @@ func (p *positions) encode() []byte { return p.encodeRecord(p.own) }
 
 func (p *positions) encodeRecord(own []rowSet) []byte {
 	rec := positionRecord{Version: 2, Batches: asInts(own)}
+	if p.writer.Outbox != uuid.Nil {
+		rec.Version, rec.Outbox, rec.App = 3, p.writer.Outbox.String(), p.writer.App
+	}
 	if len(p.carried) > 0 && p.now().Before(p.carriedUntil) {
 		rec.Carried = asInts(p.carried)
 	}
@@ -233,6 +249,11 @@ func asInts(bs []rowSet) [][]int64 {
 // keep it small: a claimed batch is mostly consecutive row ids.
 type positionRecord struct {
 	Version int `json:"v"`
+	// Outbox is the id of the outbox whose rows the batches are (version
+	// 3): row ids of two outboxes overlap, so a record is only ever read
+	// against its own outbox's rows. App is that outbox's relaying app.
+	Outbox string `json:"outbox,omitempty"`
+	App    string `json:"app,omitempty"`
 	// Batches holds the lane's last transactions, oldest first, each as
 	// sorted, disjoint, inclusive ranges [lo1, hi1, lo2, hi2, ...].
 	Batches [][]int64 `json:"batches"`
@@ -255,22 +276,19 @@ func (e *PositionsError) Unwrap() error { return e.Err }
 
 // decodePositions reads a lane's record as a successor does: every batch
 // in it, the lane's own and the ones it carried, is inherited, remembered
-// and carried on for retain. A version 1 record (no carried batches) is
-// read too.
+// and carried on for retain; the outbox it names is p.read. Records of
+// version 1 (no carried batches) and 2 (no outbox) are read too.
 func decodePositions(max int, retain time.Duration, b []byte) (*positions, error) {
 	p := newPositions(max, retain)
-	if len(b) == 0 { // a tombstone: nothing is remembered
-		return p, nil
-	}
-	var rec positionRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	rec, err := parseRecord(b)
+	if err != nil {
 		return nil, err
 	}
-	if rec.Version != 1 && rec.Version != 2 {
-		return nil, fmt.Errorf("unknown version %d", rec.Version)
+	if rec == nil { // a tombstone: nothing is remembered
+		return p, nil
 	}
-	if rec.Version == 1 && rec.Carried != nil {
-		return nil, errors.New("a version 1 record carries no batches")
+	if p.read, err = rec.owner(); err != nil {
+		return nil, err
 	}
 	inherited := append(rec.Carried, rec.Batches...)
 	if over := len(inherited) - maxCarried; over > 0 {
@@ -286,6 +304,57 @@ func decodePositions(max int, retain time.Duration, b []byte) (*positions, error
 	}
 	p.carriedUntil = now.Add(retain)
 	return p, nil
+}
+
+// parseRecord checks a record's version and fields; nil for a tombstone.
+func parseRecord(b []byte) (*positionRecord, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var rec positionRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	switch rec.Version {
+	case 1:
+		if rec.Carried != nil {
+			return nil, errors.New("a version 1 record carries no batches")
+		}
+		fallthrough
+	case 2:
+		if rec.Outbox != "" || rec.App != "" {
+			return nil, fmt.Errorf("a version %d record names no outbox", rec.Version)
+		}
+	case 3:
+		if _, err := rec.owner(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unknown version %d", rec.Version)
+	}
+	return &rec, nil
+}
+
+// owner is the outbox a parsed record belongs to.
+func (rec *positionRecord) owner() (owner, error) {
+	if rec.Version < 3 {
+		return owner{}, nil
+	}
+	id, err := uuid.Parse(rec.Outbox)
+	if err != nil || id == uuid.Nil || len(rec.Outbox) != 36 {
+		return owner{}, errors.New("a version 3 record names its outbox by a UUID in canonical form")
+	}
+	return owner{Outbox: id, App: rec.App}, nil
+}
+
+// recordOwner reads only whose a record is, for the check made before
+// registering the transactional id.
+func recordOwner(b []byte) (owner, error) {
+	rec, err := parseRecord(b)
+	if err != nil || rec == nil {
+		return owner{}, err
+	}
+	return rec.owner()
 }
 
 // validRanges checks what has() and overlaps() rely on: pairs, each range

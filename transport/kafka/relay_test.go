@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // settleFault makes the database lose the relay's settles, as if the relay
@@ -56,7 +60,6 @@ func TestRelayIntoKafkaExactlyOnceAcrossLostSettles(t *testing.T) {
 		cl, err := mensageria.New(fault, &mensageria.Config{
 			App: "shop", Registry: reg, Lease: time.Second, PollInterval: 50 * time.Millisecond,
 			BatchSize: 40, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-			Hooks: []mensageria.Hook{ts},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -110,5 +113,157 @@ func TestRelayIntoKafkaExactlyOnceAcrossLostSettles(t *testing.T) {
 		fault.lost.Load(), ts1.Reconciled(), ts2.Reconciled(), ts1.Committed(), ts2.Committed())
 	if ts2.Reconciled() == 0 {
 		t.Error("the restarted relay reconciled nothing: the crash case was not exercised")
+	}
+}
+
+// foreignRetries counts the deliveries a relay retried because the
+// transactional id's record was another outbox's.
+type foreignRetries struct{ n, other atomic.Int64 }
+
+func (h *foreignRetries) OnDelivery(ev mensageria.DeliveryEvent) {
+	switch {
+	case ev.Outcome == mensageria.OutcomeRetry && errors.Is(ev.Err, ErrForeignPositions):
+		h.n.Add(1)
+	case ev.Outcome != mensageria.OutcomeDelivered:
+		h.other.Add(1)
+	}
+}
+
+// Two apps on separate outboxes (two schemas: neither catalog sees the
+// other's) are configured with the same transactional id, and each
+// enqueues 2,000 rows: the same row ids. The second relay used to find the
+// first one's position record, answer its own rows from it and settle all
+// of them as delivered without producing one. Now it refuses the id,
+// naming both outboxes: not a row of it is settled, every one stays in its
+// outbox, and Kafka holds the first app's messages once each.
+func TestRelayTwoOutboxesOneTransactionalID(t *testing.T) {
+	testdb.Long(t, "two relays of 2,000 rows")
+	c := newCluster(t, "orders")
+	run := func(store *pgStore, app, typ string, hook mensageria.Hook) (*mensageria.Client, []string) {
+		ts := newTxSender(t, c, "mensageria-relay")
+		cl, err := mensageria.New(store.drv, &mensageria.Config{
+			App: app, Registry: mensageria.NewRegistry().MustRegister(typ, ts),
+			BatchSize: 500, Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond,
+			Hooks: []mensageria.Hook{hook},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for i := 0; i < 2000; i += 500 {
+			batch := make([]mensageria.Message, 500)
+			for k := range batch {
+				batch[k] = mensageria.Message{Type: typ, Key: fmt.Sprintf("%s-%d", typ, i+k), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i+k))}
+			}
+			got, err := cl.Enqueue(testCtx(t), batch...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range got {
+				ids = append(ids, id.String())
+			}
+		}
+		if err := cl.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = cl.Stop(ctx)
+		})
+		return cl, ids
+	}
+
+	storeA, storeB := newPGStore(t), newPGStore(t)
+	var hookA, hookB foreignRetries
+	clientA, idsA := run(storeA, "pedidos", "pedido", &hookA)
+	waitFor(t, 60*time.Second, "the first app's outbox drained", func() bool { return pendingRows(t, storeA.drv) == 0 })
+
+	clientB, idsB := run(storeB, "faturas", "fatura", &hookB)
+	waitFor(t, 60*time.Second, "every row of the second app attempted", func() bool {
+		return hookB.n.Load() >= 2000 || pendingRows(t, storeB.drv) == 0
+	})
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = clientB.Stop(stopCtx)
+	cancel()
+
+	produced := countByID(consumeAll(t, c.ListenAddrs(), "orders", true))
+	lost := 0
+	for _, id := range idsB {
+		if produced[id] == 0 {
+			lost++
+		}
+	}
+	if left := pendingRows(t, storeB.drv); left+int64(2000-lost) != 2000 {
+		t.Fatalf("the second app: %d rows left in its outbox and %d produced; %d rows were settled as delivered without being produced",
+			left, 2000-lost, 2000-left-int64(2000-lost))
+	}
+	if hookB.n.Load() < 2000 || hookB.other.Load() != 0 {
+		t.Fatalf("the second app's relay retried %d rows for the foreign record (want all 2,000), and gave %d other outcomes", hookB.n.Load(), hookB.other.Load())
+	}
+	for _, id := range idsA {
+		if produced[id] != 1 {
+			t.Errorf("the first app's message %s produced %d times", id, produced[id])
+		}
+	}
+	if len(produced) != 2000 {
+		t.Errorf("%d messages in Kafka, want the first app's 2,000", len(produced))
+	}
+
+	// The refusal names both outboxes and the id, in each row's last
+	// error, so an operator sees it in dead list and status.
+	regA, err := clientA.Register(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	regB, err := clientB.Register(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := storeB.drv.ListMessages(testCtx(t), driver.ListFilter{State: driver.StatePending, Limit: 5})
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("listing the second outbox: %d rows, %v", len(rows), err)
+	}
+	for _, want := range []string{uuid.UUID(regA.OutboxID).String(), uuid.UUID(regB.OutboxID).String(), `"mensageria-relay"`, `"pedidos"`, `"faturas"`} {
+		if !strings.Contains(rows[0].LastError, want) {
+			t.Fatalf("the row's last error does not name %s: %s", want, rows[0].LastError)
+		}
+	}
+}
+
+// Two apps on one database with the same transactional id: the catalog
+// refuses the second at Start, naming both apps and the id; nothing of it
+// runs.
+func TestRelaySameTransactionalIDOnOneDatabase(t *testing.T) {
+	c := newCluster(t, "orders")
+	store := newPGStore(t)
+	client := func(app, typ string) *mensageria.Client {
+		cl, err := mensageria.New(store.drv, &mensageria.Config{
+			App: app, Registry: mensageria.NewRegistry().MustRegister(typ, newTxSender(t, c, "mensageria-relay")),
+			PollInterval: 20 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	first := client("pedidos", "pedido")
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Stop(context.Background()) })
+	second := client("faturas", "fatura")
+	err := second.Start(context.Background())
+	var oe *mensageria.OwnerConflictError
+	if !errors.As(err, &oe) || !errors.Is(err, mensageria.ErrOwnerConflict) {
+		t.Fatalf("the second app with the same id started: %v", err)
+	}
+	for _, want := range []string{`"pedidos"`, `"faturas"`, `Kafka transactional id "mensageria-relay`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not name %s: %v", want, err)
+		}
+	}
+	if len(oe.Conflicts) != 2 || oe.Conflicts[0].Kind != driver.ResourceKafkaTransactionalID || oe.Conflicts[0].App != "pedidos" {
+		t.Errorf("conflicts %+v, want both lanes' ids, owned by pedidos", oe.Conflicts)
 	}
 }

@@ -44,6 +44,7 @@ type Sender struct {
 	cl       *kgo.Client
 	own      bool
 	topicFor func(*mensageria.Delivery) string
+	dest     string
 
 	closeOnce sync.Once
 }
@@ -55,7 +56,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sender{topicFor: topicFor}
+	s := &Sender{topicFor: topicFor, dest: destination(cfg.Topic, cfg.TopicFor)}
 	if cfg.Client != nil {
 		// The redelivery-free retry inside a producer session is the one
 		// guarantee this Sender promises; a client without it cannot keep
@@ -91,6 +92,17 @@ func topicFunc(topic string, fn func(*mensageria.Delivery) string) (func(*mensag
 	}
 	return func(*mensageria.Delivery) string { return topic }, nil
 }
+
+// destination names where a sender produces, for a dead letter's route.
+func destination(topic string, fn func(*mensageria.Delivery) string) string {
+	if fn != nil {
+		return "kafka (topic per delivery)"
+	}
+	return "kafka topic " + topic
+}
+
+// Destination implements mensageria.DestinationNamer: "kafka topic t".
+func (s *Sender) Destination() string { return s.dest }
 
 // Client returns the producing client.
 func (s *Sender) Client() *kgo.Client { return s.cl }
@@ -157,5 +169,6 @@ func toRecord(topic string, d *mensageria.Delivery) *kgo.Record {
 }
 
 var (
-	_ mensageria.BatchSender = (*Sender)(nil)
+	_ mensageria.BatchSender      = (*Sender)(nil)
+	_ mensageria.DestinationNamer = (*Sender)(nil)
 )

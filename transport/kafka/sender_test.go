@@ -122,3 +122,31 @@ func TestSenderPermanentRefusal(t *testing.T) {
 		t.Fatalf("permanent %d, delivered %d", bad, good)
 	}
 }
+
+// The destination a dead letter names, for both producers.
+func TestDestination(t *testing.T) {
+	perDelivery := func(*mensageria.Delivery) string { return "x" }
+	for _, c := range []struct {
+		topic string
+		fn    func(*mensageria.Delivery) string
+		want  string
+	}{
+		{"orders", nil, "kafka topic orders"},
+		{"", perDelivery, "kafka (topic per delivery)"},
+		{"orders", perDelivery, "kafka (topic per delivery)"},
+	} {
+		s, err := NewSender(SenderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: c.topic, TopicFor: c.fn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		ts, err := NewTransactionalSender(TransactionalConfig{Brokers: []string{"127.0.0.1:1"}, TransactionalID: "id", Topic: c.topic, TopicFor: c.fn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.Close()
+		if s.Destination() != c.want || ts.Destination() != c.want {
+			t.Errorf("topic %q: Destination() = %q and %q, want %q", c.topic, s.Destination(), ts.Destination(), c.want)
+		}
+	}
+}

@@ -12,10 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
 )
 
 // DefaultPositionsTopic holds the outbox positions of transactional relays,
@@ -35,6 +37,14 @@ type TransactionalConfig struct {
 	// different between apps: the newly elected relay's producer fences
 	// the previous one, which is what makes a crashed or paused relay
 	// harmless. Lane i > 0 uses TransactionalID + "." + i. Required.
+	//
+	// The ids are the app's in the ownership catalog (the sender is a
+	// mensageria.ResourceOwner): a second app on the same database
+	// configured with one of them fails at Start, naming both apps. Apps
+	// on different databases cannot see each other's catalog; there the
+	// position record names the outbox it belongs to, and a sender that
+	// finds another outbox's record refuses to relay through the id (a
+	// *ForeignPositionsError) rather than read its rows against it.
 	TransactionalID string
 	// Topic receives every message. Required unless TopicFor is set.
 	Topic string
@@ -49,8 +59,10 @@ type TransactionalConfig struct {
 	// that a batch whose settle was lost is recognised when it comes back
 	// after its lease, however many batches commit meanwhile; and in the
 	// record, for the batches a lane inherited from a crashed predecessor.
-	// It must exceed the relay's Lease (default 30s) with room to spare.
-	// Default 5m.
+	// It must exceed the relay's Lease with room to spare: Client.Start
+	// fails when it does not. Default: ten of the relay's leases and
+	// never under five minutes, from the settings Start hands the sender
+	// (mensageria.RelayAware); five minutes before that.
 	Retain time.Duration
 	// Window is how many of a lane's latest batches its position record
 	// holds: what a successor inherits when this relay dies. It must cover
@@ -86,6 +98,15 @@ type TransactionalConfig struct {
 // different ids over the same rows, election off, or a batch coming back
 // later than Retain, each let a batch be produced twice. A read_uncommitted consumer also sees aborted records.
 // Beyond Kafka, consumers still need an inbox or a Sink.
+//
+// The position records are one outbox's: row ids of two outboxes overlap,
+// so each record names the outbox that wrote it (the id Client.Start hands
+// the sender), and a sender never answers its rows from a record of
+// another outbox. It refuses that transactional id instead, with a
+// *ForeignPositionsError, without registering it. A record of an older
+// version names no outbox and is read as this outbox's (that is the
+// upgrade); an app on another database still writing such records with
+// the same id is not told apart.
 type TransactionalSender struct {
 	cfg      TransactionalConfig
 	topicFor func(*mensageria.Delivery) string
@@ -98,13 +119,17 @@ type TransactionalSender struct {
 	opened atomic.Bool // every lane is registered
 	leader atomic.Bool // the last election event said this process leads
 
+	retainSet bool // cfg.Retain was given, not defaulted
+
 	// rearmWait is the first pause between attempts to register the ids
 	// after an election, rearmTimeout bounds one attempt, healAfter is how
 	// long a fenced leader waits before taking its ids back; tests shorten
 	// them.
 	rearmWait, rearmTimeout, healAfter time.Duration
 
-	mu       sync.Mutex // guards the fields below and every lane's pos
+	mu       sync.Mutex    // guards the fields below and every lane's pos
+	self     owner         // the outbox and app relaying, from UseRelaySettings
+	retain   time.Duration // cfg.Retain, or the default from the settings
 	lanes    []*lane
 	inflight []*reservation // the rows of the transactions in progress
 	fenced   error
@@ -153,6 +178,7 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 	case cfg.Lanes < 0 || cfg.Lanes > 16:
 		return nil, &ConfigError{Field: "Lanes", Reason: "must be 1..16"}
 	}
+	retainSet := cfg.Retain != 0
 	if cfg.PositionsTopic == "" {
 		cfg.PositionsTopic = DefaultPositionsTopic
 	}
@@ -160,7 +186,7 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 		cfg.Window = 8
 	}
 	if cfg.Retain == 0 {
-		cfg.Retain = 5 * time.Minute
+		cfg.Retain = defaultRetain(mensageria.DefaultLease)
 	}
 	if cfg.Lanes == 0 {
 		cfg.Lanes = 2
@@ -174,6 +200,9 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 		base:     append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...),
 		log:      cfg.Logger.With("transactional_id", cfg.TransactionalID),
 		free:     make(chan *lane, cfg.Lanes),
+
+		retainSet: retainSet,
+		retain:    cfg.Retain,
 	}
 	// Options are checked now; a client that is never used does not dial.
 	cl, err := kgo.NewClient(append(slices.Clone(s.base), kgo.TransactionalID(cfg.TransactionalID))...)
@@ -210,6 +239,24 @@ func (s *TransactionalSender) open(ctx context.Context, l *lane) error {
 		cl.Close()
 		return fmt.Errorf("mensageria/kafka: positions topic %q: %w", s.cfg.PositionsTopic, err)
 	}
+	s.mu.Lock()
+	self, retain := s.self, s.retain
+	s.mu.Unlock()
+	// Whose the record is, first: registering the id would fence the
+	// producer that uses it, and when that is another outbox's relay,
+	// this one is the misconfigured party and must leave it alone. Read
+	// up to the last stable offset, this misses only a record in a
+	// transaction still open, which the read after registering sees.
+	if val, _, err := readPositions(ctx, s.base, s.cfg.PositionsTopic, l.id); err != nil {
+		cl.Close()
+		return fmt.Errorf("mensageria/kafka: read positions: %w", err)
+	} else if rec, err := recordOwner(val); err != nil {
+		cl.Close()
+		return &PositionsError{Topic: s.cfg.PositionsTopic, Key: l.id, Err: err}
+	} else if err := s.foreign(l, rec, self); err != nil {
+		cl.Close()
+		return err
+	}
 	// Initialising the producer id bumps the epoch: every older producer
 	// with this id is fenced and its open transaction aborted before the
 	// positions are read, so the read sees a settled log.
@@ -225,17 +272,90 @@ func (s *TransactionalSender) open(ctx context.Context, l *lane) error {
 		cl.Close()
 		return fmt.Errorf("mensageria/kafka: read positions: %w", err)
 	}
-	pos, err := decodePositions(s.cfg.Window, s.cfg.Retain, val)
+	pos, err := decodePositions(s.cfg.Window, retain, val)
 	if err != nil {
 		cl.Close()
 		return &PositionsError{Topic: s.cfg.PositionsTopic, Key: l.id, Err: err}
 	}
+	if err := s.foreign(l, pos.read, self); err != nil {
+		cl.Close()
+		return err
+	}
+	if len(val) > 0 && pos.read.Outbox == uuid.Nil && self.Outbox != uuid.Nil {
+		s.log.Info("the position record names no outbox (an older version); read as this outbox's, and rewritten with it by the next transaction", "lane", l.id)
+	}
+	pos.writer = self
 	s.mu.Lock()
 	pos.inherit(l.pos)
 	l.pos = pos
 	s.mu.Unlock()
 	l.cl = cl
 	return nil
+}
+
+// foreign refuses a lane whose record belongs to another outbox than self.
+// A record naming no outbox (an older version) is this outbox's.
+func (s *TransactionalSender) foreign(l *lane, rec, self owner) error {
+	if rec.Outbox == uuid.Nil || rec.Outbox == self.Outbox {
+		return nil
+	}
+	err := &ForeignPositionsError{TransactionalID: l.id, Topic: s.cfg.PositionsTopic,
+		Outbox: self.Outbox, App: self.App, RecordOutbox: rec.Outbox, RecordApp: rec.App}
+	s.log.Error("transactional id used by another outbox; refusing to relay through it (nothing produced, no row settled)",
+		"lane", l.id, "outbox", self.Outbox, "app", self.App, "record_outbox", rec.Outbox, "record_app", rec.App, "err", err)
+	return err
+}
+
+// defaultRetain is Retain when the config gives none: a batch whose
+// settle was lost comes back after its lease, so ten leases, and never
+// under five minutes.
+func defaultRetain(lease time.Duration) time.Duration {
+	return max(5*time.Minute, 10*lease)
+}
+
+// UseRelaySettings implements mensageria.RelayAware; Client.Start calls
+// it before the first claim. The outbox id goes into every position
+// record the sender writes, and records of another outbox are refused
+// from then on; Retain, when the config gave none, becomes ten of the
+// relay's leases and never under five minutes. It fails when an explicit
+// Retain does not exceed the lease, and when the sender already serves
+// another outbox (one sender per Client).
+func (s *TransactionalSender) UseRelaySettings(rs mensageria.RelaySettings) error {
+	lease := cmp.Or(rs.Lease, mensageria.DefaultLease)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.self.Outbox != uuid.Nil && rs.OutboxID != s.self.Outbox {
+		return &ConfigError{Field: "TransactionalSender", Reason: fmt.Sprintf("already relays outbox %s (app %q); one sender serves one outbox, so give app %q a sender of its own, with its own transactional id", s.self.Outbox, s.self.App, rs.App)}
+	}
+	retain := s.retain
+	if !s.retainSet {
+		retain = defaultRetain(lease)
+	} else if retain <= lease {
+		return &ConfigError{Field: "Retain", Reason: fmt.Sprintf("%s does not exceed the relay's lease of %s: a batch whose settle was lost comes back after its lease, and would be produced again once forgotten", retain, lease)}
+	}
+	s.retain = retain
+	if rs.OutboxID != uuid.Nil {
+		s.self = owner{Outbox: rs.OutboxID, App: rs.App}
+	}
+	for _, l := range s.lanes {
+		// A lane opened before now read a record naming no outbox (any
+		// other was refused): it is this one's, and so are its rewrites.
+		if l.pos != nil {
+			l.pos.writer, l.pos.retain = s.self, retain
+		}
+	}
+	return nil
+}
+
+// OwnedResources implements mensageria.ResourceOwner: every lane's
+// transactional id, which Client.Start records as the app's in the
+// ownership catalog.
+func (s *TransactionalSender) OwnedResources() []driver.Resource {
+	out := make([]driver.Resource, len(s.lanes))
+	for i, l := range s.lanes {
+		out[i] = driver.Resource{Kind: driver.ResourceKafkaTransactionalID, Name: l.id}
+	}
+	return out
 }
 
 // Close releases the clients, waiting for transactions in progress. Calls
@@ -256,6 +376,11 @@ func (s *TransactionalSender) Close() {
 			l.cl = nil
 		}
 	}
+}
+
+// Destination implements mensageria.DestinationNamer: "kafka topic t".
+func (s *TransactionalSender) Destination() string {
+	return destination(s.cfg.Topic, s.cfg.TopicFor)
 }
 
 // TransactionalID is the configured id (lane 0's; lane i uses it + "." + i).
@@ -285,14 +410,15 @@ func (s *TransactionalSender) Send(ctx context.Context, d *mensageria.Delivery) 
 const fencedRetry = time.Minute
 
 func fencedErr(err error) error {
-	if errors.Is(err, ErrFenced) {
+	if errors.Is(err, ErrFenced) || errors.Is(err, ErrForeignPositions) {
 		return mensageria.RetryAfter(err, fencedRetry)
 	}
 	return err
 }
 
-// OnElection ties the transactional ids to the relay election when the
-// sender is passed to mensageria.Config.Hooks: a process that wins the
+// OnElection ties the transactional ids to the relay election (the Client
+// calls it for a sender in its Registry; it need not be passed in
+// Config.Hooks too): a process that wins the
 // election registers every lane's id again (it is the rightful owner now,
 // and another process may have used the ids since it last did: fencing
 // that one is the point) and rereads the positions, ahead of its next
@@ -409,6 +535,9 @@ func (s *TransactionalSender) rearm() {
 		}
 		if errors.Is(err, ErrClosed) {
 			return
+		}
+		if errors.Is(err, ErrForeignPositions) {
+			return // logged; waiting will not change whose the record is
 		}
 		s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
 		time.Sleep(wait)
@@ -748,4 +877,10 @@ func (e *AbortedError) Error() string {
 
 func (e *AbortedError) Unwrap() error { return e.Cause }
 
-var _ mensageria.BatchSender = (*TransactionalSender)(nil)
+var (
+	_ mensageria.BatchSender      = (*TransactionalSender)(nil)
+	_ mensageria.RelayAware       = (*TransactionalSender)(nil)
+	_ mensageria.ResourceOwner    = (*TransactionalSender)(nil)
+	_ mensageria.DestinationNamer = (*TransactionalSender)(nil)
+	_ mensageria.OnElection       = (*TransactionalSender)(nil)
+)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -351,8 +352,21 @@ func TestPositionsWindow(t *testing.T) {
 		t.Fatalf("inheritance carried past the retention: %s", v)
 	}
 
-	if q1, err := decodePositions(1, time.Minute, []byte(`{"v":1,"batches":[[4,5]]}`)); err != nil || !q1.has(4) {
+	if q1, err := decodePositions(1, time.Minute, []byte(`{"v":1,"batches":[[4,5]]}`)); err != nil || !q1.has(4) || q1.read != (owner{}) {
 		t.Fatalf("version 1 record: %v", err)
+	}
+
+	// Told its outbox, a lane writes version 3, naming it; what a lane
+	// reads back names the outbox that wrote it.
+	outbox := uuid.MustParse("0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90")
+	q.writer = owner{Outbox: outbox, App: "pedidos"}
+	v3 := q.encodeWith(newRowSet([]int64{31}))
+	if string(v3) != `{"v":3,"outbox":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","app":"pedidos","batches":[[30,30],[31,31]]}` {
+		t.Fatalf("version 3 record %s", v3)
+	}
+	q3, err := decodePositions(2, time.Minute, v3)
+	if err != nil || q3.read != q.writer || !q3.has(31) || q3.writer != (owner{}) {
+		t.Fatalf("version 3 read back: %+v, %v", q3.read, err)
 	}
 	var many []string
 	for i := range maxCarried + 6 {
@@ -364,14 +378,21 @@ func TestPositionsWindow(t *testing.T) {
 	}
 	for _, bad := range []string{
 		`{"v":9}`,
-		`{"v":1,"batches":[[4,5]],"carried":[[1,2]]}`, // carried is version 2
-		`{"v":1,"batches":[[5,3]]}`,                   // inverted
-		`{"v":1,"batches":[[1,5,4,9]]}`,               // overlapping
-		`{"v":2,"batches":[[7,9,1,2]]}`,               // out of order
-		`{"v":2,"batches":[],"carried":[[1,2,3]]}`,    // odd
-		`{"v":1,"batches":[[]]}`,                      // empty batch
-		`{"v":1,"batches":[[0,2]]}`,                   // not a row id
-		`{"v":1,"batches":[[1,2]]`,                    // truncated
+		`{"v":1,"batches":[[4,5]],"carried":[[1,2]]}`,                               // carried is version 2
+		`{"v":1,"batches":[[5,3]]}`,                                                 // inverted
+		`{"v":1,"batches":[[1,5,4,9]]}`,                                             // overlapping
+		`{"v":2,"batches":[[7,9,1,2]]}`,                                             // out of order
+		`{"v":2,"batches":[],"carried":[[1,2,3]]}`,                                  // odd
+		`{"v":1,"batches":[[]]}`,                                                    // empty batch
+		`{"v":1,"batches":[[0,2]]}`,                                                 // not a row id
+		`{"v":1,"batches":[[1,2]]`,                                                  // truncated
+		`{"v":2,"outbox":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","batches":[[1,2]]}`, // the outbox is version 3
+		`{"v":1,"app":"pedidos","batches":[[1,2]]}`,
+		`{"v":3,"batches":[[1,2]]}`, // version 3 without its outbox
+		`{"v":3,"outbox":"00000000-0000-0000-0000-000000000000","batches":[[1,2]]}`,
+		`{"v":3,"outbox":"0190f0c26c3d7b3e9a512f4c1d7e8a90","batches":[[1,2]]}`,
+		`{"v":3,"outbox":"urn:uuid:0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","batches":[[1,2]]}`,
+		`{"v":3,"outbox":7,"batches":[[1,2]]}`,
 	} {
 		if _, err := decodePositions(2, time.Minute, []byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
@@ -424,6 +445,8 @@ func FuzzDecodePositions(f *testing.F) {
 		`{"v":1,"batches":[[4,5],[9,9]]}`, `{"v":1,"batches":[]}`, ``, `{"v":2}`,
 		`{"v":2,"batches":[[30,30]],"carried":[[4,5],[9,9]]}`,
 		`{"v":1,"batches":[[1,5,4,9]]}`, `{"v":1,"batches":[[-9223372036854775808,9223372036854775807]]}`,
+		`{"v":3,"outbox":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","app":"pedidos","batches":[[30,30]],"carried":[[4,5]]}`,
+		`{"v":3,"outbox":"0190F0C2-6C3D-7B3E-9A51-2F4C1D7E8A90","batches":[]}`,
 	} {
 		f.Add([]byte(seed), 3)
 	}
@@ -445,9 +468,16 @@ func FuzzDecodePositions(f *testing.F) {
 				}
 			}
 		}
-		// What a successor writes, its own successor reads back whole.
+		// The owner check made before registering agrees with the full
+		// read.
+		if o, err := recordOwner(b); err != nil || o != p.read {
+			t.Fatalf("recordOwner(%s) = %+v, %v; the full read says %+v", b, o, err, p.read)
+		}
+		// What a successor of the same outbox writes, its own successor
+		// reads back whole, with the outbox.
+		p.writer = p.read
 		again, err := decodePositions(window, time.Minute, p.encode())
-		if err != nil || !slices.EqualFunc(again.carried, p.carried, func(a, b rowSet) bool { return slices.Equal(a, b) }) {
+		if err != nil || again.read != p.read || !slices.EqualFunc(again.carried, p.carried, func(a, b rowSet) bool { return slices.Equal(a, b) }) {
 			t.Fatalf("re-encoding %s: %v", p.encode(), err)
 		}
 	})

@@ -35,15 +35,16 @@ const (
 const (
 	ItemApplied   = "applied"   // applied now: delivered
 	ItemDuplicate = "duplicate" // applied by an earlier delivery: delivered
-	ItemRefused   = "refused"   // malformed, unknown type or refused by the effect: dead
+	ItemRefused   = "refused"   // malformed, unknown type, a conflict or refused by the effect: dead
 	ItemStale     = "stale"     // older than the dedup window: dead
 	ItemRetry     = "retry"     // not applied this time: retried
 )
 
 // BatchResult is the outcome of one envelope of a batch. Problem is set
 // for every status but applied and duplicate, with the status code and
-// type the same envelope would have got alone (422 refused, 400
-// malformed, 409 stale, 500 or 503 retry); RetryAfter, in seconds, when
+// type the same envelope would have got alone (refused: 400 malformed,
+// 409 conflict, 422 unknown type or refused by the effect; stale: 409;
+// retry: 500 or 503); RetryAfter, in seconds, when
 // the receiver asks for a delay before the retry.
 type BatchResult struct {
 	ID         string   `json:"id,omitempty"`

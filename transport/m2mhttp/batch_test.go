@@ -79,6 +79,10 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte(`{"messages":[1,2,3,4,5,6,7,8,9]}`))
 	f.Add([]byte(`{"messages":[{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90"}],"messages":[]}`))
 	f.Add([]byte(`{"messages":[{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"k","created_at":"2026-01-01T00:00:00Z","attempt":1,"payload":null}]}`))
+	lone := strings.Replace(goodEnvelope, `"key":"order-1"`, `"key":"order-\ud800"`, 1)
+	low := strings.Replace(goodEnvelope, `"key":"order-1"`, `"key":"order-\udc00"`, 1)
+	pair := strings.Replace(goodEnvelope, `"key":"order-1"`, `"key":"order-\ud800\udc00"`, 1)
+	f.Add([]byte(`{"messages":[` + lone + `,` + low + `,` + pair + `]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		items, err := DecodeBatch(b, max)
 		if err != nil {
@@ -91,6 +95,10 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 		if len(items) == 0 || len(items) > max {
 			t.Fatalf("accepted %d items", len(items))
+		}
+		var raws struct{ Messages []json.RawMessage }
+		if err := json.Unmarshal(b, &raws); err != nil || len(raws.Messages) != len(items) {
+			t.Fatalf("accepted %q: %v", b, err)
 		}
 		var good [][]byte
 		var envs []*Envelope
@@ -111,6 +119,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			if e == nil || e.ID == uuid.Nil || e.Type == "" || e.Key == "" || e.Attempt < 1 || !json.Valid(e.Payload) || it.ID != e.ID.String() {
 				t.Fatalf("item %d: accepted an envelope breaking its invariants: %+v", i, it)
 			}
+			checkLossless(t, raws.Messages[i], e)
 			enc, err := EncodeEnvelope(e.Delivery())
 			if err != nil {
 				t.Fatalf("cannot re-encode accepted envelope %d of %q: %v", i, b, err)

@@ -17,7 +17,10 @@
 //	 "attempt":1,"payload":<JSON>,"headers":{"...":"..."}}
 //
 // The receiver answers 200 {"status":"applied"} or 200
-// {"status":"duplicate"}; every refusal is an RFC 9457 problem document.
+// {"status":"duplicate"}; every refusal is an RFC 9457 problem document,
+// among them 409 conflict for a dedup key already applied by a message
+// with another payload, and 400 for a key, type or header holding an
+// unpaired UTF-16 surrogate escape (it has no UTF-8 form).
 // The Sender maps the status to the relay's outcome:
 //
 //	2xx                          delivered

@@ -387,10 +387,13 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Applied before the relay runs: its delivery is a duplicate.
-	if _, err := inbox.Apply(ctx, &mensageria.Delivery{ID: uuid.Must(uuid.NewV7()), Key: "k-dup", CreatedAt: time.Now()},
-		func(context.Context, mensageria.Tx, *mensageria.Delivery) error { return nil }); err != nil {
-		t.Fatal(err)
+	// Applied before the relay runs: the delivery of the same document is
+	// a duplicate, that of another one under the same key a conflict.
+	for key, payload := range map[string]string{"k-dup": ` { } `, "k-conflict": `{"total":1}`} {
+		if _, err := inbox.Apply(ctx, &mensageria.Delivery{ID: uuid.Must(uuid.NewV7()), Key: key, Payload: json.RawMessage(payload), CreatedAt: time.Now()},
+			func(context.Context, mensageria.Tx, *mensageria.Delivery) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// An effect may run more than once per attempt (ApplyBatch re-runs a
 	// failed batch's effects one by one), so outcomes go by attempt.
@@ -442,7 +445,7 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 		c.Hooks = []mensageria.Hook{&hook}
 	})
 	var msgs []mensageria.Message
-	for _, k := range []string{"k-ok", "k-dup", "k-perm", "k-later", "k-fail"} {
+	for _, k := range []string{"k-ok", "k-dup", "k-conflict", "k-perm", "k-later", "k-fail"} {
 		msgs = append(msgs, mensageria.Message{Type: "b.mixed", Key: k, Payload: []byte(`{}`)})
 	}
 	msgs = append(msgs, mensageria.Message{Type: "b.stale", Key: "k-stale"}, mensageria.Message{Type: "b.unknown", Key: "k-unknown"})
@@ -458,13 +461,14 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 		reason   string // of a dead message; a delivered one's is cleared
 		effects  int
 	}{
-		"k-ok":      {"delivered", 1, "", 1},
-		"k-dup":     {"delivered", 1, "", 0},
-		"k-perm":    {"dead", 1, "http 422 Unprocessable Entity: Message refused: no such order", 0},
-		"k-later":   {"delivered", 2, "", 1},
-		"k-fail":    {"delivered", 3, "", 1},
-		"k-stale":   {"dead", 1, "http 409 Conflict: Message older than the dedup window", 0},
-		"k-unknown": {"dead", 1, `http 422 Unprocessable Entity: Unknown message type: this receiver takes no messages of type "b.unknown"`, 0},
+		"k-ok":       {"delivered", 1, "", 1},
+		"k-dup":      {"delivered", 1, "", 0},
+		"k-conflict": {"dead", 1, "http 409 Conflict: Conflicting message under an applied dedup key: message ", 0},
+		"k-perm":     {"dead", 1, "http 422 Unprocessable Entity: Message refused: no such order", 0},
+		"k-later":    {"delivered", 2, "", 1},
+		"k-fail":     {"delivered", 3, "", 1},
+		"k-stale":    {"dead", 1, "http 409 Conflict: Message older than the dedup window", 0},
+		"k-unknown":  {"dead", 1, `http 422 Unprocessable Entity: Unknown message type: this receiver takes no messages of type "b.unknown"`, 0},
 	}
 	rows, err := pool.Query(ctx, "SELECT key, state, attempts, coalesce(last_error, '') FROM "+schema+".outbox")
 	if err != nil {
@@ -493,6 +497,14 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d outbox rows, want %d", len(got), len(want))
+	}
+	// A dead letter names who answered: the app and the receiver's URL.
+	var route string
+	if err := pool.QueryRow(ctx, "SELECT coalesce(last_route, '') FROM "+schema+".outbox WHERE key = 'k-conflict'").Scan(&route); err != nil {
+		t.Fatal(err)
+	}
+	if want := "orders → http " + srv.URL; route != want {
+		t.Errorf("the conflict's dead letter names route %q, want %q", route, want)
 	}
 	hook.mu.Lock()
 	if hook.n != 3 {

@@ -159,6 +159,9 @@ func jsonErr(err error) string {
 	return err.Error()
 }
 
+// errLoneSurrogate refuses a string that has no exact UTF-8 form.
+var errLoneSurrogate = errors.New(`must not hold an unpaired UTF-16 surrogate escape (a \ud800-\udbff not followed by a \udc00-\udfff, or one of those alone): it has no UTF-8 form, and reading it as U+FFFD would make different strings one`)
+
 func jsonString(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", errors.New("must be a string")
@@ -167,7 +170,66 @@ func jsonString(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", errors.New("must be a string")
 	}
+	if loneSurrogate(raw) {
+		return "", errLoneSurrogate
+	}
 	return s, nil
+}
+
+// loneSurrogate reports whether the JSON text raw (already checked to be
+// valid JSON) holds a \u escape of a UTF-16 surrogate that is not half of
+// a pair. encoding/json decodes each such escape as U+FFFD, so keys that
+// differ on the wire ("\ud800", "\udc00") would be deduplicated as one.
+func loneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: a quote, a backslash, u, ...
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(raw[i+1:])
+		if !ok {
+			return false // not JSON; the decoder has refused it already
+		}
+		i += 4
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo, ok := hex4(raw[i+3:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
+					i += 6
+					continue
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 func decodeHeaders(raw json.RawMessage) (map[string]string, error) {
@@ -177,6 +239,9 @@ func decodeHeaders(raw json.RawMessage) (map[string]string, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, errors.New("must be an object of strings")
+	}
+	if loneSurrogate(raw) { // in a name or a value
+		return nil, errLoneSurrogate
 	}
 	if len(m) > maxHeaders {
 		return nil, fmt.Errorf("at most %d headers", maxHeaders)

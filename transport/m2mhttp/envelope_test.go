@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -109,6 +113,18 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 		{"header value number", with("headers", `{"a":1}`), "headers"},
 		{"header value null", with("headers", `{"a":null}`), "headers"},
 		{"header empty name", with("headers", `{"":"x"}`), "headers"},
+		// Unpaired surrogates have no UTF-8 form; encoding/json would
+		// read each as U+FFFD, and these keys would all be one.
+		{"key lone high surrogate", with("key", `"order-\ud800"`), "key"},
+		{"key lone low surrogate", with("key", `"order-\udc00"`), "key"},
+		{"key high surrogate then a letter", with("key", `"\ud800x"`), "key"},
+		{"key high surrogate at the end", with("key", `"x\uD83D"`), "key"},
+		{"key two high surrogates", with("key", `"\ud800\ud800\udc00"`), "key"},
+		{"key low before high", with("key", `"\ude00\ud83d"`), "key"},
+		{"key high then an escape", with("key", `"\ud83d\n"`), "key"},
+		{"type lone surrogate", with("type", `"order.\udfff"`), "type"},
+		{"header value lone surrogate", with("headers", `{"a":"\ud800"}`), "headers"},
+		{"header name lone surrogate", with("headers", `{"\udc00":"x"}`), "headers"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,14 +144,35 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 	if _, err := DecodeEnvelope([]byte(with("payload", `null`))); err != nil {
 		t.Errorf("any JSON payload is accepted: %v", err)
 	}
+	// A pair is one character; an escaped backslash before "u" is text;
+	// U+FFFD itself, written or escaped, is a character like any other.
+	for raw, key := range map[string]string{
+		`"\ud83d\ude00"`:    "\U0001F600",
+		`"\uD83D\uDE00!"`:   "\U0001F600!",
+		`"\\ud800"`:         `\ud800`,
+		`"a\\\ud83d\ude00"`: `a\` + "\U0001F600",
+		`"\ufffd"`:          "\ufffd",
+		"\"\xef\xbf\xbd\"":  "\ufffd",
+	} {
+		e, err := DecodeEnvelope([]byte(with("key", raw)))
+		if err != nil || e.Key != key {
+			t.Errorf("key %s: %+v, %v; want %q", raw, e, err, key)
+		}
+	}
 }
 
 // FuzzDecodeEnvelope: the decoder never panics, and whatever it accepts
 // survives a round trip through the encoder unchanged.
+// The strings it accepts are exactly what the JSON text says, as a
+// receiver in a UTF-16 language reads them: no unpaired surrogate turned
+// into U+FFFD.
 func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte(goodEnvelope))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"k","created_at":"2026-01-01T00:00:00Z","attempt":1,"payload":null}`))
+	for _, key := range []string{`\ud800`, `\udc00`, `\ud83d\ude00`, `\\ud800`, `x\ud800\\udc00`, `\ufffd`, `\uDBFF\uDFFF`} {
+		f.Add([]byte(`{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"` + key + `","created_at":"2026-01-01T00:00:00Z","attempt":1,"payload":null,"headers":{"h` + key + `":"` + key + `"}}`))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := DecodeEnvelope(b)
 		if err != nil {
@@ -148,6 +185,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if e.ID == uuid.Nil || e.Type == "" || e.Key == "" || e.Attempt < 1 || !json.Valid(e.Payload) {
 			t.Fatalf("accepted an envelope breaking its invariants: %+v", e)
 		}
+		checkLossless(t, b, e)
 		enc, err := EncodeEnvelope(e.Delivery())
 		if err != nil {
 			t.Fatalf("cannot re-encode accepted envelope %q: %v", b, err)
@@ -169,4 +207,69 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkLossless compares the type, key and headers of an accepted
+// envelope with its JSON text, unescaped into UTF-16 code units by hand.
+func checkLossless(t *testing.T, b []byte, e *Envelope) {
+	t.Helper()
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("accepted %q, which is not a JSON object: %v", b, err)
+	}
+	for field, got := range map[string]string{"type": e.Type, "key": e.Key} {
+		units := utf16Of(raw[field])
+		if !slices.Equal(utf16.Encode([]rune(got)), units) {
+			t.Fatalf("%s %s decoded as %q: not what the text says", field, raw[field], got)
+		}
+	}
+	for _, lit := range stringLiterals(raw["headers"]) {
+		if u := utf16Of(lit); !slices.Equal(utf16.Encode(utf16.Decode(u)), u) {
+			t.Fatalf("header string %s holds an unpaired surrogate and was accepted", lit)
+		}
+	}
+}
+
+// utf16Of unescapes one JSON string literal, quotes included, into the
+// UTF-16 code units it denotes, unpaired surrogates kept as they are.
+func utf16Of(lit []byte) []uint16 {
+	s := string(lit[1 : len(lit)-1])
+	var out []uint16
+	for i := 0; i < len(s); {
+		if s[i] != '\\' {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			out = utf16.AppendRune(out, r)
+			i += n
+			continue
+		}
+		if s[i+1] == 'u' {
+			v, _ := strconv.ParseUint(s[i+2:i+6], 16, 16)
+			out = append(out, uint16(v))
+			i += 6
+			continue
+		}
+		out = append(out, uint16(strings.NewReplacer(`"`, `"`, `\\`, `\\`, `/`, `/`, "b", "\b", "f", "\f", "n", "\n", "r", "\r", "t", "\t").Replace(s[i+1 : i+2])[0]))
+		i += 2
+	}
+	return out
+}
+
+// stringLiterals returns every string literal of the JSON text raw.
+func stringLiterals(raw []byte) [][]byte {
+	var out [][]byte
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '"' {
+			continue
+		}
+		j := i + 1
+		for raw[j] != '"' {
+			if raw[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		out = append(out, raw[i:j+1])
+		i = j
+	}
+	return out
 }

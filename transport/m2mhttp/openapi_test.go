@@ -1,6 +1,8 @@
 package m2mhttp
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -28,6 +30,30 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("Envelope schema lacks field %q", f)
 		}
 	}
+	// The limits are bytes of UTF-8: x-max-bytes says so, and maxLength
+	// (characters) is the bound that follows from it.
+	for field, limit := range map[string]int{"type": maxTypeLen, "key": maxKeyLen} {
+		p := env.Properties[field].Value
+		if p.MaxLength == nil || *p.MaxLength != uint64(limit) || fmt.Sprint(p.Extensions["x-max-bytes"]) != fmt.Sprint(limit) ||
+			!strings.Contains(p.Description, fmt.Sprintf("%s bytes", humanInt(limit))) || !strings.Contains(p.Description, "surrogate") {
+			t.Errorf("Envelope.%s: maxLength %v, x-max-bytes %v, description %q; want %d bytes said three times, and the surrogate refusal", field, p.MaxLength, p.Extensions["x-max-bytes"], p.Description, limit)
+		}
+	}
+	if !strings.Contains(doc.Components.Schemas["Problem"].Value.Properties["type"].Value.Description, "conflict") {
+		t.Error("the problem types do not list conflict")
+	}
+	if r := doc.Webhooks["delivery"].Post.Responses.Status(409); r == nil || !strings.Contains(*r.Value.Description, "conflict") {
+		t.Error("409 does not document the conflict")
+	}
+}
+
+// humanInt writes 1000 as "1,000", as the document does.
+func humanInt(n int) string {
+	s := strconv.Itoa(n)
+	if len(s) > 3 {
+		s = s[:len(s)-3] + "," + s[len(s)-3:]
+	}
+	return s
 }
 
 // TestOpenAPIBatch: the batch operation's schemas match the code.

@@ -33,6 +33,7 @@ const (
 	ProblemUnknownType      = ProblemTypeBase + "unknown-type"
 	ProblemRefused          = ProblemTypeBase + "refused"
 	ProblemStale            = ProblemTypeBase + "stale"
+	ProblemConflict         = ProblemTypeBase + "conflict"
 	ProblemOverloaded       = ProblemTypeBase + "overloaded"
 	ProblemUnavailable      = ProblemTypeBase + "unavailable"
 	ProblemInternal         = ProblemTypeBase + "internal"

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xadm/mensageria"
@@ -20,7 +21,11 @@ import (
 // Handler applies the messages of one type: Effect runs through Inbox, in
 // one transaction with the dedup record.
 //
-// The effect's error decides the answer: nil → 200 applied;
+// The inbox answers first: a message older than its window is 409 stale,
+// and a message whose dedup key was applied by another message with a
+// different payload is 409 conflict (mensageria.ErrConflict: the sender
+// parks it as dead, naming the first message; Receiver.Conflicts counts
+// them). Then the effect's error decides the answer: nil → 200 applied;
 // mensageria.Permanent(err) → 422 (the sender parks the message as dead
 // with err as reason); mensageria.RetryAfter(err, d) → 503 with
 // Retry-After; any other error → 500, retried. A panic is a 500 too. In a
@@ -73,7 +78,16 @@ type Receiver struct {
 	inflight chan struct{}
 	log      *slog.Logger
 	payloads bool
+
+	conflicts atomic.Int64
 }
+
+// Conflicts counts the messages refused as conflicts (409, or a batch
+// result refused with the conflict problem) since the receiver was made:
+// a dedup key already applied by a message with another payload. Each one
+// is a sender's bug or two senders disagreeing about a key, worth an
+// alert; the message is dead at its sender.
+func (rc *Receiver) Conflicts() int64 { return rc.conflicts.Load() }
 
 // NewReceiver validates cfg and returns its Receiver.
 func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
@@ -322,7 +336,10 @@ func (rc *Receiver) failure(ctx context.Context, log *slog.Logger, err error, go
 	if rc.payloads {
 		log = log.With("payload", string(payload))
 	}
-	var pe *panicError
+	var (
+		pe *panicError
+		ce *mensageria.ConflictError
+	)
 	switch {
 	case errors.As(err, &pe):
 		log.ErrorContext(ctx, "effect panicked; rolled back", "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
@@ -330,6 +347,16 @@ func (rc *Receiver) failure(ctx context.Context, log *slog.Logger, err error, go
 	case errors.Is(err, mensageria.ErrStale):
 		log.WarnContext(ctx, "stale message refused", "err", err)
 		return Problem{Type: ProblemStale, Title: "Message older than the dedup window", Status: http.StatusConflict, Detail: err.Error()}, 0, ItemStale
+	case errors.Is(err, mensageria.ErrConflict):
+		rc.conflicts.Add(1)
+		detail := err.Error()
+		if errors.As(err, &ce) {
+			// The ids first: a sender keeps the start of a long detail.
+			log = log.With("first_id", ce.FirstID.String())
+			detail = fmt.Sprintf("message %s conflicts with message %s, applied first under the same dedup key with another payload; this one is refused, not absorbed as a duplicate (key %q)", ce.ID, ce.FirstID, ce.Key)
+		}
+		log.WarnContext(ctx, "conflicting message refused: its dedup key was applied with another payload", "err", err)
+		return Problem{Type: ProblemConflict, Title: "Conflicting message under an applied dedup key", Status: http.StatusConflict, Detail: detail}, 0, ItemRefused
 	case mensageria.IsPermanent(err), errors.Is(err, mensageria.ErrInvalidMessage):
 		log.WarnContext(ctx, "message refused by its effect", "err", err)
 		return Problem{Type: ProblemRefused, Title: "Message refused", Status: http.StatusUnprocessableEntity, Detail: strings.TrimPrefix(err.Error(), "permanent: ")}, 0, ItemRefused

@@ -41,6 +41,7 @@ func (s *syncBuffer) String() string {
 
 type receiverFixture struct {
 	url     string
+	rc      *Receiver
 	logs    *syncBuffer
 	applied atomic.Int32
 	effect  atomic.Value // mensageria.Effect override
@@ -92,7 +93,7 @@ func newReceiverFixture(t *testing.T, window time.Duration, mutate func(*Receive
 	}
 	srv := httptest.NewServer(conforms(t, rc))
 	t.Cleanup(srv.Close)
-	f.url = srv.URL + "/m2m"
+	f.url, f.rc = srv.URL+"/m2m", rc
 	return f
 }
 
@@ -218,10 +219,15 @@ func TestReceiverAppliesOnce(t *testing.T) {
 			t.Fatalf("repeat: %d %s", a.status, a.body)
 		}
 	}
-	// A new message of the same natural key is a duplicate as well.
-	a = post(t, f.url, auth, envelopeFor("order-7", time.Now(), `{}`))
+	// A new message of the same natural key and document is a duplicate
+	// as well; with another document it is a conflict, refused.
+	a = post(t, f.url, auth, envelopeFor("order-7", time.Now(), `{"secret": "cpf-123"}`))
 	if string(a.body) != `{"status":"duplicate"}` {
-		t.Fatalf("same key, new id: %s", a.body)
+		t.Fatalf("same key and payload, new id: %s", a.body)
+	}
+	a = post(t, f.url, auth, envelopeFor("order-7", time.Now(), `{}`))
+	if a.status != 409 || a.problem.Type != ProblemConflict || f.rc.Conflicts() != 1 {
+		t.Fatalf("same key, another payload: %d %s (%d conflicts counted)", a.status, a.body, f.rc.Conflicts())
 	}
 	if n := f.count("SELECT count(*) FROM {s}.effects"); n != 1 {
 		t.Fatalf("effect applied %d times", n)

@@ -66,6 +66,7 @@ type SenderConfig struct {
 // count it as an attempt.
 type Sender struct {
 	url    string
+	dest   string
 	auth   string
 	client *http.Client
 	sem    chan struct{}
@@ -107,12 +108,29 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Sender{
 		url:     cfg.URL,
+		dest:    destination(u),
 		auth:    "Bearer " + cfg.Token,
 		client:  &c,
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
 		timeout: cfg.Timeout,
 	}, nil
 }
+
+// destination names the receiver for a dead letter's route without what
+// may be a secret: the token travels in a header, and a query string
+// (some gateways take a key there) is left out.
+func destination(u *url.URL) string {
+	d := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	s := "http " + d.String()
+	if u.RawQuery != "" || u.ForceQuery {
+		s += "?…"
+	}
+	return s
+}
+
+// Destination implements mensageria.DestinationNamer: "http " and the URL,
+// without its query string. A BatchSender names the same receiver.
+func (s *Sender) Destination() string { return s.dest }
 
 // newTransport keeps as many idle connections as requests may be in
 // flight: the default of 2 per host would close and redial most of them
@@ -339,4 +357,7 @@ func validHeaderValue(s string) bool {
 
 func validRequestID(s string) bool { return len(s) <= 200 && validHeaderValue(s) }
 
-var _ mensageria.Sender = (*Sender)(nil)
+var (
+	_ mensageria.Sender           = (*Sender)(nil)
+	_ mensageria.DestinationNamer = (*Sender)(nil)
+)

@@ -318,3 +318,28 @@ func TestNewSenderValidates(t *testing.T) {
 		t.Fatalf("caller's client: %v", err)
 	}
 }
+
+// The destination a dead letter names is the receiver's URL, never the
+// token nor a query string that may carry a key.
+func TestSenderDestination(t *testing.T) {
+	for url, want := range map[string]string{
+		"https://billing.internal/m2m":                  "http https://billing.internal/m2m",
+		"http://10.0.0.7:8080/hooks/orders":             "http http://10.0.0.7:8080/hooks/orders",
+		"https://gw.example/api/in?code=s3cr3t&x=1#top": "http https://gw.example/api/in?…",
+	} {
+		cfg := SenderConfig{URL: url, Token: "tok-s3cr3t"}
+		s, err := NewSender(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewBatchSender(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range []string{s.Destination(), b.Destination()} {
+			if got != want || strings.Contains(got, "s3cr3t") {
+				t.Errorf("Destination() of %s = %q, want %q", url, got, want)
+			}
+		}
+	}
+}

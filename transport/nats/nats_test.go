@@ -168,13 +168,144 @@ func TestCheckWarnsWhenHorizonExceedsWindow(t *testing.T) {
 	if !strings.Contains(out, "duplicate window") || !strings.Contains(out, "retry_horizon") {
 		t.Fatalf("no warning for a %s horizon over a 2m window: %q", horizon, out)
 	}
-	s.cfg.Horizon = time.Minute
+	s.horizon.Store(int64(time.Minute))
 	if r, err := s.Check(testCtx(t)); err != nil || !r.Covered || r.Window != 2*time.Minute {
 		t.Fatalf("Check = %+v, %v; want covered by the 2m window", r, err)
 	}
 	// Defaults: 20 attempts of up to 30s, backoff 1s doubling to 10m.
 	if want := 20*30*time.Second + 1023*time.Second + 9*10*time.Minute; horizon != want {
 		t.Fatalf("RetryHorizon(defaults) = %s, want %s", horizon, want)
+	}
+}
+
+// At Start the relay hands the sender its retry horizon; a stream whose
+// duplicate window is shorter is named in a warning with both figures,
+// found through the subject when the config names no stream. A window
+// that covers the horizon is not warned about.
+func TestRelaySettingsCheckTheDuplicateWindow(t *testing.T) {
+	nc := connect(t)
+	st, subj := newStream(t, nc, 2*time.Minute)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	s, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: subj + ".x", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := buf.String()
+		buf.Reset()
+		return out
+	}
+	if out := logged(); out != "" {
+		t.Fatalf("NewSender without a stream logged %q", out)
+	}
+	if err := s.UseRelaySettings(mensageria.RelaySettings{App: "shop", RetryHorizon: 90 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if out := logged(); strings.Contains(out, "WARN") {
+		t.Fatalf("a 90s horizon inside a 2m window was warned about: %q", out)
+	}
+	if err := s.UseRelaySettings(mensageria.RelaySettings{App: "shop", RetryHorizon: 3 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	out := logged()
+	name := st.CachedInfo().Config.Name
+	for _, want := range []string{"level=WARN", "duplicate window", "stream=" + name, "duplicate_window=2m0s", "retry_horizon=3h0m0s"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("warning lacks %q: %q", want, out)
+		}
+	}
+	if r, err := s.Check(testCtx(t)); err != nil || r.Covered || r.Horizon != 3*time.Hour || r.Stream != name {
+		t.Fatalf("Check after the relay's settings = %+v, %v; want the 3h horizon, not covered", r, err)
+	}
+
+	// A subject picked per delivery with no stream named cannot be
+	// checked: said at info level, and Start goes on.
+	perKey, err := NewSender(testCtx(t), SenderConfig{Conn: nc, SubjectFor: func(d *mensageria.Delivery) string { return subj + "." + d.Key }, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := perKey.UseRelaySettings(mensageria.RelaySettings{RetryHorizon: 3 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if out := logged(); !strings.Contains(out, "not checked") {
+		t.Fatalf("no word that the window was not checked: %q", out)
+	}
+}
+
+// Registered with a Client, the sender needs no Horizon: Start hands it
+// the relay's own, and the warning names it beside the window.
+func TestStartChecksTheDuplicateWindow(t *testing.T) {
+	nc := connect(t)
+	store := newPGStore(t)
+	st, subj := newStream(t, nc, 2*time.Minute)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	s, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: subj + ".orders", Stream: st.CachedInfo().Config.Name, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &mensageria.Config{App: "shop", Registry: mensageria.NewRegistry().MustRegister("order", s), MaxAttempts: 8, Lease: 10 * time.Second}
+	cl, err := mensageria.New(store.drv, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := buf.String()
+	mu.Unlock()
+	if strings.Contains(before, "WARN") {
+		t.Fatalf("a sender without a horizon warned before Start: %q", before)
+	}
+	if err := cl.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop(context.Background())
+	// 8 attempts of up to 10s, backoff 1s doubling to 64s: past the
+	// window.
+	want := RetryHorizon(cl.Config())
+	if want != 8*10*time.Second+127*time.Second {
+		t.Fatalf("RetryHorizon = %s", want)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, w := range []string{"level=WARN", "duplicate_window=2m0s", "retry_horizon=" + want.String()} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("Start did not warn with %q: %q", w, out)
+		}
+	}
+}
+
+// The destination a dead letter names.
+func TestSenderDestination(t *testing.T) {
+	nc := connect(t)
+	for _, c := range []struct {
+		cfg  SenderConfig
+		want string
+	}{
+		{SenderConfig{Subject: "orders.created"}, "nats subject orders.created"},
+		{SenderConfig{SubjectFor: func(*mensageria.Delivery) string { return "x" }}, "nats (subject per delivery)"},
+	} {
+		c.cfg.Conn = nc
+		s, err := NewSender(testCtx(t), c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Destination(); got != c.want {
+			t.Errorf("Destination() = %q, want %q", got, c.want)
+		}
+	}
+	st, subj := newStream(t, nc, time.Minute)
+	s, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Stream: st.CachedInfo().Config.Name, SubjectFor: func(*mensageria.Delivery) string { return subj + ".a" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Destination(), "nats stream "+st.CachedInfo().Config.Name; got != want {
+		t.Errorf("Destination() = %q, want %q", got, want)
 	}
 }
 

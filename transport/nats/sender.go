@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -40,14 +41,18 @@ type SenderConfig struct {
 	// landing there) and NewSender runs Check. Optional.
 	Stream string
 	// Horizon is the longest time between the first attempt to publish a
-	// message and its last redelivery by the relay; RetryHorizon computes
-	// it from the client's config. Check warns when it exceeds the
-	// stream's duplicate window.
+	// message and its last redelivery by the relay. Check warns when it
+	// exceeds the stream's duplicate window. A Sender registered with a
+	// Client needs none: Start hands it the relay's own retry horizon
+	// (UseRelaySettings), which replaces this figure, and checks the
+	// window then. For a Sender driven by something else, RetryHorizon
+	// computes it from a config.
 	Horizon time.Duration
 	// WithoutMsgID publishes without Nats-Msg-Id: every redelivery is
 	// stored. For measuring what the header costs; never in production.
 	WithoutMsgID bool
-	// Logger receives Check's warning. Default slog.Default().
+	// Logger receives the duplicate window's warning. Default
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -57,6 +62,9 @@ type Sender struct {
 	cfg        SenderConfig
 	js         jetstream.JetStream
 	subjectFor func(*mensageria.Delivery) string
+	// horizon starts as cfg.Horizon and becomes the relay's retry horizon
+	// at Start; Check may run meanwhile.
+	horizon atomic.Int64
 }
 
 // NewSender validates cfg and, when Stream is set, runs Check.
@@ -83,6 +91,7 @@ func NewSender(ctx context.Context, cfg SenderConfig) (*Sender, error) {
 		return nil, fmt.Errorf("mensageria/nats: jetstream: %w", err)
 	}
 	s := &Sender{cfg: cfg, js: js, subjectFor: subjectFor}
+	s.horizon.Store(int64(cfg.Horizon))
 	if cfg.Stream != "" {
 		if _, err := s.Check(ctx); err != nil {
 			return nil, err
@@ -105,23 +114,81 @@ type WindowReport struct {
 
 // Check reads the stream's duplicate window and warns (through the
 // Logger) when the retry horizon is longer: past the window the server
-// stores a redelivery as a new message.
+// stores a redelivery as a new message. The stream is Stream, or the one
+// that holds Subject when Stream is not set.
 func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
-	if s.cfg.Stream == "" {
-		return WindowReport{}, &ConfigError{Field: "Stream", Reason: "Check needs the stream name"}
-	}
-	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	name, err := s.streamName(ctx)
 	if err != nil {
-		return WindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", s.cfg.Stream, err)
+		return WindowReport{}, err
+	}
+	st, err := s.js.Stream(ctx, name)
+	if err != nil {
+		return WindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", name, err)
 	}
 	info := st.CachedInfo()
-	r := WindowReport{Stream: s.cfg.Stream, Window: info.Config.Duplicates, Horizon: s.cfg.Horizon}
-	r.Covered = s.cfg.Horizon <= r.Window
+	horizon := time.Duration(s.horizon.Load())
+	r := WindowReport{Stream: name, Window: info.Config.Duplicates, Horizon: horizon}
+	r.Covered = horizon <= r.Window
 	if !r.Covered {
-		s.cfg.Logger.Warn("the relay can redeliver after the stream's duplicate window; the server will store such a redelivery again and only the receivers' inboxes absorb it",
+		s.cfg.Logger.Warn("the relay can redeliver after the stream's duplicate window; the server will store such a redelivery again and only the receivers' inboxes absorb it (widen the window to the retry horizon, or shorten the relay's retries)",
 			"stream", r.Stream, "duplicate_window", r.Window, "retry_horizon", r.Horizon)
 	}
 	return r, nil
+}
+
+// streamName is the stream Check reads.
+func (s *Sender) streamName(ctx context.Context) (string, error) {
+	if s.cfg.Stream != "" {
+		return s.cfg.Stream, nil
+	}
+	if s.cfg.SubjectFor != nil || s.cfg.Subject == "" {
+		return "", &ConfigError{Field: "Stream", Reason: "Check needs the stream name when the subject is picked per delivery"}
+	}
+	name, err := s.js.StreamNameBySubject(ctx, s.cfg.Subject)
+	if err != nil {
+		return "", fmt.Errorf("mensageria/nats: the stream of subject %q: %w", s.cfg.Subject, err)
+	}
+	return name, nil
+}
+
+// checkTimeout bounds the window check at Start.
+const checkTimeout = 10 * time.Second
+
+// UseRelaySettings implements mensageria.RelayAware: Client.Start calls
+// it with the relay's effective timing. The relay's retry horizon
+// replaces SenderConfig.Horizon, and the stream's duplicate window is
+// checked against it, with a warning naming both figures when the window
+// is shorter. A stream that cannot be read now (the server unreachable)
+// is logged and does not fail Start: publishing would fail just the same
+// and be retried.
+func (s *Sender) UseRelaySettings(rs mensageria.RelaySettings) error {
+	if rs.RetryHorizon <= 0 {
+		return nil
+	}
+	s.horizon.Store(int64(rs.RetryHorizon))
+	if s.cfg.Stream == "" && s.cfg.SubjectFor != nil {
+		s.cfg.Logger.Info("the stream's duplicate window is not checked: the subject is picked per delivery and SenderConfig.Stream is not set",
+			"retry_horizon", rs.RetryHorizon)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if _, err := s.Check(ctx); err != nil {
+		s.cfg.Logger.Warn("could not check the stream's duplicate window against the relay's retry horizon", "retry_horizon", rs.RetryHorizon, "err", err)
+	}
+	return nil
+}
+
+// Destination implements mensageria.DestinationNamer: "nats subject s",
+// or the stream when the subject is picked per delivery.
+func (s *Sender) Destination() string {
+	switch {
+	case s.cfg.SubjectFor == nil:
+		return "nats subject " + s.cfg.Subject
+	case s.cfg.Stream != "":
+		return "nats stream " + s.cfg.Stream
+	}
+	return "nats (subject per delivery)"
 }
 
 // RetryHorizon is the longest span between a message's first delivery
@@ -131,16 +198,16 @@ func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
 func RetryHorizon(cfg mensageria.Config) time.Duration {
 	lease, base, maxB, attempts := cfg.Lease, cfg.BackoffBase, cfg.BackoffMax, cfg.MaxAttempts
 	if lease == 0 {
-		lease = 30 * time.Second
+		lease = mensageria.DefaultLease
 	}
 	if base == 0 {
-		base = time.Second
+		base = mensageria.DefaultBackoffBase
 	}
 	if maxB == 0 {
-		maxB = 10 * time.Minute
+		maxB = mensageria.DefaultBackoffMax
 	}
 	if attempts == 0 {
-		attempts = 20
+		attempts = mensageria.DefaultMaxAttempts
 	}
 	h := time.Duration(attempts) * lease
 	d := base
@@ -226,4 +293,8 @@ func classify(err error) error {
 	return err
 }
 
-var _ mensageria.BatchSender = (*Sender)(nil)
+var (
+	_ mensageria.BatchSender      = (*Sender)(nil)
+	_ mensageria.RelayAware       = (*Sender)(nil)
+	_ mensageria.DestinationNamer = (*Sender)(nil)
+)

@@ -1,4 +1,8 @@
+-- Parks each row ($1) still leased to $2 as dead, with its reason ($3) and
+-- who gave it ($4, as in settle_retry.sql): a dead letter says which app and
+-- which destination refused it.
 UPDATE {{schema}}.outbox o
-SET state = 'dead', lease_token = NULL, lease_until = NULL, last_error = r.err
-FROM unnest($1::bigint[], $3::text[]) AS r(id, err)
-WHERE o.id = r.id AND o.state = 'pending' AND o.lease_token = $2 AND o.lease_until > now();
+SET state = 'dead', lease_token = NULL, lease_until = NULL, last_error = r.err, last_route = nullif(r.route, '')
+FROM unnest($1::bigint[], $3::text[], $4::text[]) AS r(id, err, route)
+WHERE o.id = r.id AND o.state = 'pending' AND o.lease_token = $2 AND o.lease_until > now()
+RETURNING o.id;

@@ -2,20 +2,22 @@
 -- lease unexpired, or another relay may own the row now. $3 keeps the row
 -- (marked delivered, for a retention period) instead of deleting it; a
 -- delete writes a quarter of the WAL of an update and no index entries.
+-- Returns the ids it settled; the rest are sorted by settle_sort.sql.
 WITH settled AS (
     DELETE FROM {{schema}}.outbox
     WHERE NOT $3::bool AND id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now()
-    RETURNING type
+    RETURNING id, type
 ), kept AS (
     UPDATE {{schema}}.outbox
-    SET state = 'delivered', delivered_at = now(), lease_token = NULL, lease_until = NULL, last_error = NULL
+    SET state = 'delivered', delivered_at = now(), lease_token = NULL, lease_until = NULL, last_error = NULL, last_route = NULL
     WHERE $3::bool AND id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now()
-    RETURNING type
+    RETURNING id, type
 ), counted AS (
+    -- Runs whether or not the final SELECT reads it, as every data-modifying
+    -- WITH does.
     INSERT INTO {{schema}}.delivered_counts AS c (type, minute, n)
     SELECT type, date_trunc('minute', now()), count(*)
     FROM (SELECT type FROM settled UNION ALL SELECT type FROM kept) s GROUP BY type
     ON CONFLICT (type, minute) DO UPDATE SET n = c.n + excluded.n
-    RETURNING n
 )
-SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM kept);
+SELECT id FROM settled UNION ALL SELECT id FROM kept;

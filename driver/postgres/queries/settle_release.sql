@@ -1,4 +1,5 @@
 -- Gives rows back untried: the attempt the claim counted is taken back.
 UPDATE {{schema}}.outbox
 SET lease_token = NULL, lease_until = NULL, attempts = greatest(attempts - 1, 0)
-WHERE id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now();
+WHERE id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now()
+RETURNING id;

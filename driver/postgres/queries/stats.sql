@@ -1,4 +1,6 @@
--- Each part reads its own partial index instead of the whole table.
+-- Each part reads its own partial index instead of the whole table. The
+-- owner comes from the catalog, one primary-key lookup per type ('' for a
+-- type no app owns, such as one released while rows of it wait).
 WITH p AS (
     SELECT type,
            count(*) FILTER (WHERE lease_until IS NULL OR lease_until <= now()) AS pending,
@@ -10,9 +12,13 @@ WITH p AS (
 ), l AS (
     SELECT type, sum(n)::bigint AS delivered FROM {{schema}}.delivered_counts
     WHERE minute > now() - interval '1 hour' GROUP BY type
+), s AS (
+    SELECT coalesce(p.type, d.type, l.type) AS type,
+           coalesce(p.pending, 0) AS pending, coalesce(p.in_flight, 0) AS in_flight,
+           coalesce(d.dead, 0) AS dead, coalesce(l.delivered, 0) AS delivered,
+           coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 AS oldest
+    FROM p FULL JOIN d ON d.type = p.type FULL JOIN l ON l.type = coalesce(p.type, d.type)
 )
-SELECT coalesce(p.type, d.type, l.type) AS type,
-       coalesce(p.pending, 0), coalesce(p.in_flight, 0), coalesce(d.dead, 0), coalesce(l.delivered, 0),
-       coalesce(extract(epoch FROM now() - p.oldest), 0)::float8
-FROM p FULL JOIN d ON d.type = p.type FULL JOIN l ON l.type = coalesce(p.type, d.type)
+SELECT s.type, coalesce(w.app, ''), s.pending, s.in_flight, s.dead, s.delivered, s.oldest
+FROM s LEFT JOIN {{schema}}.owners w ON w.kind = 'type' AND w.name = s.type
 ORDER BY 1;

@@ -137,8 +137,10 @@ func emit(format string, a ...any) {
 
 type hook struct{}
 
+// OnDelivery reports the settles the database refused to record because
+// the lease was gone: taken by another relay (fenced) or run out (expired).
 func (hook) OnDelivery(ev mensageria.DeliveryEvent) {
-	if ev.Outcome == mensageria.OutcomeFenced {
+	if ev.Outcome == mensageria.OutcomeFenced || ev.Outcome == mensageria.OutcomeExpired {
 		emit("fenced %s", ev.Type)
 	}
 }

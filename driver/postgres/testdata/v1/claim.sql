@@ -1,0 +1,36 @@
+-- Leases up to $2 due rows of the types in $1 to token $3 for $4.
+-- $5 flags which of $1 are ordered (only the oldest unsettled row of each
+-- key may go). $6/$7 are the fence (app, epoch); app '' means no fence.
+-- One LATERAL scan per type keeps each on the (type, available_at, id)
+-- index, whatever the other apps have queued in the same table.
+WITH fence AS (
+    SELECT $6::text = '' OR EXISTS (
+        SELECT 1 FROM {{schema}}.leader WHERE app = $6::text AND epoch = $7::bigint) AS ok
+), due AS (
+    SELECT c.id, c.available_at
+    FROM fence, unnest($1::text[], $5::bool[]) AS t(type, ordered)
+    CROSS JOIN LATERAL (
+        SELECT o.id, o.available_at
+        FROM {{schema}}.outbox o
+        WHERE o.state = 'pending'
+          AND o.type = t.type
+          AND o.available_at <= now()
+          AND (o.lease_until IS NULL OR o.lease_until <= now())
+          AND (NOT t.ordered OR NOT EXISTS (
+                SELECT 1 FROM {{schema}}.outbox p
+                WHERE p.state = 'pending' AND p.type = o.type AND p.key = o.key AND p.id < o.id))
+        ORDER BY o.available_at, o.id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE fence.ok
+    ORDER BY c.available_at, c.id
+    LIMIT $2
+)
+UPDATE {{schema}}.outbox o
+SET attempts = o.attempts + 1,
+    lease_token = $3,
+    lease_until = now() + $4::interval
+FROM due
+WHERE o.id = due.id
+RETURNING o.id, o.message_id, o.type, o.key, o.payload, o.headers, o.attempts, o.created_at, o.available_at;

@@ -1,0 +1,1 @@
+DELETE FROM {{schema}}.delivered_counts WHERE minute < now() - interval '1 day';

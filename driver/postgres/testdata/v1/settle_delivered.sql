@@ -1,0 +1,21 @@
+-- Every settle is fenced by the lease: the token must still be ours and the
+-- lease unexpired, or another relay may own the row now. $3 keeps the row
+-- (marked delivered, for a retention period) instead of deleting it; a
+-- delete writes a quarter of the WAL of an update and no index entries.
+WITH settled AS (
+    DELETE FROM {{schema}}.outbox
+    WHERE NOT $3::bool AND id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now()
+    RETURNING type
+), kept AS (
+    UPDATE {{schema}}.outbox
+    SET state = 'delivered', delivered_at = now(), lease_token = NULL, lease_until = NULL, last_error = NULL
+    WHERE $3::bool AND id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now()
+    RETURNING type
+), counted AS (
+    INSERT INTO {{schema}}.delivered_counts AS c (type, minute, n)
+    SELECT type, date_trunc('minute', now()), count(*)
+    FROM (SELECT type FROM settled UNION ALL SELECT type FROM kept) s GROUP BY type
+    ON CONFLICT (type, minute) DO UPDATE SET n = c.n + excluded.n
+    RETURNING n
+)
+SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM kept);

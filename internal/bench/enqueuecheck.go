@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+)
+
+// own records types as app's in the catalog of d's schema, as the app's
+// relay does at start: the outbox refuses rows of a type no app owns.
+func own(ctx context.Context, d driver.Driver, app string, types ...string) error {
+	rs := make([]driver.Resource, len(types))
+	for i, t := range types {
+		rs[i] = driver.Resource{Kind: driver.ResourceType, Name: t}
+	}
+	_, err := d.Register(ctx, driver.RegisterParams{App: app, Resources: rs})
+	return err
+}
+
+// EnqueueCheckConfig sizes the EnqueueCheck scenario.
+type EnqueueCheckConfig struct {
+	// Rounds of every mode, each round in a rotated order (Alternate).
+	Rounds int
+	// Run is how long each mode enqueues per round.
+	Run time.Duration
+}
+
+// The modes of EnqueueCheck: how the rows are written, and whether the
+// outbox's insert trigger checks them ("checked") or is disabled.
+var enqueueCheckKinds = []string{"go-1", "go-100", "sql-1"}
+
+// EnqueueCheck measures what the outbox's insert check (the owner, key,
+// type and headers rules of migration 2) costs an enqueue: the rate of
+// rows written with the check and without it, on one connection, by
+//
+//	go-1    the driver's Insert of 1 row, one transaction each;
+//	go-100  the driver's Insert of 100 rows, one transaction each;
+//	sql-1   a plain SQL INSERT of 1 row (what a Java or psql app runs),
+//	        autocommitted.
+//
+// "Without" is a second schema migrated the same way with the trigger
+// disabled, so both tables have the same indexes and defaults. Each round
+// runs every mode once, rotating which goes first, from an empty table; the
+// figures are medians over the rounds, and <kind>-ratio is checked/unchecked
+// (the issue's target: at least 0.95).
+func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, error) {
+	r := Result{Scenario: "enqueue-check"}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 5
+	}
+	if cfg.Run <= 0 {
+		cfg.Run = 2 * time.Second
+	}
+	const typ, app = "bench.check", "bench-check"
+	checked, err := e.driver()
+	if err != nil {
+		return r, err
+	}
+	plain := Env{Pool: e.Pool, Schema: e.Schema + "_nocheck"}
+	if err := e.exec(ctx, "CREATE SCHEMA "+plain.Schema); err != nil {
+		return r, err
+	}
+	defer func() {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = e.exec(dropCtx, "DROP SCHEMA "+plain.Schema+" CASCADE")
+	}()
+	unchecked, err := plain.driver()
+	if err != nil {
+		return r, err
+	}
+	if err := e.exec(ctx, "ALTER TABLE "+plain.Schema+".outbox DISABLE TRIGGER outbox_check"); err != nil {
+		return r, err
+	}
+	for _, d := range []*postgres.Driver{checked, unchecked} {
+		if err := own(ctx, d, app, typ); err != nil {
+			return r, err
+		}
+	}
+	var modes []string
+	for _, k := range enqueueCheckKinds {
+		modes = append(modes, k+"/checked", k+"/unchecked")
+	}
+	seq := 0
+	res, err := Alternate(cfg.Rounds, modes, func(mode string) (Result, error) {
+		d, env, variant := checked, e, "checked"
+		kind, off := strings.CutSuffix(mode, "/unchecked")
+		if off {
+			d, env, variant = unchecked, plain, "unchecked"
+		} else {
+			kind = strings.TrimSuffix(mode, "/checked")
+		}
+		// Every run starts from an empty table, so that neither variant
+		// pays for the other's index growth.
+		if err := env.exec(ctx, "TRUNCATE "+env.Schema+".outbox"); err != nil {
+			return Result{}, err
+		}
+		rows, elapsed, err := enqueueFor(ctx, d, env, kind, typ, cfg.Run, &seq)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s %s: %w", kind, variant, err)
+		}
+		out := Result{Scenario: mode}
+		out.Set("rows/s", float64(rows)/elapsed.Seconds())
+		return out, nil
+	})
+	if err != nil {
+		return r, err
+	}
+	for _, k := range enqueueCheckKinds {
+		with, without := res[k+"/checked"]["rows/s"], res[k+"/unchecked"]["rows/s"]
+		r.Set(k+"-checked-rows/s", with)
+		r.Set(k+"-unchecked-rows/s", without)
+		r.Set(k+"-ratio", with/without)
+	}
+	r.Set("rounds", float64(cfg.Rounds))
+	return r, nil
+}
+
+// enqueueFor writes rows of typ the way kind says for about dur and returns
+// how many it wrote and how long that took.
+func enqueueFor(ctx context.Context, d *postgres.Driver, e Env, kind, typ string, dur time.Duration, seq *int) (int, time.Duration, error) {
+	per := 1
+	if kind == "go-100" {
+		per = 100
+	}
+	insert := "INSERT INTO " + e.Schema + ".outbox (type, key, payload, headers) VALUES ($1, $2, $3, $4)"
+	headers := `{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`
+	rows := make([]driver.InsertRow, per)
+	n := 0
+	began := time.Now()
+	for time.Since(began) < dur {
+		switch kind {
+		case "sql-1":
+			*seq++
+			if _, err := e.Pool.Exec(ctx, insert, typ, "k-"+strconv.Itoa(*seq), Payload, headers); err != nil {
+				return n, 0, err
+			}
+		default:
+			for i := range rows {
+				*seq++
+				rows[i] = driver.InsertRow{MessageID: uuid.Must(uuid.NewV7()), Type: typ, Key: "k-" + strconv.Itoa(*seq),
+					Payload: []byte(Payload), Headers: []byte(headers)}
+			}
+			if err := d.Insert(ctx, driver.InsertParams{Rows: rows}); err != nil {
+				return n, 0, err
+			}
+		}
+		n += per
+	}
+	return n, time.Since(began), nil
+}
