@@ -14,13 +14,16 @@
  * Variants: -DKAFKA (the transactional Kafka route instead of a plain
  * Sender), -DUNORDERED (a route without per-key order), -DNOELECTION
  * (Election: none), -DATTEMPTS (count attempts in the safety run too),
- * -DLIVE (the timing assumption of the liveness run; see clock).
+ * -DCLAIM_IGNORES_LEASE (a claim that takes rows still leased: it reaches
+ * no state the model does not reach without it), -DLIVE (the timing
+ * assumption of the liveness run; see clock).
  *
  * Deliberate bugs, each of which must make the check fail:
  * -DBUG_SETTLE_WITHOUT_LEASE_CHECK, -DBUG_SETTLE_WITHOUT_TOKEN_CHECK,
  * -DBUG_CLAIM_WITHOUT_FENCE, -DBUG_CLAIM_IGNORES_ORDER,
  * -DBUG_KAFKA_NO_RECONCILE, -DBUG_KAFKA_POSITIONS_OUTSIDE_TXN,
- * -DBUG_KAFKA_KNOWN_BEFORE_COMMIT.
+ * -DBUG_KAFKA_KNOWN_BEFORE_COMMIT, and for the liveness run
+ * -DBUG_DEAD_BLOCKS_KEY.
  */
 
 #ifndef N
@@ -50,6 +53,9 @@
 #endif
 #ifndef SESSIONLOSS
 #define SESSIONLOSS 1
+#endif
+#ifndef SETTLEFAILS
+#define SETTLEFAILS 1
 #endif
 #ifndef KFAULTS
 #define KFAULTS 1
@@ -114,6 +120,7 @@ byte inbatch[R];   /* rows of each running relay's batch */
 byte crashes = CRASHES;
 byte stops = STOPS;
 byte sessionloss = SESSIONLOSS;
+byte settlefails = SETTLEFAILS;
 #ifdef KAFKA
 byte kfaults = KFAULTS;
 #endif
@@ -154,10 +161,10 @@ inline arrive(x) {
 	fi
 }
 
-/* relay.classify of a failed attempt: the attempt the claim counted */
-/* The attempts only choose between a retry and dead. The safety run lets
- * any failure go either way, which covers every count; the liveness run
- * counts them, as retrying forever is what it must rule out. */
+/* relay.classify of a failed attempt. The attempts only choose between a
+ * retry and dead: the safety run lets any failure go either way, which
+ * covers every count; the liveness run counts them, as retrying forever
+ * is what it must rule out. */
 #ifdef ATTEMPTS
 #define FAILED(x) if :: att[x] >= MAXATT -> out[x] = O_DEAD :: else -> out[x] = O_RETRY fi
 #define COUNT(x) if :: att[x] <= MAXATT -> att[x]++ :: else fi
@@ -198,6 +205,18 @@ inline send(x) {
 #define FENCE_OK true
 #else
 #define FENCE_OK (epoch == myep)
+#endif
+#ifdef CLAIM_IGNORES_LEASE
+#define FREE(x) true
+#else
+#define FREE(x) (lease[x] == 0)
+#endif
+/* ADR 0005: a pending row blocks the newer rows of its key; a dead one
+ * does not */
+#ifdef BUG_DEAD_BLOCKS_KEY
+#define BLOCKS(x) (st[x] != DELIVERED)
+#else
+#define BLOCKS(x) (st[x] == PENDING)
 #endif
 #ifdef KAFKA
 #define STAGE_IDLE (stage == 0)
@@ -273,7 +292,8 @@ start: /* a new process: nothing of the previous one survives */
 	:: atomic { batch == 0 && allDone -> break }
 
 #ifndef NOELECTION
-	/* elector.Acquire (driver/postgres/election.go), every lease/3 */
+	/* step acquire: elector.Acquire (driver/postgres/election.go), every
+	 * lease/3 */
 	:: atomic {
 		batch == 0 && ACQNEXT && !allDone ->
 		if
@@ -295,14 +315,15 @@ start: /* a new process: nothing of the previous one survives */
 #endif
 
 #ifdef KAFKA
-	/* TransactionalSender.rearm, beside the claim loop after an election
-	 * win, and healIfLeader for a leader left fenced. It takes every
-	 * lane, so it runs between batches. */
-	:: atomic { batch == 0 && (rearm || (kfenced && ELECTED)) ->
+	/* step kafka-open: TransactionalSender.rearm, beside the claim loop
+	 * after an election win, and healIfLeader for a leader left fenced.
+	 * It waits for every lane, so never inside a transaction; a batch
+	 * may be claimed, or sent and not yet settled. */
+	:: atomic { stage == 0 && (rearm || (kfenced && ELECTED)) ->
 		KOPEN; opened = true; kfenced = false; rearm = false }
 #endif
 
-	/* claim.sql, one statement */
+	/* step claim: claim.sql, one statement */
 	:: atomic {
 		batch == 0 && CLAIMNEXT && !allDone ->
 		elig = 0; SETACQ(false);
@@ -310,12 +331,12 @@ start: /* a new process: nothing of the previous one survives */
 		:: FENCE_OK ->
 			for (i : 0 .. N-1) {
 				if
-				:: st[i] == PENDING && due[i] == 0 && lease[i] == 0 ->
+				:: st[i] == PENDING && due[i] == 0 && FREE(i) ->
 #if !defined(UNORDERED) && !defined(BUG_CLAIM_IGNORES_ORDER)
 					/* NOT EXISTS an older pending row of the key */
 					for (j : 0 .. N-1) {
 						if
-						:: j < i && KEY(j) == KEY(i) && st[j] == PENDING -> goto older
+						:: j < i && KEY(j) == KEY(i) && BLOCKS(j) -> goto older
 						:: else
 						fi
 					}
@@ -366,7 +387,7 @@ start: /* a new process: nothing of the previous one survives */
 	   }
 
 #ifndef KAFKA
-	/* relay.deliver: each row on its own goroutine, in any order */
+	/* step send: relay.deliver, each row on its own goroutine, in any order */
 	:: HAS(todo, 0) -> send(0)
 #if N > 1
 	:: HAS(todo, 1) -> send(1)
@@ -378,9 +399,10 @@ start: /* a new process: nothing of the previous one survives */
 	:: HAS(todo, 3) -> send(3)
 #endif
 #else
-	/* TransactionalSender.SendBatch (transport/kafka/transactional.go):
-	 * ensureOpen and reserve. Rows a position record shows committed are
-	 * answered delivered without producing them. */
+	/* step kafka-reserve: TransactionalSender.SendBatch
+	 * (transport/kafka/transactional.go), ensureOpen and reserve. Rows a
+	 * position record shows committed are answered delivered without
+	 * producing them. */
 	:: atomic {
 		todo != 0 && stage == 0 ->
 		if
@@ -399,7 +421,8 @@ start: /* a new process: nothing of the previous one survives */
 			if :: todo != 0 -> stage = 1 :: else fi
 		fi
 	   }
-	/* BeginTransaction, Produce the rows and the position record, Flush */
+	/* step kafka-produce: BeginTransaction, Produce the rows and the position
+	 * record, Flush */
 	:: atomic {
 		stage == 1 ->
 		if
@@ -417,7 +440,7 @@ start: /* a new process: nothing of the previous one survives */
 			todo = 0; stage = 0
 		fi
 	   }
-	/* EndTransaction(TryCommit) */
+	/* step kafka-commit: EndTransaction(TryCommit) */
 	:: atomic {
 		stage == 2 ->
 		if
@@ -464,7 +487,8 @@ start: /* a new process: nothing of the previous one survives */
 #endif
 #endif
 
-	/* relay.settle: the four guarded statements in one transaction */
+	/* step settle: relay.settle, the four guarded statements in one
+	 * transaction */
 	:: atomic {
 		batch != 0 && todo == 0 ->
 		for (i : 0 .. N-1) {
@@ -494,7 +518,15 @@ start: /* a new process: nothing of the previous one survives */
 	   }
 
 	/* ---- faults ---- */
-	/* a crash: the session dies with the process, and the lock with it;
+	/* step settle-refused: the database refused the settle (an error, not a
+	 * fence) until the lease ran out (relay.settleWithRetry): nothing of it
+	 * was recorded, and the batch is left to its leases */
+	:: atomic {
+		settlefails > 0 && batch != 0 && todo == 0 && !stopping -> settlefails--;
+		for (i : 0 .. N-1) { out[i] = O_NONE }
+		batch = 0; SETBATCH(0)
+	   }
+	/* step crash: the session dies with the process, and the lock with it;
 	 * the batch's rows stay leased until their lease passes. (A Stop
 	 * between batches has the same effect: Release gives the lock up.) */
 	:: atomic {
@@ -502,23 +534,24 @@ start: /* a new process: nothing of the previous one survives */
 		if :: lockHolder == me + 1 -> lockHolder = 0 :: else fi;
 		goto start
 	   }
-	/* Stop whose deadline passed: the rows not tried are released, the
-	 * batch settles, then the lock is given up */
+	/* step stop: a Stop whose deadline passed: the rows not tried are
+	 * released, the batch settles, then the lock is given up */
 	:: atomic {
 		stops > 0 && todo != 0 && !stopping && STAGE_IDLE -> stops--; stopping = true;
 		for (i : 0 .. N-1) { if :: HAS(todo, i) -> out[i] = O_RELEASE :: else fi }
 		todo = 0
 	   }
 #ifndef NOELECTION
-	/* idle_session_timeout closed the session of a paused leader, or the
-	 * connection was cut: the lock is released, and this process believes
-	 * it leads until its next Acquire */
+	/* step session-loss: idle_session_timeout closed the session of a
+	 * paused leader, or the connection was cut: the lock is released, and
+	 * this process believes it leads until its next Acquire */
 	:: atomic { sessionloss > 0 && lockHolder == me + 1 -> sessionloss--; lockHolder = 0 }
 #endif
 	od
 }
 
-/* ---- the database clock: now() moves on ---- */
+/* ---- the database clock ---- */
+/* step clock: now() moves on, and leases and retry delays with it */
 #define TICK for (i : 0 .. N-1) { \
 		if :: lease[i] > 0 -> lease[i]-- :: else fi; \
 		if :: due[i] > 0 -> due[i]-- :: else fi }
@@ -552,6 +585,9 @@ proctype clock() {
 	od
 }
 
+/* step enqueue: the N rows are committed, pending, before the relays
+ * start (a claim that ran before a row was committed did not see it: the
+ * claim may leave any row out) */
 init {
 	atomic {
 		for (i : 0 .. R-1) { run relay(i) }
