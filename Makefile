@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test test-short lint services demo bench fuzz chaos chaos-long
+.PHONY: test test-short lint services tools demo bench fuzz chaos chaos-long model model-long model-bug
 
 ## test: start the services the tests need, then vet, format-check and run every test with -race
 test: services lint
@@ -16,9 +16,13 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## services: start PostgreSQL and NATS if they are down (idempotent)
-services:
+## services: install the tools the tests need, start PostgreSQL and NATS if they are down (idempotent)
+services: tools
 	@bash scripts/services.sh
+
+## tools: install SPIN and gcc for the protocol model when missing (idempotent)
+tools:
+	@bash scripts/tools.sh
 
 demo:
 	$(GO) run ./cmd/mensageria demo
@@ -37,3 +41,15 @@ chaos: services
 ## chaos-long: the fault-injection suite with 1,000,000 messages
 chaos-long: services
 	MENSAGERIA_CHAOS_MESSAGES=1000000 $(GO) test -count=1 -v -run 'TestChaos$$' -timeout 4h ./internal/chaos/
+
+## model: check the protocol model within the bounds of `make test`, with its figures (docs/model/README.md)
+model: tools
+	$(GO) test -count=1 -v -run 'TestModel$$|TestEveryStateChangeIsModelled' ./internal/model/
+
+## model-bug: show that every deliberate bug of the model is caught
+model-bug: tools
+	$(GO) test -count=1 -v -run 'TestModelCatchesBugs' ./internal/model/
+
+## model-long: check the protocol model within the longer bounds (minutes, a few GB)
+model-long: tools
+	MENSAGERIA_MODEL_LONG=1 $(GO) test -count=1 -v -run 'TestModelLong' -timeout 3h ./internal/model/
