@@ -359,7 +359,7 @@ func TestSickRouteDoesNotStarveOthers(t *testing.T) {
 		if dead := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE state = 'dead'"); dead != 0 {
 			t.Fatalf("%d messages dead", dead)
 		}
-		pending := b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE type = 's.sick' AND state = 'pending'")
+		pending := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE type = 's.sick' AND state = 'pending'")
 		if pending != sickN {
 			t.Fatalf("%d sick messages pending, want %d", pending, sickN)
 		}
