@@ -26,6 +26,20 @@ type StatusType struct {
 	Dead             int64   `json:"dead"`
 	DeliveredLastHr  int64   `json:"delivered_last_hour"`
 	OldestPendingSec float64 `json:"oldest_pending_seconds"`
+	// Route is the flow control of the type's route as its active relay
+	// last recorded it; absent before any relay of the owner ran.
+	Route *StatusRoute `json:"route,omitempty"`
+}
+
+// StatusRoute is a route's state in `status --json`.
+type StatusRoute struct {
+	Name      string     `json:"name"`
+	State     string     `json:"state"` // flowing, paused or probing
+	Since     time.Time  `json:"since"`
+	Until     *time.Time `json:"until,omitempty"` // paused: when the probe is due
+	Failures  int        `json:"failures"`
+	LastError string     `json:"last_error,omitempty"`
+	Recorded  time.Time  `json:"recorded"`
 }
 
 // StatusElection is the election part of `status --json`.
@@ -81,6 +95,23 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 			}
 		}
 		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
+	}
+	routes, err := drv.RouteStates(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("status: route states: %w", err)
+	}
+	for i := range st.Types {
+		t := &st.Types[i]
+		for _, r := range routes {
+			if r.Type == t.Type && (t.Owner == "" || r.App == t.Owner) {
+				sr := &StatusRoute{Name: r.Route, State: r.State, Since: r.Since.UTC(), Failures: r.Failures, LastError: r.LastError, Recorded: r.UpdatedAt.UTC()}
+				if !r.Until.IsZero() {
+					u := r.Until.UTC()
+					sr.Until = &u
+				}
+				t.Route = sr
+			}
+		}
 	}
 	slices.SortFunc(st.Types, func(a, b StatusType) int {
 		if a.Routed != b.Routed {
@@ -158,6 +189,22 @@ func writeStatus(w io.Writer, st *Status) {
 	}
 	if len(unowned) > 0 {
 		fmt.Fprintf(w, "no app owns %s: those rows stay pending until their app's relay starts (or 'mensageria owners register')\n", strings.Join(unowned, ", "))
+	}
+	// A route that is not flowing is the one thing an operator must act
+	// on; a flowing one is the normal case and says nothing.
+	for _, t := range st.Types {
+		r := t.Route
+		if r == nil || r.State == string(mensageria.RouteFlowing) {
+			continue
+		}
+		line := fmt.Sprintf("%s: route %s %s since %s (%d destination failures in a row)", t.Type, r.Name, r.State, r.Since.Format(time.RFC3339), r.Failures)
+		if r.Until != nil {
+			line += ", next probe at " + r.Until.Format(time.RFC3339)
+		}
+		if r.LastError != "" {
+			line += ": " + r.LastError
+		}
+		fmt.Fprintln(w, line+"; its messages wait without spending attempts, and it resumes by itself once the destination answers")
 	}
 }
 
