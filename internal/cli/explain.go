@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -17,10 +18,16 @@ import (
 )
 
 type explainRoute struct {
-	Type        string        `json:"type"`
-	Destination string        `json:"destination"`
-	Line        int           `json:"line"`
-	Map         guarantee.Map `json:"guarantees"`
+	Type        string `json:"type"`
+	Destination string `json:"destination"`
+	Line        int    `json:"line"`
+	// Security names the route's TLS and credentials by their files and
+	// user names, never their contents.
+	Security string `json:"security,omitempty"`
+	// Delivery is how messages travel: "batch" (several per request) or
+	// "single".
+	Delivery string        `json:"delivery,omitempty"`
+	Map      guarantee.Map `json:"guarantees"`
 }
 
 // explainTiming is the relay's effective timing: the config's figures,
@@ -139,7 +146,8 @@ writes anything.`,
 				if !ok {
 					return fmt.Errorf("route %q: no guarantee map for transport %q", r.Type, r.Transport)
 				}
-				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line, Map: m})
+				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line,
+					Security: security(r), Delivery: delivery(r), Map: m})
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.io.Out)
@@ -165,7 +173,17 @@ func electionName(e mensageria.Election) string {
 func destination(r Route) string {
 	switch r.Transport {
 	case "http":
-		return "POST " + r.HTTP.URL
+		// A query string may carry a gateway's key: it is not shown.
+		u, err := url.Parse(r.HTTP.URL)
+		if err != nil {
+			return "POST (unparsable URL)"
+		}
+		d := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+		s := "POST " + d.String()
+		if u.RawQuery != "" || u.ForceQuery {
+			s += "?…"
+		}
+		return s
 	case "kafka":
 		d := "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
 		if r.Kafka.TransactionalID != "" {
@@ -180,6 +198,54 @@ func destination(r Route) string {
 		return d
 	}
 	return r.Transport
+}
+
+// security says what protects a route's connection.
+func security(r Route) string {
+	switch r.Transport {
+	case "http":
+		if strings.HasPrefix(r.HTTP.URL, "https://") {
+			return tlsDescription(r.HTTP.TLS) + "; bearer token"
+		}
+		return "plaintext HTTP; bearer token"
+	case "kafka":
+		return kafkaSecurity(r.Kafka)
+	case "nats":
+		d := r.NATS.describe()
+		if d == "" {
+			d = "no credentials"
+		}
+		if strings.HasPrefix(r.NATS.URL, "tls://") && r.NATS.TLS == nil {
+			d = "TLS, system CAs; " + d
+		}
+		return d
+	}
+	return ""
+}
+
+// m2mhttp.SenderConfig's defaults of MaxBatchItems and MaxBatchBytes,
+// shown by explain.
+const (
+	defaultBatchItems = 100
+	defaultBatchBytes = 1 << 20
+)
+
+// delivery says how a route's messages travel.
+func delivery(r Route) string {
+	if r.HTTP == nil {
+		return ""
+	}
+	if !r.HTTP.Batch {
+		return "single: one request per message"
+	}
+	items, size := r.HTTP.MaxBatchItems, r.HTTP.MaxBatchBytes
+	if items == 0 {
+		items = defaultBatchItems
+	}
+	if size == 0 {
+		size = defaultBatchBytes
+	}
+	return fmt.Sprintf("batch: a claim's messages in requests of at most %d messages and %d bytes, each applied in one receiver transaction", items, size)
 }
 
 func writeExplain(w io.Writer, c *Config, out explainOut) {
@@ -197,6 +263,12 @@ func writeExplain(w io.Writer, c *Config, out explainOut) {
 		m := r.Map
 		fmt.Fprintf(w, "\nroute %s  (line %d)\n", r.Type, r.Line)
 		fmt.Fprintf(w, "  transport   %s  %s\n", m.Transport, r.Destination)
+		if r.Security != "" {
+			fmt.Fprint(w, wrap("  security    ", "              ", r.Security))
+		}
+		if r.Delivery != "" {
+			fmt.Fprint(w, wrap("  delivery    ", "              ", r.Delivery))
+		}
 		fmt.Fprintf(w, "  end to end  %s\n", strings.ToUpper(string(m.EndToEnd)))
 		fmt.Fprint(w, wrap("  boundary    ", "              ", m.Boundary))
 		if m.Ordering != "" {
