@@ -1,0 +1,316 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/transport/m2mhttp"
+)
+
+// inboxReceiver is a receiving app as the daemon's users run it: an
+// m2mhttp.Receiver over an Inbox of its own (SQLite), which records what
+// reached its effect and how the requests came.
+type inboxReceiver struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	applied  map[string]int // key -> effect runs
+	posts    int            // POST requests
+	batches  int            // of which batch requests
+	maxItems int            // the most envelopes one batch request held
+	peers    map[string]int // client certificate CN -> requests
+}
+
+func newInboxReceiver(t *testing.T, serverTLS *tls.Config, token string, types ...string) *inboxReceiver {
+	t.Helper()
+	drv, err := sqlite.Open(filepath.Join(t.TempDir(), "receiver.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drv.Close() })
+	if _, err := drv.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp, App: "billing"}); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &inboxReceiver{applied: map[string]int{}, peers: map[string]int{}}
+	handlers := map[string]m2mhttp.Handler{}
+	for _, typ := range types {
+		handlers[typ] = m2mhttp.Handler{Inbox: inbox, Effect: func(_ context.Context, _ mensageria.Tx, d *mensageria.Delivery) error {
+			r.mu.Lock()
+			r.applied[d.Key]++
+			r.mu.Unlock()
+			return nil
+		}}
+	}
+	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{Tokens: []string{token}, Handlers: handlers,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodPost {
+			r.mu.Lock()
+			r.posts++
+			if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt == m2mhttp.ContentTypeBatch {
+				r.batches++
+			}
+			if req.TLS != nil && len(req.TLS.PeerCertificates) > 0 {
+				r.peers[req.TLS.PeerCertificates[0].Subject.CommonName]++
+			}
+			r.mu.Unlock()
+		}
+		rc.ServeHTTP(&countingWriter{ResponseWriter: w, r: r}, req)
+	})
+	r.srv = httptest.NewUnstartedServer(h)
+	r.srv.Config.ErrorLog = slog.NewLogLogger(slog.NewTextHandler(testWriter{t}, nil).WithAttrs([]slog.Attr{slog.String("from", "receiver's server")}), slog.LevelInfo)
+	if serverTLS != nil {
+		r.srv.TLS = serverTLS
+		r.srv.StartTLS()
+	} else {
+		r.srv.Start()
+	}
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// countingWriter reads the batch answers' sizes from the results the
+// receiver writes: the most envelopes one request carried.
+type countingWriter struct {
+	http.ResponseWriter
+	r *inboxReceiver
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if n := strings.Count(string(p), `"status":`); n > 1 {
+		c.r.mu.Lock()
+		c.r.maxItems = max(c.r.maxItems, n)
+		c.r.mu.Unlock()
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("receiver: %s", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (r *inboxReceiver) keys() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.applied)
+}
+
+func (r *inboxReceiver) postCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.posts
+}
+
+// sqliteConfig writes the config of app pedidos on a SQLite file of the
+// test's own with the given routes block.
+func sqliteConfig(t *testing.T, routes string) string {
+	t.Helper()
+	return writeFile(t, fmt.Sprintf("database: sqlite:%s\napp: pedidos\nroutes:\n%s"+
+		"relay: {batch: 100, lease: 10s, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 100ms}\n",
+		filepath.Join(t.TempDir(), "outbox.db"), routes))
+}
+
+// prepare migrates the config's database, records its types and enqueues
+// n messages of each type through the command's own client.
+func prepare(t *testing.T, bin, path string, env []string, n int, types ...string) {
+	t.Helper()
+	if r := runBin(t, bin, env, "", "migrate", "up", "--config", path); r.code != 0 {
+		t.Fatalf("migrate up: %+v", r)
+	}
+	if r := runBin(t, bin, env, "", "owners", "register", "--config", path); r.code != 0 {
+		t.Fatalf("owners register: %+v", r)
+	}
+	c, err := LoadConfig(path, envLookup(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, cl, err := connect(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, typ := range types {
+		for from := 0; from < n; from += 100 {
+			var msgs []mensageria.Message
+			for i := from; i < min(from+100, n); i++ {
+				msgs = append(msgs, mensageria.Message{Type: typ, Key: fmt.Sprintf("%s-%d", typ, i), Payload: []byte(`{"n":1}`)})
+			}
+			if _, err := cl.Enqueue(ctx, msgs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func envLookup(env []string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for _, kv := range env {
+			if name, v, ok := strings.Cut(kv, "="); ok && name == k {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+// refusedAtStart runs a relay that must stop before it starts relaying,
+// and returns its exit code and output.
+func refusedAtStart(t *testing.T, bin string, env []string, path string) (int, string) {
+	t.Helper()
+	p := startProc(t, bin, env, "relay", "--config", path, "--listen", "127.0.0.1:0")
+	select {
+	case code := <-p.done:
+		out := p.stderr.String()
+		if strings.Contains(out, "relay started") {
+			t.Fatalf("the relay started:\n%s", out)
+		}
+		return code, out
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the relay did not stop:\n%s", p.stderr.String())
+	}
+	return 0, ""
+}
+
+// noSecret fails when a secret appears in a command's output.
+func noSecret(t *testing.T, where, out string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.Contains(out, s) {
+			t.Fatalf("%s shows the secret %q:\n%s", where, s, out)
+		}
+	}
+}
+
+// The built relay delivers to an HTTPS receiver whose certificate a
+// private CA signed and which requires a client certificate, in batch
+// requests; every misconfiguration of that TLS stops it at start, exit 2,
+// with a message naming what failed and no secret.
+func TestRelayHTTPSMutualTLSBatch(t *testing.T) {
+	bin := binary(t)
+	ca := newTestCA(t, "billing")
+	client := ca.client(t, "mensageria-relay")
+	const token = "bearer-S3CRET-4711"
+	rcv := newInboxReceiver(t, ca.serverTLS(t, ca), token, "pedido.criado")
+	env := []string{"BILLING_TOKEN=" + token, "CERT_DIR=" + ca.dir}
+	route := func(tlsBlock string) string {
+		s := fmt.Sprintf("  - type: pedido.criado\n    http:\n      url: %s/m2m\n      token: ${BILLING_TOKEN}\n      batch: true\n      max_batch_items: 40\n", rcv.srv.URL)
+		if tlsBlock != "" {
+			s += "      tls: " + tlsBlock + "\n"
+		}
+		return s
+	}
+	good := route(`{ca_file: "${CERT_DIR}/billing-ca.pem", cert_file: "${CERT_DIR}/mensageria-relay.pem", key_file: "${CERT_DIR}/mensageria-relay.key"}`)
+	p := sqliteConfig(t, good)
+	const n = 500
+	prepare(t, bin, p, env, n, "pedido.criado")
+
+	r := runBin(t, bin, env, "", "explain", "--no-db", "--config", p)
+	if r.code != 0 || !strings.Contains(r.out, "security    TLS, CA") || !strings.Contains(r.out, "delivery    batch: a claim's messages in requests of at most 40 messages") {
+		t.Fatalf("explain: %+v", r)
+	}
+	noSecret(t, "explain", r.out+r.err, token)
+	r = runBin(t, bin, env, "", "explain", "--no-db", "--json", "--config", p)
+	var ex explainOut
+	if err := json.Unmarshal([]byte(r.out), &ex); err != nil || len(ex.Routes) != 1 || ex.Routes[0].Security != "TLS, CA "+ca.CAFile+", client certificate "+client.CertFile+"; bearer token" ||
+		!strings.HasPrefix(ex.Routes[0].Delivery, "batch") {
+		t.Fatalf("explain --json: %v %+v", err, r)
+	}
+	noSecret(t, "explain --json", r.out+r.err, token)
+
+	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
+	waitAddr(t, relay.stderr, relay.done)
+	waitFor(t, "every message applied", 60*time.Second, func() bool { return rcv.keys() == n })
+	stopProc(t, relay)
+	log := relay.stderr.String()
+	if !strings.Contains(log, `"msg":"TLS checked"`) {
+		t.Fatalf("no TLS check logged:\n%s", log)
+	}
+	noSecret(t, "the relay's log", log, token)
+	rcv.mu.Lock()
+	posts, batches, maxItems, peers := rcv.posts, rcv.batches, rcv.maxItems, fmt.Sprint(rcv.peers)
+	for k, c := range rcv.applied {
+		if c != 1 {
+			t.Errorf("%s applied %d times", k, c)
+		}
+	}
+	rcv.mu.Unlock()
+	t.Logf("%d messages in %d requests (%d batches, at most %d per request); client certificates %s", n, posts, batches, maxItems, peers)
+	// Batches of at most 40: at least n/40 requests, and far fewer than
+	// one per message.
+	if batches != posts || posts < n/40 || posts > n/4 || maxItems > 40 || maxItems < 2 || peers != fmt.Sprintf("map[mensageria-relay:%d]", posts) {
+		t.Fatalf("requests: %d posts, %d batches, at most %d per batch, peers %s", posts, batches, maxItems, peers)
+	}
+
+	// Each way the TLS can be wrong, and what the relay says.
+	other := newTestCA(t, "other")
+	stranger := other.client(t, "stranger")
+	notPEM := filepath.Join(t.TempDir(), "notpem.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := rcv.postCount()
+	for _, tc := range []struct {
+		name, tls, want string
+	}{
+		{"no client certificate", `{ca_file: "${CERT_DIR}/billing-ca.pem"}`, "the server refused the TLS handshake; it may require a client certificate (tls.cert_file and tls.key_file)"},
+		{"a client certificate another CA signed", fmt.Sprintf(`{ca_file: "${CERT_DIR}/billing-ca.pem", cert_file: %s, key_file: %s}`, stranger.CertFile, stranger.KeyFile),
+			"it does not accept the client certificate " + stranger.CertFile},
+		{"the system's CAs", "", "the server's certificate is not signed by a CA in the system's CAs"},
+		{"another CA", fmt.Sprintf(`{ca_file: %s}`, other.CAFile), "the server's certificate is not signed by a CA in ca_file " + other.CAFile},
+		{"a CA file that is not PEM", fmt.Sprintf(`{ca_file: %s}`, notPEM), "routes[0].http.tls.ca_file: " + notPEM + " holds no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := sqliteConfig(t, route(tc.tls))
+			code, out := refusedAtStart(t, bin, env, bad)
+			t.Logf("%s", out)
+			if code != ExitUsage || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want %d and %q:\n%s", code, ExitUsage, tc.want, out)
+			}
+			if !strings.Contains(out, "routes[0].http.tls") && !strings.Contains(out, "route pedido.criado (line 4): POST "+rcv.srv.URL+"/m2m: ") {
+				t.Fatalf("the message does not name the route:\n%s", out)
+			}
+			noSecret(t, "the refusal", out, token)
+		})
+	}
+	if after := rcv.postCount(); after != before {
+		t.Fatalf("%d deliveries from refused relays", after-before)
+	}
+}
+
+// freePort is a loopback port nothing listened on a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
