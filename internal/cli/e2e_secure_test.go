@@ -17,9 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/transport/kafka"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -313,4 +318,103 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The built relay produces into a Kafka cluster that requires TLS (a
+// private CA) and SASL, on the idempotent and on the transactional path;
+// a wrong password, another mechanism, a missing CA or a missing block
+// stops it at start, exit 2, naming SASL and the mechanism (or what else
+// failed), and never showing the password.
+func TestRelayKafkaSASLAndTLS(t *testing.T) {
+	bin := binary(t)
+	ca := newTestCA(t, "kafka")
+	const user, password = "relay", "kafka-PW-0815"
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", user, password),
+		kfake.TLS(ca.serverTLS(t, nil)), kfake.SeedTopics(3, "pedidos", "pedidos.tx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := strings.Join(cluster.ListenAddrs(), ", ")
+	env := []string{"KAFKA_PASSWORD=" + password, "KAFKA_CA=" + ca.CAFile, "WRONG_PASSWORD=wrong-PW-4242"}
+	route := func(typ, topic, extra, security string) string {
+		return fmt.Sprintf("  - type: %s\n    kafka:\n      brokers: [%s]\n      topic: %s\n%s%s", typ, brokers, topic, extra, security)
+	}
+	const good = "      tls: {ca_file: ${KAFKA_CA}}\n      sasl: {mechanism: SCRAM-SHA-256, user: relay, password: ${KAFKA_PASSWORD}}\n"
+	p := sqliteConfig(t, route("pedido.criado", "pedidos", "", good)+route("pedido.tx", "pedidos.tx", "      transactional_id: mensageria-relay-pedidos\n", good))
+	const n = 300
+	prepare(t, bin, p, env, n, "pedido.criado", "pedido.tx")
+
+	// A consumer of its own with the same credentials: every committed
+	// record, by message id.
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DialTLSConfig(ca.clientTLS(nil)),
+		kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha256Mechanism()),
+		kgo.ConsumeTopics("pedidos", "pedidos.tx"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for ctx.Err() == nil {
+			consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				d, err := kafka.DeliveryOf(r)
+				if err != nil {
+					t.Errorf("record at %s/%d: %v", r.Topic, r.Offset, err)
+					return
+				}
+				mu.Lock()
+				seen[d.Type+" "+d.ID.String()]++
+				mu.Unlock()
+			})
+		}
+	}()
+	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
+	waitAddr(t, relay.stderr, relay.done)
+	waitFor(t, "every message in Kafka", 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 2*n
+	})
+	stopProc(t, relay)
+	log := relay.stderr.String()
+	if strings.Count(log, `"msg":"Kafka reached"`) != 2 || !strings.Contains(log, `"security":"TLS, CA `+ca.CAFile+`, SASL SCRAM-SHA-256 as relay"`) {
+		t.Fatalf("the start check is not logged for both routes:\n%s", log)
+	}
+	noSecret(t, "the relay's log", log, password)
+	mu.Lock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("%s read %d times", id, c)
+		}
+	}
+	mu.Unlock()
+
+	for _, tc := range []struct {
+		name, security, want string
+	}{
+		{"a wrong password", "      tls: {ca_file: ${KAFKA_CA}}\n      sasl: {mechanism: SCRAM-SHA-256, user: relay, password: ${WRONG_PASSWORD}}\n",
+			"SASL SCRAM-SHA-256 as user relay refused by the broker"},
+		{"a mechanism the user has no credentials for", "      tls: {ca_file: ${KAFKA_CA}}\n      sasl: {mechanism: SCRAM-SHA-512, user: relay, password: ${KAFKA_PASSWORD}}\n",
+			"SASL SCRAM-SHA-512 as user relay refused by the broker"},
+		{"PLAIN", "      tls: {ca_file: ${KAFKA_CA}}\n      sasl: {mechanism: PLAIN, user: relay, password: ${KAFKA_PASSWORD}}\n",
+			"SASL PLAIN as user relay refused by the broker"},
+		{"no sasl block", "      tls: {ca_file: ${KAFKA_CA}}\n", "the broker closed the connection at once: it probably requires SASL (add a sasl: block)"},
+		{"no tls block", "      sasl: {mechanism: SCRAM-SHA-256, user: relay, password: ${KAFKA_PASSWORD}}\n", "the broker closed the connection at once: it probably requires TLS (add a tls: block)"},
+		{"the system's CAs", "      tls: {}\n      sasl: {mechanism: SCRAM-SHA-256, user: relay, password: ${KAFKA_PASSWORD}}\n",
+			"the server's certificate is not signed by a CA in the system's CAs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := sqliteConfig(t, route("pedido.criado", "pedidos", "", tc.security))
+			code, out := refusedAtStart(t, bin, env, bad)
+			t.Logf("%s", out)
+			if code != ExitUsage || !strings.Contains(out, "route pedido.criado (line 4): topic pedidos on "+brokers+": "+tc.want) {
+				t.Fatalf("exit %d, want %d and %q:\n%s", code, ExitUsage, tc.want, out)
+			}
+			noSecret(t, "the refusal", out, password, "wrong-PW-4242")
+		})
+	}
 }

@@ -135,10 +135,8 @@ func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensa
 		if k := r.Kafka; k.SASL != nil && k.SASL.Mechanism == "PLAIN" && k.TLS == nil {
 			log.Warn("SASL PLAIN without TLS sends the password in clear text; add a tls: block", "type", r.Type, "destination", destination(r))
 		}
-		if r.Kafka.TLS != nil || r.Kafka.SASL != nil {
-			if err := checkKafka(ctx, r, opts, log); err != nil {
-				return nil, nil, usage(err)
-			}
+		if err := checkKafka(ctx, r, opts, log); err != nil {
+			return nil, nil, usage(err)
 		}
 		if r.Kafka.TransactionalID != "" {
 			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -345,8 +346,11 @@ func tlsRefusal(err error, t *TLSConfig) (string, bool) {
 }
 
 // kafkaRefusal says whether a Kafka error is the cluster refusing the
-// route's TLS or SASL, and how.
-func kafkaRefusal(err error, k *KafkaRoute) (string, bool) {
+// route's TLS or SASL, and how. eofTwice is set when the probe's
+// connection was closed without an answer twice in a row: with SASL
+// configured, that is how a broker refuses the credentials after the
+// handshake (kfake does so, and so does Kafka when it gives no error code).
+func kafkaRefusal(err error, k *KafkaRoute, eofTwice bool) (string, bool) {
 	if reason, ok := tlsRefusal(err, k.TLS); ok {
 		return reason, true
 	}
@@ -354,6 +358,7 @@ func kafkaRefusal(err error, k *KafkaRoute) (string, bool) {
 	if k.SASL != nil {
 		mech = "SASL " + k.SASL.Mechanism + " as user " + k.SASL.User
 	}
+	var first *kgo.ErrFirstReadEOF
 	switch {
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
 		return mech + " refused by the broker (wrong user or password)", true
@@ -363,9 +368,17 @@ func kafkaRefusal(err error, k *KafkaRoute) (string, bool) {
 		return mech + ": the broker is not in a state to authenticate", true
 	case errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.TopicAuthorizationFailed):
 		return "the cluster does not authorize this client", true
-	}
-	if k.SASL == nil && strings.Contains(err.Error(), "SASL") {
-		return "the broker requires SASL (add a sasl: block)", true
+	case errors.As(err, &first):
+		// franz-go's guess names TLS or SASL; say which key to add.
+		switch msg := first.Error(); {
+		case k.TLS == nil && strings.Contains(msg, "TLS"):
+			return "the broker closed the connection at once: it probably requires TLS (add a tls: block)", true
+		case k.SASL == nil && strings.Contains(msg, "SASL"):
+			return "the broker closed the connection at once: it probably requires SASL (add a sasl: block)", true
+		}
+		return "the broker closed the connection at once (TLS or SASL refused)", true
+	case eofTwice && k.SASL != nil && errors.Is(err, io.EOF):
+		return mech + " refused by the broker: it closed the connection during authentication (wrong user, password or mechanism)", true
 	}
 	return "", false
 }
@@ -376,19 +389,27 @@ func kafkaRefusal(err error, k *KafkaRoute) (string, bool) {
 func checkKafka(ctx context.Context, r Route, opts []kgo.Opt, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.Kafka.Brokers...)}, opts...)...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	err = cl.Ping(ctx)
-	if err == nil {
-		if r.Kafka.TLS != nil || r.Kafka.SASL != nil {
-			log.Info("Kafka security checked", "type", r.Type, "destination", destination(r), "security", kafkaSecurity(r.Kafka))
+	ping := func() error {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.Kafka.Brokers...)}, opts...)...)
+		if err != nil {
+			return err
 		}
+		defer cl.Close()
+		return cl.Ping(ctx)
+	}
+	err := ping()
+	eofTwice := false
+	if errors.Is(err, io.EOF) {
+		// One closed connection may be the network; a second one on a
+		// fresh client is the broker's answer.
+		err = ping()
+		eofTwice = errors.Is(err, io.EOF)
+	}
+	if err == nil {
+		log.Info("Kafka reached", "type", r.Type, "destination", destination(r), "security", kafkaSecurity(r.Kafka))
 		return nil
 	}
-	if reason, ok := kafkaRefusal(err, r.Kafka); ok {
+	if reason, ok := kafkaRefusal(err, r.Kafka, eofTwice); ok {
 		return &DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err}
 	}
 	log.Warn("Kafka unreachable at start; its messages wait and are retried", "type", r.Type, "destination", destination(r), "err", err)
