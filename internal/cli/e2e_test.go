@@ -376,3 +376,30 @@ func TestBenchBrokerScenarios(t *testing.T) {
 		}
 	}
 }
+
+// The http scenario measures the daemon's path (the relay command from a
+// config with batch: true) beside the library's single and batch modes,
+// in one run.
+func TestBenchHTTPDaemonPath(t *testing.T) {
+	testdb.Long(t, "bench")
+	testdb.Pool(t)
+	p := writeConfig(t, testdb.URL(), testdb.Schema(t), "http://127.0.0.1:1/unused")
+	r := run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "http", "--messages", "2000", "--paced-for", "200ms")
+	var res struct {
+		Scenario string             `json:"scenario"`
+		Metrics  map[string]float64 `json:"metrics"`
+		Notes    string             `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil || r.code != 0 || res.Scenario != "http-end-to-end" {
+		t.Fatalf("bench http: %v %+v", err, r)
+	}
+	for _, k := range []string{"msgs/s", "batch-msgs/s", "daemon-msgs/s", "batch-ratio", "daemon-ratio", "daemon-p50-ms"} {
+		if v := res.Metrics[k]; !(v > 0) {
+			t.Errorf("%s = %v", k, v)
+		}
+	}
+	if !strings.Contains(res.Notes, "daemon: throughput 1000 msgs") {
+		t.Errorf("notes: %s", res.Notes)
+	}
+	t.Logf("single %.0f, batch %.0f, daemon %.0f msgs/s", res.Metrics["msgs/s"], res.Metrics["batch-msgs/s"], res.Metrics["daemon-msgs/s"])
+}
