@@ -14,9 +14,10 @@ func TestBackoffProperties(t *testing.T) {
 		maxD := base + time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "extra"))
 		attempt := rapid.IntRange(-3, 200).Draw(t, "attempt")
 		retryAfter := time.Duration(rapid.Int64Range(0, int64(2*time.Hour)).Draw(t, "retryAfter"))
+		ceiling := time.Duration(rapid.Int64Range(int64(time.Second), int64(90*time.Minute)).Draw(t, "ceiling"))
 		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(t, "seed"), 1))
 
-		d := backoff(attempt, base, maxD, retryAfter, rng)
+		d := backoff(attempt, base, maxD, retryAfter, ceiling, rng)
 
 		// The exponential ceiling of this attempt, capped.
 		ceil := base
@@ -26,11 +27,16 @@ func TestBackoffProperties(t *testing.T) {
 		if ceil > maxD {
 			ceil = maxD
 		}
-		if d <= 0 || d > maxD {
-			t.Fatalf("delay %s outside (0, %s]", d, maxD)
+		// A Retry-After is a lower bound above maxD too, up to the
+		// ceiling; without one the backoff stays under maxD.
+		if d <= 0 || d > max(maxD, min(retryAfter, ceiling)) {
+			t.Fatalf("delay %s outside (0, max(%s, min(%s, %s))]", d, maxD, retryAfter, ceiling)
 		}
-		if retryAfter <= maxD && d < retryAfter {
-			t.Fatalf("delay %s shorter than the Retry-After %s the destination asked for", d, retryAfter)
+		if d < min(retryAfter, ceiling) {
+			t.Fatalf("delay %s shorter than the Retry-After %s the destination asked for (ceiling %s)", d, retryAfter, ceiling)
+		}
+		if retryAfter == 0 && d > maxD {
+			t.Fatalf("delay %s above BackoffMax %s with no Retry-After", d, maxD)
 		}
 		if retryAfter == 0 && (d < ceil/2 || d > ceil) {
 			t.Fatalf("attempt %d: delay %s outside the jitter band [%s, %s]", attempt, d, ceil/2, ceil)
@@ -47,7 +53,7 @@ func TestBackoffCeilingIsMonotonic(t *testing.T) {
 		a := rapid.IntRange(1, 100).Draw(t, "attempt")
 		hi := func(attempt int) time.Duration {
 			// With a generator that always draws the top of the band.
-			return backoff(attempt, base, maxD, 0, rand.New(constSource{}))
+			return backoff(attempt, base, maxD, 0, time.Hour, rand.New(constSource{}))
 		}
 		if hi(a+1) < hi(a) {
 			t.Fatalf("ceiling shrank from attempt %d (%s) to %d (%s)", a, hi(a), a+1, hi(a+1))

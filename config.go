@@ -60,8 +60,29 @@ type Config struct {
 	// attempt, with jitter, up to BackoffMax. Default DefaultBackoffBase
 	// (1s).
 	BackoffBase time.Duration
-	// BackoffMax caps one retry delay. Default DefaultBackoffMax (10m).
+	// BackoffMax caps one retry delay of the relay's own backoff. Default
+	// DefaultBackoffMax (10m). A destination's Retry-After is honoured
+	// above it, up to RetryAfterCeiling.
 	BackoffMax time.Duration
+	// RetryAfterCeiling bounds the delay a destination may ask for
+	// (mensageria.RetryAfter, an HTTP Retry-After): the relay waits at
+	// least that long, up to this ceiling, for the message and for its
+	// route. Default DefaultRetryAfterCeiling (1h).
+	RetryAfterCeiling time.Duration
+	// RouteFailureThreshold is how many destination-level failures in a
+	// row (errors marked Unavailable) pause a route: its types are left
+	// out of claims while other routes keep flowing, and after
+	// RoutePause one probe message is tried. Such failures never count
+	// toward a message's attempts while the route has delivered nothing
+	// since they began (docs/adr/0009-route-flow-control.md). Default
+	// DefaultRouteFailureThreshold (5).
+	RouteFailureThreshold int
+	// RoutePause is a paused route's first wait before its probe; each
+	// failed probe doubles it, up to RoutePauseMax. A Retry-After longer
+	// than the pause wins. Defaults DefaultRoutePause (1s) and
+	// DefaultRoutePauseMax (1m).
+	RoutePause    time.Duration
+	RoutePauseMax time.Duration
 	// PollInterval is the longest the relay sleeps with no notification.
 	// Default DefaultPollInterval (1s); in poll-only mode it is the latency
 	// floor.
@@ -89,7 +110,7 @@ type Config struct {
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Hooks are optional observers (see Hook); a value that implements
-	// none of OnDelivery, OnClaim and OnElection is refused. Senders in the
+	// none of OnDelivery, OnClaim, OnElection and OnRouteState is refused. Senders in the
 	// Registry that implement them are hooked without being listed here,
 	// and a value both here and in the Registry is called once. Default
 	// none.
@@ -131,6 +152,10 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.PollInterval, DefaultPollInterval)
 	defd(&out.NotifyDebounce, DefaultNotifyDebounce)
 	defd(&out.PurgeInterval, DefaultPurgeInterval)
+	defd(&out.RetryAfterCeiling, DefaultRetryAfterCeiling)
+	def(&out.RouteFailureThreshold, DefaultRouteFailureThreshold)
+	defd(&out.RoutePause, DefaultRoutePause)
+	defd(&out.RoutePauseMax, DefaultRoutePauseMax)
 	if out.Election == "" {
 		out.Election = ElectionLeader
 	}
@@ -158,11 +183,19 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, &ConfigError{Field: "DeliveredRetention", Reason: "must not be negative"}
 	case out.PurgeInterval < 0:
 		return out, &ConfigError{Field: "PurgeInterval", Reason: "must not be negative"}
+	case out.RetryAfterCeiling < time.Second:
+		return out, &ConfigError{Field: "RetryAfterCeiling", Reason: "must be at least 1s"}
+	case out.RouteFailureThreshold < 1:
+		return out, &ConfigError{Field: "RouteFailureThreshold", Reason: "must be at least 1"}
+	case out.RoutePause < time.Millisecond:
+		return out, &ConfigError{Field: "RoutePause", Reason: "must be at least 1ms"}
+	case out.RoutePauseMax < out.RoutePause:
+		return out, &ConfigError{Field: "RoutePauseMax", Reason: "must be at least RoutePause"}
 	}
 	for i, h := range out.Hooks {
 		if !isHook(h) {
 			return out, &ConfigError{Field: fmt.Sprintf("Hooks[%d]", i),
-				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim and OnElection, so it would never be called", h)}
+				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim, OnElection and OnRouteState, so it would never be called", h)}
 		}
 	}
 	return out, nil

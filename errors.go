@@ -146,8 +146,12 @@ func (e *unavailableError) Unwrap() error { return e.err }
 // 429, a 401 or 407, a broker that is down, a topic or stream that is
 // missing. The relay counts such failures toward the route's health, not
 // toward the message's attempts, so an outage never turns a backlog into
-// dead letters. Combine with RetryAfter when the destination said when to
-// come back.
+// dead letters: after Config.RouteFailureThreshold of them in a row the
+// route pauses and probes (docs/adr/0009-route-flow-control.md). Only a
+// failure while the route delivers other messages counts as the message's
+// attempt, since the destination is evidently up: a message that gets a
+// 500 every time still reaches MaxAttempts. Combine with RetryAfter when
+// the destination said when to come back; Permanent wins over Unavailable.
 func Unavailable(err error) error {
 	if err == nil {
 		return nil
@@ -171,8 +175,10 @@ func (e *retryAfterError) Error() string { return e.err.Error() }
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter wraps a Sender error with the delay the destination asked for
-// (an HTTP Retry-After, say). The relay waits at least that long, still
-// within its backoff cap.
+// (an HTTP Retry-After, say). The relay waits at least that long before
+// the message's next attempt, above BackoffMax too, bounded only by
+// Config.RetryAfterCeiling; wrapped in Unavailable, it also pauses the
+// whole route until then.
 func RetryAfter(err error, after time.Duration) error {
 	if err == nil {
 		return nil

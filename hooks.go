@@ -23,6 +23,10 @@ const (
 	// other relay had taken the row, but the outcome was not recorded and
 	// the row will be delivered again.
 	OutcomeExpired Outcome = "expired"
+	// OutcomePostponed: the destination failed (an error marked
+	// Unavailable) while its route delivered nothing else: the message
+	// waits for its route without counting the attempt.
+	OutcomePostponed Outcome = "postponed"
 	// OutcomeUnsettled: the database refused the settle (an error, not a
 	// fence) for as long as the lease lasted; the outcome was not recorded
 	// and the row will be delivered again after its lease. The event's Err
@@ -69,7 +73,7 @@ type OnElection interface{ OnElection(ElectionEvent) }
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case OnDelivery, OnClaim, OnElection:
+	case OnDelivery, OnClaim, OnElection, OnRouteState:
 		return true
 	}
 	return false
@@ -116,6 +120,7 @@ type hooks struct {
 	delivery []OnDelivery
 	claim    []OnClaim
 	election []OnElection
+	route    []OnRouteState
 }
 
 func splitHooks(hs []Hook) hooks {
@@ -129,6 +134,9 @@ func splitHooks(hs []Hook) hooks {
 		}
 		if v, ok := x.(OnElection); ok {
 			h.election = append(h.election, v)
+		}
+		if v, ok := x.(OnRouteState); ok {
+			h.route = append(h.route, v)
 		}
 	}
 	return h

@@ -156,13 +156,16 @@ func (c *Client) IsLeader() bool {
 }
 
 type relay struct {
-	c      *Client
-	cfg    *Config
-	types  []string
-	order  []string
-	hooks  hooks
-	routes map[string]string // type -> "<app> → <destination>"
-	health settleHealth
+	c       *Client
+	cfg     *Config
+	types   []string
+	order   []string
+	hooks   hooks
+	routes  map[string]string // type -> "<app> → <destination>"
+	health  settleHealth
+	rts     []*route          // one per distinct Sender
+	routeOf map[string]*route // type -> its route
+	record  chan struct{}     // a route changed: record it
 
 	runCtx    context.Context // cancelled when Stop's deadline passes
 	runCancel context.CancelFunc
@@ -200,6 +203,8 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		sem:      make(chan struct{}, cfg.Concurrency),
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
+	r.rts, r.routeOf = newRoutes(cfg, r.routes, time.Now())
+	r.record = make(chan struct{}, 1)
 	r.runCtx, r.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.Election == ElectionLeader {
 		el, err := c.drv.Elector(cfg.App, cfg.Lease)
@@ -226,8 +231,16 @@ func (r *relay) run() {
 	}
 	bg.Add(1)
 	go func() { defer bg.Done(); r.purge() }()
+	bg.Add(1)
+	go func() { defer bg.Done(); r.recordRoutes() }()
+	var routeLoops sync.WaitGroup
+	for _, rt := range r.rts {
+		routeLoops.Add(1)
+		go func() { defer routeLoops.Done(); r.routeLoop(rt) }()
+	}
 
 	r.claimLoop()
+	routeLoops.Wait() // each delivers its own batches before it returns
 	r.batches.Wait()
 	r.runCancel() // ends the background loops
 	bg.Wait()
@@ -329,10 +342,19 @@ func (r *relay) listen() {
 					_ = l.Close()
 					goto again
 				}
-				signal(r.wake)
+				r.wakeAll()
 			}
 		}
 	again:
+	}
+}
+
+// wakeAll tells every claimer that work may be waiting: the main loop
+// and each route's own loop (rate-limited and probing routes claim apart).
+func (r *relay) wakeAll() {
+	signal(r.wake)
+	for _, rt := range r.rts {
+		signal(rt.kick)
 	}
 }
 
@@ -387,7 +409,8 @@ func (r *relay) claimLoop() {
 		return true
 	}
 	for !r.stopped() {
-		if len(r.types) == 0 || !r.leader.Load() {
+		types, ordered := r.flowing()
+		if len(types) == 0 || !r.leader.Load() {
 			if !wait() {
 				return
 			}
@@ -412,7 +435,7 @@ func (r *relay) claimLoop() {
 			}
 			limit = 1
 		}
-		jobs, err := r.claim(limit)
+		jobs, err := r.claim(types, ordered, limit)
 		if err != nil || len(jobs.jobs) == 0 {
 			<-r.slots
 			if err != nil && !r.stopped() {
@@ -442,6 +465,87 @@ func (r *relay) claimLoop() {
 	}
 }
 
+// routeLoop runs one route's own claims: its probes while it recovers
+// from an outage, and all of its claims when it has a rate limit. Its
+// batches are delivered and settled on this loop, one at a time, outside
+// the main loop's slots, so neither a paced route nor a probe ever holds
+// a slot another route could use.
+func (r *relay) routeLoop(rt *route) {
+	idle := r.cfg.PollInterval
+	empty := 10 * time.Millisecond // a probe's next look when nothing was due
+	forever := time.Duration(1<<63 - 1)
+	for !r.stopped() {
+		st, until := rt.state()
+		now := time.Now()
+		limit := 0
+		switch {
+		case st == RoutePaused && now.Before(until):
+			if !r.routeWait(rt, until.Sub(now)) {
+				return
+			}
+			continue
+		case st == RoutePaused:
+			c, h := rt.do(func(b *breaker) *change { return b.probe(time.Now()) })
+			r.routeChanged(rt, c, h)
+			continue
+		case len(rt.types) == 0 || !r.leader.Load():
+			if !r.routeWait(rt, idle) {
+				return
+			}
+			continue
+		case st == RouteProbing:
+			limit = 1
+		case rt.pace != nil:
+			if d := rt.pace.wait(now); d > 0 {
+				if !r.routeWait(rt, d) {
+					return
+				}
+				continue
+			}
+			limit = rt.pace.claimSize(r.cfg.BatchSize)
+		default:
+			// Flowing without a limit: the main loop claims it.
+			if !r.routeWait(rt, forever) {
+				return
+			}
+			continue
+		}
+		jobs, err := r.claim(rt.types, rt.ordered, limit)
+		if err != nil || len(jobs.jobs) == 0 {
+			if err != nil && !r.stopped() {
+				r.cfg.Logger.Warn("claim failed", "app", r.cfg.App, "route", rt.name, "err", err)
+			}
+			d := idle
+			if st == RouteProbing && err == nil {
+				// Rows wait for the probe's time, stamped a moment after
+				// it by the database: look again soon.
+				d, empty = empty, min(empty*2, idle)
+			}
+			if !r.routeWait(rt, d) {
+				return
+			}
+			continue
+		}
+		empty = 10 * time.Millisecond
+		jobs.probe = st == RouteProbing
+		r.deliver(jobs)
+	}
+}
+
+// routeWait sleeps up to d, cut short by a change of the route or a
+// wake-up (the caller then looks at the route again); false when stopping.
+func (r *relay) routeWait(rt *route, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.stopping:
+		return false
+	case <-t.C:
+	case <-rt.kick:
+	}
+	return true
+}
+
 func (r *relay) token() int64 {
 	r.rngMu.Lock()
 	defer r.rngMu.Unlock()
@@ -453,6 +557,7 @@ type claimed struct {
 	deadline time.Time // deliveries end by then
 	leaseEnd time.Time // the lease runs out by then (it was stamped later)
 	jobs     []driver.Job
+	probe    bool // a probing route's claim: sent although not flowing
 }
 
 // probeDelay is the pause before the n-th probe claim of a settle failure
@@ -467,10 +572,31 @@ func (r *relay) probeDelay(n int) time.Duration {
 	return min(d, ceiling)
 }
 
-func (r *relay) claim(limit int) (*claimed, error) {
+// flowing lists the types the main claim loop takes: those of flowing
+// routes without a rate limit. A paused or probing route is left out, so
+// its destination's trouble never holds up the others; a rate-limited
+// route claims on its own loop, at its pace.
+func (r *relay) flowing() (types, ordered []string) {
+	for _, rt := range r.rts {
+		if rt.pace != nil {
+			continue
+		}
+		if st, _ := rt.state(); st != RouteFlowing {
+			continue
+		}
+		types = append(types, rt.types...)
+		ordered = append(ordered, rt.ordered...)
+	}
+	if len(types) == len(r.types) {
+		return r.types, r.order
+	}
+	return types, ordered
+}
+
+func (r *relay) claim(types, ordered []string, limit int) (*claimed, error) {
 	p := driver.ClaimParams{
-		Types:        r.types,
-		OrderedTypes: r.order,
+		Types:        types,
+		OrderedTypes: ordered,
 		Limit:        limit,
 		Lease:        r.cfg.Lease,
 		Token:        r.token(),
@@ -499,6 +625,9 @@ type outcome struct {
 	err     error
 	delay   time.Duration
 	elapsed time.Duration
+	// unsent: the route was not flowing, so the message was postponed
+	// without being sent; no delivery event is reported for it.
+	unsent bool
 }
 
 func (r *relay) deliver(b *claimed) {
@@ -511,15 +640,28 @@ func (r *relay) deliver(b *claimed) {
 	}
 	var wg sync.WaitGroup
 	byType := map[string][]int{}
+	var typeOrder []string
 	for i := range b.jobs {
-		rt, ok := r.cfg.Registry.Route(b.jobs[i].Type)
-		if !ok {
+		typ := b.jobs[i].Type
+		rt, ok := r.cfg.Registry.Route(typ)
+		route := r.routeOf[typ]
+		if !ok || route == nil {
 			// Never claimed on purpose; give it back to its owner untried.
 			continue
 		}
-		if _, ok := rt.Sender.(BatchSender); ok {
-			byType[b.jobs[i].Type] = append(byType[b.jobs[i].Type], i)
+		if out, held := r.held(route, b.probe); held {
+			outs[i] = out
 			continue
+		}
+		if _, ok := rt.Sender.(BatchSender); ok {
+			if byType[typ] == nil {
+				typeOrder = append(typeOrder, typ)
+			}
+			byType[typ] = append(byType[typ], i)
+			continue
+		}
+		if route.pace != nil && !r.paced(ctx, route, 1) {
+			continue // left as release: the lease would not wait for the rate
 		}
 		select {
 		case r.sem <- struct{}{}:
@@ -530,14 +672,20 @@ func (r *relay) deliver(b *claimed) {
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-r.sem }()
+			seen := route.answers()
 			start := time.Now()
 			err := safeSend(ctx, rt.Sender, ds[i])
-			outs[i] = r.classify(ctx, ds[i], err)
+			outs[i] = r.classify(ctx, route, seen, ds[i], err)
 			outs[i].elapsed = time.Since(start)
 		}(i)
 	}
-	for typ, idx := range byType {
+	for _, typ := range typeOrder {
+		idx := byType[typ]
 		rt, _ := r.cfg.Registry.Route(typ)
+		route := r.routeOf[typ]
+		if route.pace != nil && !r.paced(ctx, route, len(idx)) {
+			continue
+		}
 		select {
 		case r.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -551,6 +699,7 @@ func (r *relay) deliver(b *claimed) {
 			for k, i := range idx {
 				batch[k] = ds[i]
 			}
+			seen := route.answers()
 			start := time.Now()
 			errs := safeSendBatch(ctx, rt.Sender.(BatchSender), batch)
 			for k, i := range idx {
@@ -558,13 +707,50 @@ func (r *relay) deliver(b *claimed) {
 				if errs != nil {
 					err = errs[k]
 				}
-				outs[i] = r.classify(ctx, ds[i], err)
+				outs[i] = r.classify(ctx, route, seen, ds[i], err)
 				outs[i].elapsed = time.Since(start)
 			}
 		}()
 	}
 	wg.Wait()
 	r.settle(b, ds, outs)
+}
+
+// held reports whether a claimed message must not be sent because its
+// route stopped flowing after the claim (a probe batch is the exception
+// it was claimed for), and what becomes of it: postponed, uncounted, to
+// when the route will want it.
+func (r *relay) held(rt *route, probe bool) (outcome, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	st := rt.br.state
+	if st == RouteFlowing || (st == RouteProbing && probe) {
+		return outcome{}, false
+	}
+	delay := rt.br.postpone(time.Now(), 0, nil)
+	err := fmt.Errorf("not sent: route %s is %s (%s)", rt.name, st, rt.br.lastErr)
+	return outcome{kind: OutcomePostponed, err: err, delay: delay, unsent: true}, true
+}
+
+// paced waits for the route's rate to allow n more messages; false when
+// that would outlast the batch's deadline (or the relay stops).
+func (r *relay) paced(ctx context.Context, rt *route, n int) bool {
+	_, last := rt.pace.take(time.Now(), n)
+	if dl, ok := ctx.Deadline(); ok && last.After(dl) {
+		return false
+	}
+	d := time.Until(last)
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func toDelivery(j *driver.Job) *Delivery {
@@ -611,25 +797,55 @@ func safeSendBatch(ctx context.Context, s BatchSender, ds []*Delivery) (errs []e
 	return errs
 }
 
-func (r *relay) classify(ctx context.Context, d *Delivery, err error) outcome {
+func (r *relay) classify(ctx context.Context, rt *route, seen uint64, d *Delivery, err error) outcome {
 	switch {
 	case err == nil:
+		c, h := rt.do(func(b *breaker) *change { return b.answer(time.Now()) })
+		r.routeChanged(rt, c, h)
 		return outcome{kind: OutcomeDelivered}
 	case r.runCtx.Err() != nil:
 		return outcome{err: err} // stopping: release, do not count
 	case IsPermanent(err):
+		// The destination answered about the message: it is up.
+		c, h := rt.do(func(b *breaker) *change { return b.answer(time.Now()) })
+		r.routeChanged(rt, c, h)
 		return outcome{kind: OutcomeDead, err: err}
-	case d.Attempt >= r.cfg.MaxAttempts:
-		return outcome{kind: OutcomeDead, err: fmt.Errorf("gave up after %d attempts: %w", d.Attempt, err)}
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("delivery ran past the lease: %w", err)
 	}
 	ra, _ := RetryAfterOf(err)
+	if IsUnavailable(err) {
+		var delay time.Duration
+		counted := false
+		c, h := rt.do(func(b *breaker) *change {
+			now := time.Now()
+			ch := b.fail(now, errText(err), ra)
+			// The destination answered others while this one was on its
+			// way: it is up, so the failure is the message's own.
+			counted = b.answered != seen
+			if !counted {
+				delay = b.postpone(now, ra, r.backoffOf)
+			}
+			return ch
+		})
+		r.routeChanged(rt, c, h)
+		if !counted {
+			return outcome{kind: OutcomePostponed, err: err, delay: delay}
+		}
+	}
+	if d.Attempt >= r.cfg.MaxAttempts {
+		return outcome{kind: OutcomeDead, err: fmt.Errorf("gave up after %d attempts: %w", d.Attempt, err)}
+	}
+	return outcome{kind: OutcomeRetry, err: err, delay: r.backoffOf(d.Attempt, ra)}
+}
+
+// backoffOf is the jittered delay after n failures, at least the
+// destination's Retry-After (up to its ceiling).
+func (r *relay) backoffOf(n int, retryAfter time.Duration) time.Duration {
 	r.rngMu.Lock()
-	delay := backoff(d.Attempt, r.cfg.BackoffBase, r.cfg.BackoffMax, ra, r.rng)
-	r.rngMu.Unlock()
-	return outcome{kind: OutcomeRetry, err: err, delay: delay}
+	defer r.rngMu.Unlock()
+	return backoff(n, r.cfg.BackoffBase, r.cfg.BackoffMax, retryAfter, r.cfg.RetryAfterCeiling, r.rng)
 }
 
 func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
@@ -641,6 +857,8 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 			p.Delivered = append(p.Delivered, id)
 		case OutcomeRetry:
 			p.Retry = append(p.Retry, driver.Retry{ID: id, Delay: o.delay, Error: errText(o.err), Route: r.routes[ds[i].Type]})
+		case OutcomePostponed:
+			p.Retry = append(p.Retry, driver.Retry{ID: id, Delay: o.delay, Error: errText(o.err), Route: r.routes[ds[i].Type], Uncounted: true})
 		case OutcomeDead:
 			p.Dead = append(p.Dead, driver.Failure{ID: id, Error: errText(o.err), Route: r.routes[ds[i].Type]})
 			r.cfg.Logger.Warn("message parked as dead", "type", ds[i].Type, "key", ds[i].Key, "id", ds[i].ID, "attempt", ds[i].Attempt, "err", o.err)
@@ -672,7 +890,7 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 	}
 	now := time.Now()
 	for i, o := range outs {
-		if o.kind == "" {
+		if o.kind == "" || o.unsent {
 			continue
 		}
 		kind, evErr := o.kind, o.err

@@ -40,6 +40,11 @@ type Route struct {
 	// Ordered delivers the messages of one key in enqueue order; a failing
 	// message blocks only its own key.
 	Ordered bool
+	// MaxRate bounds the messages per second the relay hands this route's
+	// Sender (0: no limit); see MaxRate. Types that share one Sender share
+	// one route, and so one limit.
+	MaxRate float64
+	rateSet bool
 }
 
 // RouteOption tunes a route at registration.
@@ -47,6 +52,18 @@ type RouteOption func(*Route)
 
 // Ordered makes the route deliver per-key in enqueue order.
 func Ordered() RouteOption { return func(r *Route) { r.Ordered = true } }
+
+// MaxRate bounds the route to perSecond messages a second, for a
+// destination that cannot take bursts: the relay claims the route's rows
+// a tenth of a second's worth at a time and spaces their deliveries at
+// least 1/perSecond apart, so no second sees more than perSecond+1 of them
+// begin (a BatchSender's request counts every message it carries). Waiting
+// for the rate is never a failure: no attempt is counted for it, and no
+// message is parked because of it. The rate must be a positive number;
+// types registered with one Sender must give it the same rate (or none).
+func MaxRate(perSecond float64) RouteOption {
+	return func(r *Route) { r.MaxRate, r.rateSet = perSecond, true }
+}
 
 // Registry maps message types to their Senders. What it holds is exactly
 // what the app may enqueue and what its relay claims.
@@ -77,6 +94,9 @@ func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
 	for _, o := range opts {
 		o(&rt)
 	}
+	if rt.rateSet && !(rt.MaxRate > 0 && rt.MaxRate <= maxRate) {
+		return &ConfigError{Field: "MaxRate", Reason: fmt.Sprintf("type %q: %v is not a rate; give a positive number of messages per second (at most %g)", typ, rt.MaxRate, float64(maxRate))}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.routes == nil {
@@ -84,6 +104,11 @@ func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
 	}
 	if _, dup := r.routes[typ]; dup {
 		return &ConfigError{Field: "Registry", Reason: fmt.Sprintf("type %q registered twice", typ)}
+	}
+	for _, other := range r.routes {
+		if same(other.Sender, s) && other.MaxRate != rt.MaxRate {
+			return &ConfigError{Field: "MaxRate", Reason: fmt.Sprintf("types %q and %q share one Sender, and so one route, but ask for different rates (%g and %g messages per second)", other.Type, typ, other.MaxRate, rt.MaxRate)}
+		}
 	}
 	r.routes[typ] = rt
 	r.gen.Add(1)
@@ -186,6 +211,10 @@ func (r *Registry) orderedTypes() []string {
 }
 
 const maxTypeLen = 200
+
+// maxRate is the highest MaxRate: beyond it a pace of nanoseconds means
+// nothing.
+const maxRate = 1e9
 
 func validateType(typ string) error {
 	if typ == "" {

@@ -22,6 +22,16 @@ const (
 	DefaultPollInterval    = time.Second
 	DefaultNotifyDebounce  = 10 * time.Millisecond
 	DefaultPurgeInterval   = time.Minute
+	// DefaultRouteFailureThreshold is how many destination-level failures
+	// in a row (Unavailable) pause a route.
+	DefaultRouteFailureThreshold = 5
+	// DefaultRoutePause is a route's first pause; each failed probe
+	// doubles it, up to DefaultRoutePauseMax.
+	DefaultRoutePause    = time.Second
+	DefaultRoutePauseMax = time.Minute
+	// DefaultRetryAfterCeiling bounds a destination's Retry-After: honoured
+	// as a lower bound up to this, even above BackoffMax.
+	DefaultRetryAfterCeiling = time.Hour
 	// DefaultInboxWindow is an Inbox's dedup window when its config gives
 	// none.
 	DefaultInboxWindow = 7 * 24 * time.Hour
@@ -41,10 +51,12 @@ type RelaySettings struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	MaxAttempts int
-	// RetryHorizon is the longest a message can keep being retried: every
-	// backoff delay up to MaxAttempts plus a lease per attempt. A dedup
-	// window (an inbox's, a broker's) shorter than this lets a late retry
-	// through as new.
+	// RetryHorizon is the longest the relay's own backoff keeps a message
+	// retried: every backoff delay up to MaxAttempts plus a lease per
+	// attempt. A dedup window (an inbox's, a broker's) shorter than this
+	// lets a late retry through as new. A destination stretches it on
+	// top: its Retry-After (up to RetryAfterCeiling per attempt), and an
+	// outage, during which a route waits without counting attempts.
 	RetryHorizon       time.Duration
 	DeliveredRetention time.Duration
 }

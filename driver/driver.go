@@ -112,6 +112,16 @@ type Driver interface {
 	// (discard) and returns how many it changed.
 	Revive(ctx context.Context, p ReviveParams) (int, error)
 
+	// SetRouteStates records the state of routes, one row per type,
+	// replacing what was recorded for those types; with p.Replace it also
+	// deletes p.App's rows of every type not listed. The active relay
+	// writes it on transitions only, so another process ('mensageria
+	// status') can read how each route fares.
+	SetRouteStates(ctx context.Context, p RouteStatesParams) error
+	// RouteStates lists the recorded route states, of one app or (app "")
+	// of all, sorted by type.
+	RouteStates(ctx context.Context, app string) ([]RouteState, error)
+
 	// Close releases the driver's own resources (never a pool the caller
 	// passed in).
 	Close() error
@@ -291,6 +301,10 @@ type Retry struct {
 	// Route says who answered: the relaying app and the destination,
 	// "pedidos → http https://billing/m2m" (stored as the row's LastRoute).
 	Route string
+	// Uncounted takes back the attempt the claim counted, as Release
+	// does, while still scheduling the row after Delay with its error: the
+	// destination failed, not the message.
+	Uncounted bool
 }
 
 // Failure parks a row as dead with its reason.
@@ -382,6 +396,33 @@ type ReviveParams struct {
 	IDs     []int64
 	Types   []string
 	Discard bool
+}
+
+// RouteState is what the active relay last recorded of one type's route
+// (the types of one Sender share it): the state of its flow control.
+type RouteState struct {
+	Type  string
+	App   string
+	Route string // "<app> → <destination>"
+	// State is "flowing", "paused" or "probing".
+	State string
+	// Since is when the route entered State and Until, while paused, when
+	// its probe is due (zero otherwise), both as the relay's clock saw
+	// them.
+	Since, Until time.Time
+	// Failures counts destination-level failures in a row.
+	Failures  int
+	LastError string
+	// UpdatedAt is when the row was written, on the database clock.
+	UpdatedAt time.Time
+}
+
+// RouteStatesParams is one write of route states.
+type RouteStatesParams struct {
+	App    string
+	States []RouteState
+	// Replace deletes App's rows of every type States does not list.
+	Replace bool
 }
 
 // ResourceKind is a kind of thing the catalog gives an owner.

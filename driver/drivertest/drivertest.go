@@ -21,7 +21,9 @@
 //     messages enqueued together keep their order.
 //   - Settle without KeepDelivered deletes delivered rows; with it they stay
 //     as delivered with DeliveredAt. Both count in Stats.DeliveredLastHr.
-//   - A released row is claimable at once and its attempt is not counted.
+//   - A released row is claimable at once and its attempt is not counted;
+//     an Uncounted retry waits its delay, and its attempt is not counted
+//     either.
 //   - The caller's open transaction may hold a write lock (SQLite), so the
 //     suite never claims while one is open.
 //   - Purge with DeliveredBefore 0 deletes every delivered row (the
@@ -100,6 +102,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Operator", s.operatorTests()},
 		{"Migrate", s.migrateTests()},
 		{"Catalog", s.catalogTests()},
+		{"Routes", s.routeTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -566,6 +566,41 @@ func (s *suite) settleTests() []test {
 				t.Fatal("a dead row was claimed")
 			}
 		}},
+		{"UncountedRetry", func(t *testing.T, h *Harness) {
+			// A destination's failure: scheduled like a retry, with its
+			// error and route, but the attempt is taken back, beside a
+			// counted retry in the same settle.
+			d := h.Driver
+			a, b := insertOne(t, d, "s", "a"), insertOne(t, d, "s", "b")
+			jobs, tok := claim(t, d, "s")
+			wantIDs(t, "claim", jobs, a, b)
+			delay := 400 * time.Millisecond
+			start := time.Now()
+			n := settle(t, d, driver.SettleParams{Token: tok, Retry: []driver.Retry{
+				{ID: a, Delay: delay, Error: "http 503", Route: "app → dest", Uncounted: true},
+				{ID: b, Delay: delay, Error: "http 500", Route: "app → dest"},
+			}})
+			if n != 2 {
+				t.Fatalf("settled %d, want 2", n)
+			}
+			ja, _ := byID(t, d, a)
+			if ja.State != driver.StatePending || ja.Attempt != 0 || ja.LastError != "http 503" || ja.LastRoute != "app → dest" {
+				t.Fatalf("after an uncounted retry: %+v, want pending, attempt 0, its error and route", ja)
+			}
+			if jb, _ := byID(t, d, b); jb.Attempt != 1 {
+				t.Fatalf("the counted retry beside it has attempt %d, want 1", jb.Attempt)
+			}
+			jobs, _ = claimNotYet(t, d, claimer{types: []string{"s"}}, start, delay, "a row waiting for its uncounted retry")
+			for _, j := range jobs {
+				want := 2
+				if j.ID == a {
+					want = 1
+				}
+				if j.Attempt != want {
+					t.Fatalf("row %d claimed again with attempt %d, want %d", j.ID, j.Attempt, want)
+				}
+			}
+		}},
 		{"ReleaseDoesNotCount", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			id, tok := claimOne(t, d, longLease)

@@ -55,6 +55,7 @@ type queries struct {
 	settleSort                                                           string
 	registerInsert, registerLock, registerAdopt, owners                  string
 	transferLock, transferSet                                            string
+	routeStateSet, routeStatePrune, routeStateList                       string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -99,6 +100,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		owners:          load("owners"),
 		transferLock:    load("transfer_lock"),
 		transferSet:     load("transfer_set"),
+		routeStateSet:   load("route_state_set"),
+		routeStatePrune: load("route_state_prune"),
+		routeStateList:  load("route_state_list"),
 	}
 	return d, nil
 }

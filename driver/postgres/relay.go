@@ -109,10 +109,11 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 		delays := make([]int64, len(p.Retry))
 		errs := make([]string, len(p.Retry))
 		routes := make([]string, len(p.Retry))
+		uncounted := make([]bool, len(p.Retry))
 		for i, r := range p.Retry {
-			ids[i], delays[i], errs[i], routes[i] = r.ID, r.Delay.Microseconds(), r.Error, r.Route
+			ids[i], delays[i], errs[i], routes[i], uncounted[i] = r.ID, r.Delay.Microseconds(), r.Error, r.Route, r.Uncounted
 		}
-		steps = append(steps, settleStep{d.q.settleRetry, []any{ids, p.Token, delays, errs, routes}})
+		steps = append(steps, settleStep{d.q.settleRetry, []any{ids, p.Token, delays, errs, routes, uncounted}})
 	}
 	if len(p.Dead) > 0 {
 		ids := make([]int64, len(p.Dead))

@@ -536,10 +536,16 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 		}
 		// An empty route is stored as none, so a row never shows the route
 		// of an older attempt next to a newer error.
+		// An uncounted retry failed on its destination, not on its own:
+		// the attempt the claim counted is taken back.
 		for _, r := range p.Retry {
 			delay := max(r.Delay, 0)
-			if err := returning("UPDATE "+o+" SET available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
-				[]any{now + delay.Microseconds(), r.Error, r.Route, r.ID, p.Token, now}, false); err != nil {
+			back := 0
+			if r.Uncounted {
+				back = 1
+			}
+			if err := returning("UPDATE "+o+" SET available_at = ?, attempts = max(attempts - ?, 0), last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+				[]any{now + delay.Microseconds(), back, r.Error, r.Route, r.ID, p.Token, now}, false); err != nil {
 				return err
 			}
 		}
