@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -44,7 +45,10 @@ type Route struct {
 	Kafka     *KafkaRoute
 	NATS      *NATSRoute
 	Ordered   bool
-	Line      int
+	// MaxRate bounds the messages per second the relay hands the route
+	// (mensageria.MaxRate); 0: no limit.
+	MaxRate float64
+	Line    int
 }
 
 // KafkaRoute is a kafka: block: the idempotent producer to one topic, or
@@ -138,6 +142,12 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	BackoffBase  time.Duration
 	BackoffMax   time.Duration
+	// The routes' flow control (a breaker per route); zero values take
+	// the library's defaults.
+	RetryAfterCeiling     time.Duration
+	RouteFailureThreshold int
+	RoutePause            time.Duration
+	RoutePauseMax         time.Duration
 }
 
 // Backend returns "postgres" or "sqlite".
@@ -184,6 +194,11 @@ func (c *Config) ClientConfig() mensageria.Config {
 		PollInterval: c.Relay.PollInterval,
 		BackoffBase:  c.Relay.BackoffBase,
 		BackoffMax:   c.Relay.BackoffMax,
+
+		RetryAfterCeiling:     c.Relay.RetryAfterCeiling,
+		RouteFailureThreshold: c.Relay.RouteFailureThreshold,
+		RoutePause:            c.Relay.RoutePause,
+		RoutePauseMax:         c.Relay.RoutePauseMax,
 	}
 }
 
@@ -242,6 +257,7 @@ type rawRoute struct {
 	Kafka    *rawKafka `yaml:"kafka"`
 	NATS     *rawNATS  `yaml:"nats"`
 	Ordering string    `yaml:"ordering"`
+	MaxRate  string    `yaml:"max_rate"`
 }
 
 type rawKafka struct {
@@ -296,6 +312,11 @@ type rawRelay struct {
 	PollInterval string `yaml:"poll_interval"`
 	BackoffBase  string `yaml:"backoff_base"`
 	BackoffMax   string `yaml:"backoff_max"`
+
+	RetryAfterCeiling     string `yaml:"retry_after_ceiling"`
+	RouteFailureThreshold string `yaml:"route_failure_threshold"`
+	RoutePause            string `yaml:"route_pause"`
+	RoutePauseMax         string `yaml:"route_pause_max"`
 }
 
 // sections names each block type for unknown-key messages.
@@ -757,6 +778,14 @@ func libFieldPath(f string) []any {
 		return []any{"relay", "poll_interval"}
 	case "Election":
 		return []any{"relay", "election"}
+	case "RetryAfterCeiling":
+		return []any{"relay", "retry_after_ceiling"}
+	case "RouteFailureThreshold":
+		return []any{"relay", "route_failure_threshold"}
+	case "RoutePause":
+		return []any{"relay", "route_pause"}
+	case "RoutePauseMax":
+		return []any{"relay", "route_pause_max"}
 	}
 	return []any{"relay"}
 }
@@ -795,6 +824,9 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 		r.Ordered = true
 	default:
 		return r, p.errAt([]any{"routes", i, "ordering"}, "unknown ordering %q (use key, or leave it out)", ord)
+	}
+	if r.MaxRate, err = p.rate(rr.MaxRate, "routes", i, "max_rate"); err != nil {
+		return r, err
 	}
 	var kinds []string
 	for k, present := range map[string]bool{"http": rr.HTTP != nil, "kafka": rr.Kafka != nil, "nats": rr.NATS != nil} {
@@ -1073,6 +1105,16 @@ func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
 	do(func() (e error) { out.BackoffBase, e = p.duration(rr.BackoffBase, "relay", "backoff_base"); return })
 	do(func() (e error) { out.BackoffMax, e = p.duration(rr.BackoffMax, "relay", "backoff_max"); return })
 	do(func() (e error) { out.PollOnly, e = p.bool(rr.PollOnly, "relay", "poll_only"); return })
+	do(func() (e error) {
+		out.RetryAfterCeiling, e = p.duration(rr.RetryAfterCeiling, "relay", "retry_after_ceiling")
+		return
+	})
+	do(func() (e error) {
+		out.RouteFailureThreshold, e = p.int(rr.RouteFailureThreshold, 1, "relay", "route_failure_threshold")
+		return
+	})
+	do(func() (e error) { out.RoutePause, e = p.duration(rr.RoutePause, "relay", "route_pause"); return })
+	do(func() (e error) { out.RoutePauseMax, e = p.duration(rr.RoutePauseMax, "relay", "route_pause_max"); return })
 	do(func() error {
 		v, e := p.expand(rr.Election, "relay", "election")
 		if e != nil {
@@ -1104,6 +1146,25 @@ func (p *parser) duration(s string, path ...any) (time.Duration, error) {
 		return 0, p.errAt(path, "%q must be positive", v)
 	}
 	return d, nil
+}
+
+// rate reads a positive number of messages per second.
+func (p *parser) rate(s string, path ...any) (float64, error) {
+	v, err := p.expand(s, path...)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	f, perr := strconv.ParseFloat(v, 64)
+	if perr != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, p.errAt(path, "%q is not a number of messages per second (e.g. 50, or 0.5 for one every two seconds)", v)
+	}
+	if f <= 0 {
+		return 0, p.errAt(path, "%q must be positive (leave max_rate out for no limit)", v)
+	}
+	if f > 1e6 {
+		return 0, p.errAt(path, "%q is more than a million messages per second: leave max_rate out for no limit", v)
+	}
+	return f, nil
 }
 
 func (p *parser) bool(s string, path ...any) (bool, error) {

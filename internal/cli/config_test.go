@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,6 +172,51 @@ routes:
 	}
 }
 
+// max_rate and the breaker's figures reach the library: the route option
+// in the registry the relay builds, the relay's effective config.
+func TestParseConfigFlowControl(t *testing.T) {
+	in := `database: sqlite:/tmp/x.db
+app: a
+routes:
+  - type: lento
+    max_rate: ${RATE}
+    http: {url: http://h/, token: x}
+  - type: livre
+    http: {url: http://h/, token: x}
+relay: {route_failure_threshold: 3, route_pause: 2s, route_pause_max: 30s, retry_after_ceiling: 15m}
+`
+	c, err := ParseConfig("m.yaml", []byte(in), envOf("RATE", "2.5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Routes[0].MaxRate != 2.5 || c.Routes[1].MaxRate != 0 {
+		t.Fatalf("max_rate: %+v", c.Routes)
+	}
+	e := c.Effective()
+	if e.RouteFailureThreshold != 3 || e.RoutePause != 2*time.Second || e.RoutePauseMax != 30*time.Second || e.RetryAfterCeiling != 15*time.Minute {
+		t.Fatalf("effective: %+v", e)
+	}
+	reg, _, _, err := registry(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := reg.Route("lento"); r.MaxRate != 2.5 {
+		t.Fatalf("registry route: %+v", r)
+	}
+	if r, _ := reg.Route("livre"); r.MaxRate != 0 {
+		t.Fatalf("registry route: %+v", r)
+	}
+	// Without the keys, the library's defaults.
+	d, err := ParseConfig("m.yaml", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\n"), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := d.Effective(); e.RouteFailureThreshold != mensageria.DefaultRouteFailureThreshold || e.RoutePause != mensageria.DefaultRoutePause ||
+		e.RoutePauseMax != mensageria.DefaultRoutePauseMax || e.RetryAfterCeiling != mensageria.DefaultRetryAfterCeiling {
+		t.Fatalf("defaults: %+v", e)
+	}
+}
+
 func TestParseConfigDollarEscape(t *testing.T) {
 	c, err := ParseConfig("m.yaml", []byte("database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p', token: 'a$$b$${NOT}'}\n"), envOf())
 	if err != nil {
@@ -217,6 +263,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{"nats password without user", base("routes:\n  - type: t\n    nats: {url: 'nats://n:4222', subject: s, password: p}\n"), 5, "routes[0].nats.password", "needs user too"},
 		{"nats credentials in the URL", base("routes:\n  - type: t\n    nats: {url: 'nats://u:hunter2@n:4222', subject: s}\n"), 5, "routes[0].nats.url", "must not carry credentials"},
 		{"http credentials in the URL", base("routes:\n  - type: t\n    http: {url: 'https://u:hunter2@h/', token: x}\n"), 5, "routes[0].http.url", "must not carry credentials"},
+		{"max_rate not a number", base("routes:\n  - type: t\n    max_rate: fast\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].max_rate", `"fast" is not a number of messages per second`},
+		{"max_rate zero", base("routes:\n  - type: t\n    max_rate: 0\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].max_rate", "must be positive"},
+		{"max_rate negative", base("routes:\n  - type: t\n    max_rate: -3\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].max_rate", "must be positive"},
+		{"max_rate infinite", base("routes:\n  - type: t\n    max_rate: .inf\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].max_rate", "not a number of messages per second"},
+		{"route_failure_threshold zero", base(route) + "relay: {route_failure_threshold: 0}\n", 6, "relay.route_failure_threshold", "at least 1"},
+		{"route_pause_max below route_pause", base(route) + "relay: {route_pause: 10s, route_pause_max: 5s}\n", 6, "relay.route_pause_max", "at least RoutePause"},
+		{"retry_after_ceiling below a second", base(route) + "relay: {retry_after_ceiling: 500ms}\n", 6, "relay.retry_after_ceiling", "at least 1s"},
 		{"token not ASCII", base("routes:\n  - type: t\n    http: {url: 'https://h/', token: \"t\\u00e9\"}\n"), 5, "routes[0].http.token", "printable ASCII"},
 		{"unknown key in relay", base(route) + "relay:\n  batch: 10\n  leese: 3s\n", 8, "relay.leese", `unknown key "leese"`},
 		{"no routes key", base(""), 1, "routes", "no routes"},

@@ -45,6 +45,7 @@ type inboxReceiver struct {
 	batches  int            // of which batch requests
 	maxItems int            // the most envelopes one batch request held
 	peers    map[string]int // client certificate CN -> requests
+	arrived  []time.Time    // when each POST arrived
 }
 
 func newInboxReceiver(t *testing.T, serverTLS *tls.Config, token string, types ...string) *inboxReceiver {
@@ -94,6 +95,7 @@ func newInboxReceiver(t *testing.T, serverTLS *tls.Config, token string, types .
 			req.Body = io.NopCloser(bytes.NewReader(body))
 			r.mu.Lock()
 			r.posts++
+			r.arrived = append(r.arrived, time.Now())
 			if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt == m2mhttp.ContentTypeBatch {
 				r.batches++
 				var b struct {
@@ -441,5 +443,54 @@ func TestRelayKafkaSASLAndTLS(t *testing.T) {
 			}
 			noSecret(t, "the refusal", out, password, "wrong-PW-4242")
 		})
+	}
+}
+
+// A route's max_rate holds through the built relay: no second sees more
+// than the rate of deliveries arrive (one more, and a little slack for
+// requests the network bunches), every message is delivered and none goes
+// dead for waiting, with max_attempts 1.
+func TestRelayMaxRate(t *testing.T) {
+	bin := binary(t)
+	const token = "rate-token"
+	rcv := newInboxReceiver(t, nil, token, "pedido.lento")
+	p := writeFile(t, fmt.Sprintf(`database: sqlite:%s
+app: pedidos
+routes:
+  - type: pedido.lento
+    max_rate: 10
+    http: {url: %s/m2m, token: ${TOKEN}}
+relay: {batch: 100, concurrency: 16, max_attempts: 1, poll_interval: 50ms}
+`, filepath.Join(t.TempDir(), "outbox.db"), rcv.srv.URL))
+	env := []string{"TOKEN=" + token}
+	const n = 35
+	prepare(t, bin, p, env, n, "pedido.lento")
+	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
+	addr := waitAddr(t, relay.stderr, relay.done)
+	waitFor(t, "every message applied", 60*time.Second, func() bool { return rcv.keys() == n })
+	metrics, err := getWithClient("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopProc(t, relay)
+	if strings.Contains(metrics, `outcome="dead"`) || strings.Contains(metrics, `outcome="retry"`) {
+		t.Fatalf("deliveries that were not clean:\n%s", metrics)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	most := 0
+	for i, a := range rcv.arrived {
+		in := 0
+		for _, b := range rcv.arrived[i:] {
+			if b.Sub(a) < time.Second {
+				in++
+			}
+		}
+		most = max(most, in)
+	}
+	span := rcv.arrived[len(rcv.arrived)-1].Sub(rcv.arrived[0])
+	t.Logf("%d deliveries over %s, at most %d in one second", len(rcv.arrived), span.Round(time.Millisecond), most)
+	if len(rcv.arrived) != n || most > 10+1+2 {
+		t.Fatalf("%d deliveries, %d of them in one second: max_rate 10 not held", len(rcv.arrived), most)
 	}
 }

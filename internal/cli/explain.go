@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +27,10 @@ type explainRoute struct {
 	Security string `json:"security,omitempty"`
 	// Delivery is how messages travel: "batch" (several per request) or
 	// "single".
-	Delivery string        `json:"delivery,omitempty"`
-	Map      guarantee.Map `json:"guarantees"`
+	Delivery string `json:"delivery,omitempty"`
+	// MaxRate is the route's limit in messages per second (0: none).
+	MaxRate float64       `json:"max_rate,omitempty"`
+	Map     guarantee.Map `json:"guarantees"`
 }
 
 // explainTiming is the relay's effective timing: the config's figures,
@@ -47,6 +50,13 @@ type explainTiming struct {
 	// DefaultInboxWindowSec is an Inbox's dedup window when its own
 	// config gives none; each consumer's window is in the catalog.
 	DefaultInboxWindowSec float64 `json:"default_inbox_window_seconds"`
+	// The routes' flow control: failures of a destination in a row that
+	// pause its route, the first and the longest pause before a probe, and
+	// the longest Retry-After honoured.
+	RouteFailureThreshold int     `json:"route_failure_threshold"`
+	RoutePauseSec         float64 `json:"route_pause_seconds"`
+	RoutePauseMaxSec      float64 `json:"route_pause_max_seconds"`
+	RetryAfterCeilingSec  float64 `json:"retry_after_ceiling_seconds"`
 }
 
 // explainOwnership is the catalog as explain read it, when it could.
@@ -75,6 +85,8 @@ func timingOf(c *Config) explainTiming {
 		RetryHorizonSec:       cl.RetryHorizon().Seconds(),
 		DeliveredRetentionSec: e.DeliveredRetention.Seconds(), PurgeIntervalSec: e.PurgeInterval.Seconds(),
 		DefaultInboxWindowSec: mensageria.DefaultInboxWindow.Seconds(),
+		RouteFailureThreshold: e.RouteFailureThreshold, RoutePauseSec: e.RoutePause.Seconds(),
+		RoutePauseMaxSec: e.RoutePauseMax.Seconds(), RetryAfterCeilingSec: e.RetryAfterCeiling.Seconds(),
 	}
 }
 
@@ -147,7 +159,7 @@ writes anything.`,
 					return fmt.Errorf("route %q: no guarantee map for transport %q", r.Type, r.Transport)
 				}
 				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line,
-					Security: security(r), Delivery: delivery(r), Map: m})
+					Security: security(r), Delivery: delivery(r), MaxRate: r.MaxRate, Map: m})
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.io.Out)
@@ -269,6 +281,9 @@ func writeExplain(w io.Writer, c *Config, out explainOut) {
 		if r.Delivery != "" {
 			fmt.Fprint(w, wrap("  delivery    ", "              ", r.Delivery))
 		}
+		if r.MaxRate > 0 {
+			fmt.Fprint(w, wrap("  rate        ", "              ", fmt.Sprintf("at most %s messages a second (waiting for the rate never costs an attempt)", strconv.FormatFloat(r.MaxRate, 'f', -1, 64))))
+		}
 		fmt.Fprintf(w, "  end to end  %s\n", strings.ToUpper(string(m.EndToEnd)))
 		fmt.Fprint(w, wrap("  boundary    ", "              ", m.Boundary))
 		if m.Ordering != "" {
@@ -300,7 +315,10 @@ func writeTiming(w io.Writer, t explainTiming) {
 	row("attempts", fmt.Sprint(t.MaxAttempts), "then the message is parked as dead, with its reason")
 	row("backoff", humanDuration(secs(t.BackoffBaseSec)), fmt.Sprintf("after the first failure, doubling up to %s (jitter only shortens it)", humanDuration(secs(t.BackoffMaxSec))))
 	row("retry horizon", humanDuration(secs(t.RetryHorizonSec).Round(time.Second)),
-		"the longest a message keeps being retried: a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new")
+		"the longest the relay's own backoff keeps a message retried (a destination's Retry-After and its outages add to it): a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new")
+	row("route pause", fmt.Sprintf("after %d", t.RouteFailureThreshold),
+		fmt.Sprintf("destination failures in a row (refused connections, timeouts, 5xx, 429, 401) pause that route alone, without counting attempts: one probe after %s, doubling to %s while it fails", humanDuration(secs(t.RoutePauseSec)), humanDuration(secs(t.RoutePauseMaxSec))))
+	row("retry-after", "up to "+humanDuration(secs(t.RetryAfterCeilingSec)), "a destination's Retry-After is waited out in full up to this, even above the backoff's cap")
 	delivered := "delivered rows are deleted when settled"
 	if t.DeliveredRetentionSec > 0 {
 		delivered = "delivered rows are kept " + humanDuration(secs(t.DeliveredRetentionSec))

@@ -215,6 +215,9 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		if r.Ordered {
 			opts = append(opts, mensageria.Ordered())
 		}
+		if r.MaxRate > 0 {
+			opts = append(opts, mensageria.MaxRate(r.MaxRate))
+		}
 		if err := reg.Register(r.Type, s, opts...); err != nil {
 			closeAll()
 			return nil, nil, nil, err
