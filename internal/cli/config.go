@@ -1114,7 +1114,10 @@ func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
 		return
 	})
 	do(func() (e error) { out.RoutePause, e = p.duration(rr.RoutePause, "relay", "route_pause"); return })
-	do(func() (e error) { out.RoutePauseMax, e = p.duration(rr.RoutePauseMax, "relay", "route_pause_max"); return })
+	do(func() (e error) {
+		out.RoutePauseMax, e = p.duration(rr.RoutePauseMax, "relay", "route_pause_max")
+		return
+	})
 	do(func() error {
 		v, e := p.expand(rr.Election, "relay", "election")
 		if e != nil {
