@@ -342,19 +342,28 @@ func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
 	}
 }
 
-// The annotated example in docs/config.md is a valid config that means
-// what its comments say.
+// The annotated examples in docs/config.md are valid configs that mean
+// what their comments say.
 func TestDocumentedConfigExample(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
-	example, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/config.md has no yaml example")
+	var examples []string
+	for rest := string(doc); ; {
+		var ok bool
+		if _, rest, ok = strings.Cut(rest, "```yaml\n"); !ok {
+			break
+		}
+		var ex string
+		ex, rest, _ = strings.Cut(rest, "```")
+		examples = append(examples, ex)
 	}
-	c, err := ParseConfig("docs/config.md", []byte(example), envOf("FATURAMENTO_TOKEN", "tok", "KAFKA_BROKERS", "k1:9092,k2:9092"))
+	if len(examples) != 2 {
+		t.Fatalf("docs/config.md has %d yaml examples, want the full one and the production one", len(examples))
+	}
+	env := envOf("FATURAMENTO_TOKEN", "tok", "KAFKA_BROKERS", "k1:9092,k2:9092", "CERT_DIR", "/etc/certs", "KAFKA_PASSWORD", "pw")
+	c, err := ParseConfig("docs/config.md", []byte(examples[0]), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,10 +371,27 @@ func TestDocumentedConfigExample(t *testing.T) {
 		t.Fatalf("routes: %+v", c.Routes)
 	}
 	k := c.Routes[1]
-	if !k.Ordered || len(k.Kafka.Brokers) != 2 || k.Kafka.TransactionalID == "" || c.Relay.Election != mensageria.ElectionLeader {
+	if !k.Ordered || len(k.Kafka.Brokers) != 2 || k.Kafka.TransactionalID == "" || c.Relay.Election != mensageria.ElectionLeader || k.MaxRate != 200 {
 		t.Fatalf("kafka route %+v %+v, election %v", k, k.Kafka, c.Relay.Election)
 	}
-	if h := c.Routes[0].HTTP; h.Timeout != 10*time.Second || h.MaxConcurrent != 16 || h.Token != "tok" {
+	if h := c.Routes[0].HTTP; h.Timeout != 10*time.Second || h.MaxConcurrent != 16 || h.Token != "tok" || !h.Batch || h.TLS == nil || h.TLS.CAFile == "" {
 		t.Fatalf("http route %+v", h)
+	}
+	// The relay block states the library's defaults.
+	if e, d := c.Effective(), (&Config{App: "a"}).Effective(); e.BatchSize != d.BatchSize || e.Concurrency != d.Concurrency || e.Lease != d.Lease ||
+		e.MaxAttempts != d.MaxAttempts || e.PollInterval != d.PollInterval || e.BackoffBase != d.BackoffBase || e.BackoffMax != d.BackoffMax ||
+		e.RouteFailureThreshold != d.RouteFailureThreshold || e.RoutePause != d.RoutePause || e.RoutePauseMax != d.RoutePauseMax || e.RetryAfterCeiling != d.RetryAfterCeiling {
+		t.Fatalf("the example's relay block %+v differs from the defaults %+v", e, d)
+	}
+	// The production example: only routes, so it is completed here.
+	prod, err := ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\n"+examples[1]), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, kf, n := prod.Routes[0].HTTP, prod.Routes[1].Kafka, prod.Routes[2].NATS
+	if h.TLS == nil || h.TLS.CAFile != "/etc/certs/faturamento-ca.pem" || h.TLS.CertFile == "" || h.TLS.KeyFile == "" ||
+		kf.TLS == nil || kf.TLS.CAFile != "" || kf.SASL == nil || kf.SASL.Mechanism != "SCRAM-SHA-512" || kf.SASL.Password.Reveal() != "pw" ||
+		n.TLS == nil || n.CredsFile == "" {
+		t.Fatalf("production routes: %+v %+v %+v", h, kf, n)
 	}
 }
