@@ -51,11 +51,29 @@ type HTTPEndToEndConfig struct {
 	// requests of at most this many envelopes, sent concurrently, each
 	// applied by the receiver in one transaction. Default 100.
 	BatchItems int
-	// Only runs one mode: "single" or "batch". Default: both, single
-	// first.
+	// Only runs one mode: "single", "batch" or "daemon". Default: every
+	// mode, in that order.
 	Only string
+	// Daemon, when set, adds a third mode, daemon: the relay is the one
+	// Daemon starts (the mensageria command's relay, configured with batch
+	// delivery), while the producers enqueue through a Client of the same
+	// app that does not relay. Its metrics are prefixed daemon-, and
+	// daemon-ratio is its throughput over the batch mode's.
+	Daemon DaemonRelay
 	// Logf, when set, receives progress lines.
 	Logf func(format string, args ...any)
+}
+
+// DaemonRelay starts a relay of t.App delivering t.Type from t.Schema to
+// t.URL in batch requests, and returns once it relays; stop ends it.
+type DaemonRelay func(ctx context.Context, t DaemonTarget) (stop func() error, err error)
+
+// DaemonTarget is what a DaemonRelay relays, sized as the batch mode is.
+type DaemonTarget struct {
+	Schema, App, Type  string
+	URL, Token         string
+	Concurrency, Claim int
+	BatchItems         int
 }
 
 // HTTPEndToEnd measures PostgreSQL outbox → relay → HTTP over loopback →
@@ -69,7 +87,9 @@ type HTTPEndToEndConfig struct {
 // p99-ms) and batch (m2mhttp.BatchSender, one request per BatchItems
 // messages of a claim, applied in one receiver transaction:
 // batch-msgs/s, batch-p50-ms, batch-p99-ms), and batch-ratio, the batch
-// throughput over the single one.
+// throughput over the single one; with Daemon set, a third, daemon (the
+// command's relay with batch delivery: daemon-msgs/s ..., daemon-ratio
+// over batch).
 func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	res := Result{Scenario: "http-end-to-end"}
 	if cfg.Pool == nil {
@@ -90,8 +110,11 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	if cfg.PacedFor <= 0 {
 		cfg.PacedFor = 10 * time.Second
 	}
-	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "batch" {
-		return res, fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single or batch", cfg.Only)
+	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "batch" && cfg.Only != "daemon" {
+		return res, fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single, batch or daemon", cfg.Only)
+	}
+	if cfg.Only == "daemon" && cfg.Daemon == nil {
+		return res, errors.New("bench: HTTPEndToEnd: Only is daemon, and Daemon is not set")
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -112,15 +135,19 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 		return res, err
 	}
 	var notes []string
-	for _, batch := range []bool{false, true} {
-		mode, prefix := "single", ""
-		if batch {
-			mode, prefix = "batch", "batch-"
+	modes := []string{"single", "batch"}
+	if cfg.Daemon != nil {
+		modes = append(modes, "daemon")
+	}
+	for _, mode := range modes {
+		prefix := mode + "-"
+		if mode == "single" {
+			prefix = ""
 		}
 		if cfg.Only != "" && cfg.Only != mode {
 			continue
 		}
-		m, note, err := httpMode(ctx, cfg, drv, batch)
+		m, note, err := httpMode(ctx, cfg, drv, mode)
 		if err != nil {
 			return res, fmt.Errorf("%s mode: %w", mode, err)
 		}
@@ -132,15 +159,21 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	if s, b := res.Metrics["msgs/s"], res.Metrics["batch-msgs/s"]; s > 0 && b > 0 {
 		res.Set("batch-ratio", b/s)
 	}
+	if b, d := res.Metrics["batch-msgs/s"], res.Metrics["daemon-msgs/s"]; b > 0 && d > 0 {
+		res.Set("daemon-ratio", d/b)
+	}
 	res.Notes = strings.Join(notes, "; ")
 	return res, nil
 }
 
 // httpMode runs the throughput and the paced phase of one mode.
-func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, batch bool) (map[string]float64, string, error) {
-	mode, typ, app, claim := "single", "bench.http", "bench-http", 100
-	if batch {
-		mode, typ, app, claim = "batch", "bench.http.batch", "bench-http-batch", cfg.BatchClaim
+func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, mode string) (map[string]float64, string, error) {
+	typ, app, claim := "bench.http", "bench-http", 100
+	switch mode {
+	case "batch":
+		typ, app, claim = "bench.http.batch", "bench-http-batch", cfg.BatchClaim
+	case "daemon":
+		typ, app, claim = "bench.http.daemon", "bench-http-daemon", cfg.BatchClaim
 	}
 	logf := func(format string, args ...any) { cfg.Logf(mode+" "+format, args...) }
 	res := map[string]float64{}
@@ -186,9 +219,15 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 	// The sending app.
 	scfg := m2mhttp.SenderConfig{URL: "http://" + ln.Addr().String() + "/m2m", Token: "bench-token", MaxConcurrent: cfg.Concurrency, MaxBatchItems: cfg.BatchItems}
 	var sender mensageria.Sender
-	if batch {
+	switch mode {
+	case "batch":
 		sender, err = m2mhttp.NewBatchSender(scfg)
-	} else {
+	case "daemon":
+		// The daemon relays; this client only enqueues.
+		sender = mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
+			return mensageria.Permanent(errors.New("bench: the daemon relays this type"))
+		})
+	default:
 		sender, err = m2mhttp.NewSender(scfg)
 	}
 	if err != nil {
@@ -205,14 +244,23 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 	if err != nil {
 		return nil, "", err
 	}
-	if err := client.Start(ctx); err != nil {
-		return nil, "", err
+	if mode == "daemon" {
+		stop, err := cfg.Daemon(ctx, DaemonTarget{Schema: cfg.Schema, App: app, Type: typ, URL: scfg.URL, Token: scfg.Token,
+			Concurrency: cfg.Concurrency, Claim: claim, BatchItems: cfg.BatchItems})
+		if err != nil {
+			return nil, "", fmt.Errorf("start the daemon's relay: %w", err)
+		}
+		defer func() { _ = stop() }()
+	} else {
+		if err := client.Start(ctx); err != nil {
+			return nil, "", err
+		}
+		defer func() {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = client.Stop(c)
+		}()
 	}
-	defer func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = client.Stop(c)
-	}()
 	waitApplied := func(want int64, limit time.Duration) error {
 		deadline := time.Now().Add(limit)
 		for applied.Load() < want {
@@ -298,8 +346,11 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 	res["p99-ms"] = lat.PercentileMs(99)
 	res["paced-rate"] = float64(total) / pacedElapsed.Seconds()
 	note := fmt.Sprintf("%s: throughput %d msgs, %d producers x 50/tx, relay concurrency %d, claims of %d", mode, cfg.Messages, cfg.Producers, cfg.Concurrency, claim)
-	if batch {
+	if mode != "single" {
 		note += fmt.Sprintf(", requests of at most %d", cfg.BatchItems)
+	}
+	if mode == "daemon" {
+		note += " (the command's relay, from a config with batch: true)"
 	}
 	note += fmt.Sprintf("; latency %d msgs at %d/s, one per tx", total, cfg.Rate)
 	logf("latency at %.0f msgs/s: p50 %.2f ms, p99 %.2f ms over %d messages", float64(total)/pacedElapsed.Seconds(), lat.PercentileMs(50), lat.PercentileMs(99), total)

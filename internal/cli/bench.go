@@ -2,10 +2,15 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -29,6 +34,7 @@ type benchOptions struct {
 	batch          int
 	rounds         int
 	pacedFor       time.Duration
+	httpPacedFor   time.Duration // 0: the http scenario's own default
 	checkFor       time.Duration
 	kafkaBrokers   []string
 	natsURL        string
@@ -57,9 +63,12 @@ dropped afterwards: it never touches the configured schema's rows.
              and of 100 rows and of a plain SQL INSERT, with the check and
              with it disabled, --rounds alternating rounds of --check-for
              each (<kind>-ratio; not run unless asked for)
-  http       outbox -> relay -> HTTP over loopback -> receiver inbox, single
-             and batch delivery side by side (msgs/s, batch-msgs/s, p50-ms,
-             p99-ms at a paced 1,000 msgs/s; slow: run with --scenario http)
+  http       outbox -> relay -> HTTP over loopback -> receiver inbox: the
+             library's single and batch delivery, and the daemon's path (this
+             command's relay from a config with batch: true) side by side
+             (msgs/s, batch-msgs/s, daemon-msgs/s, batch-ratio, daemon-ratio;
+             p50-ms, p99-ms at a paced 1,000 msgs/s; slow: run with
+             --scenario http)
   backlog    drain rate with a large backlog against a small one (slow:
              not run unless asked for with --scenario backlog)
   kafka      commit-to-consumer latency through the relay at a paced 1,000
@@ -96,6 +105,9 @@ rotating which goes first, and report medians and ratios.
 			case o.checkFor < 100*time.Millisecond:
 				return usageErr("--check-for %s: at least 100ms", o.checkFor)
 			}
+			if cmd.Flags().Changed("paced-for") {
+				o.httpPacedFor = o.pacedFor
+			}
 			c, err := a.loadConfig()
 			if err != nil {
 				return err
@@ -116,7 +128,7 @@ rotating which goes first, and report medians and ratios.
 	f.IntVar(&o.brokerMessages, "broker-messages", 30000, "kafka, nats: messages per run")
 	f.IntVar(&o.batch, "batch", 100, "kafka: the relay's claim size")
 	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats, enqueue-check: rounds of alternating modes")
-	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka: how long each mode's latency phase paces 1,000 msgs/s")
+	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka, http: how long each mode's latency phase paces 1,000 msgs/s (http: 10s unless given)")
 	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check: how long each mode enqueues per round")
 	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: an in-process kfake cluster)")
 	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
@@ -174,7 +186,7 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 		case "enqueue-check":
 			r, err = bench.EnqueueCheck(ctx, env, bench.EnqueueCheckConfig{Rounds: o.rounds, Run: o.checkFor})
 		case "http":
-			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2})
+			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2, PacedFor: o.httpPacedFor, Daemon: daemonRelay(c)})
 		case "backlog":
 			r, err = bench.Backlog(ctx, env, 10000, o.large, 10000)
 		case "kafka":
@@ -204,6 +216,83 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 		return silentExit(ExitFailure)
 	}
 	return nil
+}
+
+// daemonRelay runs the relay command itself, in process, from a config
+// file like an operator's with batch: true on its one HTTP route: the
+// daemon's whole path (config, registry, Sender, hooks, election)
+// measured beside the library's.
+func daemonRelay(c *Config) bench.DaemonRelay {
+	return func(ctx context.Context, t bench.DaemonTarget) (func() error, error) {
+		dir, err := os.MkdirTemp("", "mensageria-bench-daemon-")
+		if err != nil {
+			return nil, err
+		}
+		// Values are written as JSON strings (valid YAML), with $ doubled
+		// so that the parser does not expand them again.
+		q := func(s string) string {
+			b, _ := json.Marshal(strings.ReplaceAll(s, "$", "$$"))
+			return string(b)
+		}
+		path := filepath.Join(dir, "relay.yaml")
+		conf := fmt.Sprintf(`database: %s
+schema: %s
+app: %s
+routes:
+  - type: %s
+    http: {url: %s, token: ${BENCH_TOKEN}, batch: true, max_batch_items: %d, max_concurrent: %d}
+relay: {batch: %d, concurrency: %d}
+`, q(c.Database), q(t.Schema), q(t.App), q(t.Type), q(t.URL), t.BatchItems, t.Concurrency, t.Claim, t.Concurrency)
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		var log syncWriter
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(rctx, []string{"relay", "--config", path, "--listen", ""}, IO{Err: &log, Out: io.Discard,
+				Env: func(k string) (string, bool) { return t.Token, k == "BENCH_TOKEN" }})
+		}()
+		stop := func() error {
+			cancel()
+			code := <-done
+			_ = os.RemoveAll(dir)
+			if code != 0 {
+				return fmt.Errorf("the relay exited %d: %s", code, log.String())
+			}
+			return nil
+		}
+		for !strings.Contains(log.String(), "relay started") {
+			select {
+			case code := <-done:
+				_ = os.RemoveAll(dir)
+				cancel()
+				return nil, fmt.Errorf("the relay exited %d: %s", code, log.String())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return stop, nil
+	}
+}
+
+// syncWriter collects a relay's log lines for the bench to read while it
+// runs.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // benchKafka runs the Kafka relay comparison and the sink comparison.

@@ -352,6 +352,10 @@ func TestCommandsOnSQLite(t *testing.T) {
 		`mensageria_relay_leader{app="pedidos"} 1`,
 		`mensageria_election_holder{app="pedidos",holder="`,
 		`mensageria_outbox_oldest_pending_seconds{app="pedidos",owner="pedidos",type="pedido.criado"}`,
+		// Two routes to one URL: one route name, told apart by types.
+		`mensageria_route_state{app="pedidos",route="pedidos → http ` + rcv.srv.URL + `/m2m",state="flowing",types="pedido.criado"} 1`,
+		`mensageria_route_state{app="pedidos",route="pedidos → http ` + rcv.srv.URL + `/m2m",state="paused",types="pedido.ordenado"} 0`,
+		`mensageria_route_failures{app="pedidos",route="pedidos → http ` + rcv.srv.URL + `/m2m",types="pedido.criado"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

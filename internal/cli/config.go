@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -22,6 +25,9 @@ import (
 
 // Config is a validated config file.
 type Config struct {
+	// File is the name the config was read from, for messages about its
+	// fields found after parsing (a CA file that holds no certificate).
+	File string
 	// Database is a postgres:// (or postgresql://) URL, or sqlite:PATH.
 	Database string
 	Schema   string
@@ -39,7 +45,10 @@ type Route struct {
 	Kafka     *KafkaRoute
 	NATS      *NATSRoute
 	Ordered   bool
-	Line      int
+	// MaxRate bounds the messages per second the relay hands the route
+	// (mensageria.MaxRate); 0: no limit.
+	MaxRate float64
+	Line    int
 }
 
 // KafkaRoute is a kafka: block: the idempotent producer to one topic, or
@@ -48,6 +57,8 @@ type KafkaRoute struct {
 	Brokers         []string
 	Topic           string
 	TransactionalID string
+	TLS             *TLSConfig  // nil: plaintext
+	SASL            *SASLConfig // nil: no authentication
 }
 
 // NATSRoute is a nats: block: JetStream publishes to one subject.
@@ -55,14 +66,69 @@ type NATSRoute struct {
 	URL     string
 	Subject string
 	Stream  string // optional: verified at start, and every publish expects it
+	TLS     *TLSConfig
+	// At most one way to authenticate: a credentials file (JWT and seed),
+	// an nkey seed file, or a user and password.
+	CredsFile string
+	NkeyFile  string
+	User      string
+	Password  Secret
+	Field     string // where the block is in the file, for messages
+	Line      int
 }
 
 // HTTPRoute is an http: block.
 type HTTPRoute struct {
 	URL           string
-	Token         string
+	Token         Secret
 	Timeout       time.Duration
 	MaxConcurrent int
+	// Batch sends each claim as batch requests (m2mhttp.NewBatchSender),
+	// at most MaxBatchItems envelopes and MaxBatchBytes bytes each (0: the
+	// library's defaults).
+	Batch         bool
+	MaxBatchItems int
+	MaxBatchBytes int
+	TLS           *TLSConfig // only with an https:// URL
+}
+
+// TLSConfig is a tls: block: how the relay verifies the destination and,
+// with a client certificate, proves who it is. The files are read when a
+// relay starts, not when the config is parsed, so commands that never
+// connect work where the files are absent.
+type TLSConfig struct {
+	CAFile   string // PEM bundle of the CAs to trust; empty: the system's
+	CertFile string // PEM client certificate (chain), with KeyFile
+	KeyFile  string
+	Field    string // where the block is in the file, for messages
+	Line     int
+}
+
+// SASLConfig is a Kafka route's sasl: block.
+type SASLConfig struct {
+	Mechanism string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	User      string
+	Password  Secret
+	Field     string
+	Line      int
+}
+
+// Secret is a value from the file that must never be shown: it prints as
+// "xxxxx" through fmt, slog and encoding/json. Reveal returns it.
+type Secret string
+
+// Reveal returns the secret itself, for the one place that sends it.
+func (s Secret) Reveal() string { return string(s) }
+
+func (s Secret) String() string                { return redacted(s) }
+func (s Secret) LogValue() slog.Value          { return slog.StringValue(redacted(s)) }
+func (s Secret) MarshalText() ([]byte, error)  { return []byte(redacted(s)), nil }
+func (s Secret) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, redacted(s)) }
+func redacted(s Secret) string {
+	if s == "" {
+		return ""
+	}
+	return "xxxxx"
 }
 
 // RelayConfig is the relay: block; zero values take the library defaults.
@@ -76,6 +142,12 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	BackoffBase  time.Duration
 	BackoffMax   time.Duration
+	// The routes' flow control (a breaker per route); zero values take
+	// the library's defaults.
+	RetryAfterCeiling     time.Duration
+	RouteFailureThreshold int
+	RoutePause            time.Duration
+	RoutePauseMax         time.Duration
 }
 
 // Backend returns "postgres" or "sqlite".
@@ -122,6 +194,11 @@ func (c *Config) ClientConfig() mensageria.Config {
 		PollInterval: c.Relay.PollInterval,
 		BackoffBase:  c.Relay.BackoffBase,
 		BackoffMax:   c.Relay.BackoffMax,
+
+		RetryAfterCeiling:     c.Relay.RetryAfterCeiling,
+		RouteFailureThreshold: c.Relay.RouteFailureThreshold,
+		RoutePause:            c.Relay.RoutePause,
+		RoutePauseMax:         c.Relay.RoutePauseMax,
 	}
 }
 
@@ -180,25 +257,49 @@ type rawRoute struct {
 	Kafka    *rawKafka `yaml:"kafka"`
 	NATS     *rawNATS  `yaml:"nats"`
 	Ordering string    `yaml:"ordering"`
+	MaxRate  string    `yaml:"max_rate"`
 }
 
 type rawKafka struct {
 	Brokers         []string `yaml:"brokers"`
 	Topic           string   `yaml:"topic"`
 	TransactionalID string   `yaml:"transactional_id"`
+	TLS             *rawTLS  `yaml:"tls"`
+	SASL            *rawSASL `yaml:"sasl"`
 }
 
 type rawNATS struct {
-	URL     string `yaml:"url"`
-	Subject string `yaml:"subject"`
-	Stream  string `yaml:"stream"`
+	URL       string  `yaml:"url"`
+	Subject   string  `yaml:"subject"`
+	Stream    string  `yaml:"stream"`
+	TLS       *rawTLS `yaml:"tls"`
+	CredsFile string  `yaml:"creds_file"`
+	NkeyFile  string  `yaml:"nkey_file"`
+	User      string  `yaml:"user"`
+	Password  string  `yaml:"password"`
 }
 
 type rawHTTP struct {
-	URL           string `yaml:"url"`
-	Token         string `yaml:"token"`
-	Timeout       string `yaml:"timeout"`
-	MaxConcurrent string `yaml:"max_concurrent"`
+	URL           string  `yaml:"url"`
+	Token         string  `yaml:"token"`
+	Timeout       string  `yaml:"timeout"`
+	MaxConcurrent string  `yaml:"max_concurrent"`
+	Batch         string  `yaml:"batch"`
+	MaxBatchItems string  `yaml:"max_batch_items"`
+	MaxBatchBytes string  `yaml:"max_batch_bytes"`
+	TLS           *rawTLS `yaml:"tls"`
+}
+
+type rawTLS struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+type rawSASL struct {
+	Mechanism string `yaml:"mechanism"`
+	User      string `yaml:"user"`
+	Password  string `yaml:"password"`
 }
 
 type rawRelay struct {
@@ -211,6 +312,11 @@ type rawRelay struct {
 	PollInterval string `yaml:"poll_interval"`
 	BackoffBase  string `yaml:"backoff_base"`
 	BackoffMax   string `yaml:"backoff_max"`
+
+	RetryAfterCeiling     string `yaml:"retry_after_ceiling"`
+	RouteFailureThreshold string `yaml:"route_failure_threshold"`
+	RoutePause            string `yaml:"route_pause"`
+	RoutePauseMax         string `yaml:"route_pause_max"`
 }
 
 // sections names each block type for unknown-key messages.
@@ -221,6 +327,8 @@ var sections = map[string]reflect.Type{
 	"rawKafka":  reflect.TypeFor[rawKafka](),
 	"rawNATS":   reflect.TypeFor[rawNATS](),
 	"rawRelay":  reflect.TypeFor[rawRelay](),
+	"rawTLS":    reflect.TypeFor[rawTLS](),
+	"rawSASL":   reflect.TypeFor[rawSASL](),
 }
 
 // LoadConfig reads and validates a config file; env looks variables up
@@ -564,7 +672,7 @@ func (p *parser) expand(s string, path ...any) (string, error) {
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 func (p *parser) build(raw *rawConfig) (*Config, error) {
-	c := &Config{}
+	c := &Config{File: p.name}
 	var err error
 	str := func(dst *string, v string, path ...any) {
 		if err != nil {
@@ -670,6 +778,14 @@ func libFieldPath(f string) []any {
 		return []any{"relay", "poll_interval"}
 	case "Election":
 		return []any{"relay", "election"}
+	case "RetryAfterCeiling":
+		return []any{"relay", "retry_after_ceiling"}
+	case "RouteFailureThreshold":
+		return []any{"relay", "route_failure_threshold"}
+	case "RoutePause":
+		return []any{"relay", "route_pause"}
+	case "RoutePauseMax":
+		return []any{"relay", "route_pause_max"}
 	}
 	return []any{"relay"}
 }
@@ -709,6 +825,9 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	default:
 		return r, p.errAt([]any{"routes", i, "ordering"}, "unknown ordering %q (use key, or leave it out)", ord)
 	}
+	if r.MaxRate, err = p.rate(rr.MaxRate, "routes", i, "max_rate"); err != nil {
+		return r, err
+	}
 	var kinds []string
 	for k, present := range map[string]bool{"http": rr.HTTP != nil, "kafka": rr.Kafka != nil, "nats": rr.NATS != nil} {
 		if present {
@@ -738,13 +857,22 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	}
 	u, perr := url.Parse(h.URL)
 	if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return r, p.errAt(at("url"), "%q is not an absolute http:// or https:// URL", h.URL)
+		return r, p.errAt(at("url"), "%q is not an absolute http:// or https:// URL", redact(h.URL))
 	}
-	if h.Token, err = p.expand(rr.HTTP.Token, at("token")...); err != nil {
+	if u.User != nil {
+		return r, p.errAt(at("url"), "must not carry credentials (user:password@): the receiver authenticates the token")
+	}
+	tok, err := p.expand(rr.HTTP.Token, at("token")...)
+	if err != nil {
 		return r, err
 	}
+	h.Token = Secret(tok)
 	if h.Token == "" {
 		return r, p.errAt(at("token"), "required: the bearer token the receiver expects (keep it out of the file: token: ${RECEIVER_TOKEN})")
+	}
+	if !printableASCII(tok) {
+		// The value itself is never shown: it is a secret.
+		return r, p.errAt(at("token"), "must be printable ASCII (it travels in the Authorization header)")
 	}
 	if h.Timeout, err = p.duration(rr.HTTP.Timeout, at("timeout")...); err != nil {
 		return r, err
@@ -752,8 +880,69 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	if h.MaxConcurrent, err = p.int(rr.HTTP.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
 		return r, err
 	}
+	if h.Batch, err = p.bool(rr.HTTP.Batch, at("batch")...); err != nil {
+		return r, err
+	}
+	if h.MaxBatchItems, err = p.int(rr.HTTP.MaxBatchItems, 1, at("max_batch_items")...); err != nil {
+		return r, err
+	}
+	if h.MaxBatchBytes, err = p.int(rr.HTTP.MaxBatchBytes, 1024, at("max_batch_bytes")...); err != nil {
+		return r, err
+	}
+	if !h.Batch {
+		for _, k := range []string{"max_batch_items", "max_batch_bytes"} {
+			if p.node(at(k)...) != nil {
+				return r, p.errAt(at(k), "only applies with batch: true (each message is its own request otherwise)")
+			}
+		}
+	}
+	if rr.HTTP.TLS != nil {
+		if u.Scheme != "https" {
+			return r, p.errAt(at("tls"), "the URL is %s://: a tls: block needs an https:// URL", u.Scheme)
+		}
+		if h.TLS, err = p.tls(rr.HTTP.TLS, at("tls")); err != nil {
+			return r, err
+		}
+	}
 	r.HTTP = h
 	return r, nil
+}
+
+// printableASCII is what an HTTP header value may hold.
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// tls reads a tls: block. An empty block means TLS verified against the
+// system's CAs.
+func (p *parser) tls(rt *rawTLS, base []any) (*TLSConfig, error) {
+	at := func(k string) []any { return append(append([]any{}, base...), k) }
+	t := &TLSConfig{Field: fieldName(base), Line: p.keyLine(base...)}
+	var err error
+	for _, f := range []struct {
+		dst *string
+		raw string
+		key string
+	}{{&t.CAFile, rt.CAFile, "ca_file"}, {&t.CertFile, rt.CertFile, "cert_file"}, {&t.KeyFile, rt.KeyFile, "key_file"}} {
+		if *f.dst, err = p.expand(f.raw, at(f.key)...); err != nil {
+			return nil, err
+		}
+		if *f.dst == "" && p.node(at(f.key)...) != nil {
+			return nil, p.errAt(at(f.key), "empty: give a file path, or leave the key out")
+		}
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		return nil, p.errAt(at("cert_file"), "needs key_file too: the client certificate's private key")
+	case t.KeyFile != "" && t.CertFile == "":
+		return nil, p.errAt(at("key_file"), "needs cert_file too: the client certificate the key belongs to")
+	}
+	return t, nil
 }
 
 func (p *parser) kafkaRoute(i int, r Route, rk *rawKafka) (Route, error) {
@@ -788,13 +977,57 @@ func (p *parser) kafkaRoute(i int, r Route, rk *rawKafka) (Route, error) {
 	if k.TransactionalID, err = p.expand(rk.TransactionalID, at("transactional_id")...); err != nil {
 		return r, err
 	}
+	if rk.TLS != nil {
+		if k.TLS, err = p.tls(rk.TLS, at("tls")); err != nil {
+			return r, err
+		}
+	}
+	if rk.SASL != nil {
+		if k.SASL, err = p.sasl(rk.SASL, at("sasl")); err != nil {
+			return r, err
+		}
+	}
 	r.Kafka = k
 	return r, nil
 }
 
+// saslMechanisms are the SASL mechanisms a Kafka route may use.
+var saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+func (p *parser) sasl(rs *rawSASL, base []any) (*SASLConfig, error) {
+	at := func(k string) []any { return append(append([]any{}, base...), k) }
+	s := &SASLConfig{Field: fieldName(base), Line: p.keyLine(base...)}
+	var err error
+	if s.Mechanism, err = p.expand(rs.Mechanism, at("mechanism")...); err != nil {
+		return nil, err
+	}
+	s.Mechanism = strings.ToUpper(s.Mechanism)
+	if !slices.Contains(saslMechanisms, s.Mechanism) {
+		if s.Mechanism == "" {
+			return nil, p.errAt(at("mechanism"), "required: one of %s", strings.Join(saslMechanisms, ", "))
+		}
+		return nil, p.errAt(at("mechanism"), "%q is not supported: use one of %s", s.Mechanism, strings.Join(saslMechanisms, ", "))
+	}
+	if s.User, err = p.expand(rs.User, at("user")...); err != nil {
+		return nil, err
+	}
+	if s.User == "" {
+		return nil, p.errAt(at("user"), "required: the SASL user name")
+	}
+	pw, err := p.expand(rs.Password, at("password")...)
+	if err != nil {
+		return nil, err
+	}
+	if pw == "" {
+		return nil, p.errAt(at("password"), "required: the SASL password (keep it out of the file: password: ${KAFKA_PASSWORD})")
+	}
+	s.Password = Secret(pw)
+	return s, nil
+}
+
 func (p *parser) natsRoute(i int, r Route, rn *rawNATS) (Route, error) {
 	r.Transport = "nats"
-	n := &NATSRoute{}
+	n := &NATSRoute{Field: fieldName([]any{"routes", i, "nats"}), Line: p.keyLine("routes", i, "nats")}
 	at := func(key string) []any { return []any{"routes", i, "nats", key} }
 	var err error
 	if n.URL, err = p.expand(rn.URL, at("url")...); err != nil {
@@ -803,8 +1036,12 @@ func (p *parser) natsRoute(i int, r Route, rn *rawNATS) (Route, error) {
 	if n.URL == "" {
 		return r, p.errAt(at("url"), "required: the NATS server (nats://host:4222)")
 	}
-	if u, perr := url.Parse(n.URL); perr != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-		return r, p.errAt(at("url"), "%q is not a nats:// or tls:// URL", n.URL)
+	u, perr := url.Parse(n.URL)
+	if perr != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+		return r, p.errAt(at("url"), "%q is not a nats:// or tls:// URL", redact(n.URL))
+	}
+	if u.User != nil {
+		return r, p.errAt(at("url"), "must not carry credentials (user:password@): use user and password, so that the URL can be shown")
 	}
 	if n.Subject, err = p.expand(rn.Subject, at("subject")...); err != nil {
 		return r, err
@@ -814,6 +1051,40 @@ func (p *parser) natsRoute(i int, r Route, rn *rawNATS) (Route, error) {
 	}
 	if n.Stream, err = p.expand(rn.Stream, at("stream")...); err != nil {
 		return r, err
+	}
+	if rn.TLS != nil {
+		if n.TLS, err = p.tls(rn.TLS, []any{"routes", i, "nats", "tls"}); err != nil {
+			return r, err
+		}
+	}
+	var ways []string
+	for _, f := range []struct {
+		dst *string
+		raw string
+		key string
+	}{{&n.CredsFile, rn.CredsFile, "creds_file"}, {&n.NkeyFile, rn.NkeyFile, "nkey_file"}, {&n.User, rn.User, "user"}} {
+		if *f.dst, err = p.expand(f.raw, at(f.key)...); err != nil {
+			return r, err
+		}
+		if *f.dst == "" && p.node(at(f.key)...) != nil {
+			return r, p.errAt(at(f.key), "empty: give a value, or leave the key out")
+		}
+		if *f.dst != "" {
+			ways = append(ways, f.key)
+		}
+	}
+	pw, err := p.expand(rn.Password, at("password")...)
+	if err != nil {
+		return r, err
+	}
+	n.Password = Secret(pw)
+	switch {
+	case len(ways) > 1:
+		return r, p.errAt(at(ways[1]), "%s and %s: give one way to authenticate (creds_file, nkey_file, or user and password)", ways[0], ways[1])
+	case n.User != "" && pw == "":
+		return r, p.errAt(at("password"), "required with user (keep it out of the file: password: ${NATS_PASSWORD})")
+	case n.User == "" && p.node(at("password")...) != nil:
+		return r, p.errAt(at("password"), "needs user too")
 	}
 	r.NATS = n
 	return r, nil
@@ -833,17 +1104,19 @@ func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
 	do(func() (e error) { out.PollInterval, e = p.duration(rr.PollInterval, "relay", "poll_interval"); return })
 	do(func() (e error) { out.BackoffBase, e = p.duration(rr.BackoffBase, "relay", "backoff_base"); return })
 	do(func() (e error) { out.BackoffMax, e = p.duration(rr.BackoffMax, "relay", "backoff_max"); return })
-	do(func() error {
-		v, e := p.expand(rr.PollOnly, "relay", "poll_only")
-		if e != nil || v == "" {
-			return e
-		}
-		b, perr := strconv.ParseBool(v)
-		if perr != nil {
-			return p.errAt([]any{"relay", "poll_only"}, "%q is not true or false", v)
-		}
-		out.PollOnly = b
-		return nil
+	do(func() (e error) { out.PollOnly, e = p.bool(rr.PollOnly, "relay", "poll_only"); return })
+	do(func() (e error) {
+		out.RetryAfterCeiling, e = p.duration(rr.RetryAfterCeiling, "relay", "retry_after_ceiling")
+		return
+	})
+	do(func() (e error) {
+		out.RouteFailureThreshold, e = p.int(rr.RouteFailureThreshold, 1, "relay", "route_failure_threshold")
+		return
+	})
+	do(func() (e error) { out.RoutePause, e = p.duration(rr.RoutePause, "relay", "route_pause"); return })
+	do(func() (e error) {
+		out.RoutePauseMax, e = p.duration(rr.RoutePauseMax, "relay", "route_pause_max")
+		return
 	})
 	do(func() error {
 		v, e := p.expand(rr.Election, "relay", "election")
@@ -876,6 +1149,37 @@ func (p *parser) duration(s string, path ...any) (time.Duration, error) {
 		return 0, p.errAt(path, "%q must be positive", v)
 	}
 	return d, nil
+}
+
+// rate reads a positive number of messages per second.
+func (p *parser) rate(s string, path ...any) (float64, error) {
+	v, err := p.expand(s, path...)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	f, perr := strconv.ParseFloat(v, 64)
+	if perr != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, p.errAt(path, "%q is not a number of messages per second (e.g. 50, or 0.5 for one every two seconds)", v)
+	}
+	if f <= 0 {
+		return 0, p.errAt(path, "%q must be positive (leave max_rate out for no limit)", v)
+	}
+	if f > 1e6 {
+		return 0, p.errAt(path, "%q is more than a million messages per second: leave max_rate out for no limit", v)
+	}
+	return f, nil
+}
+
+func (p *parser) bool(s string, path ...any) (bool, error) {
+	v, err := p.expand(s, path...)
+	if err != nil || v == "" {
+		return false, err
+	}
+	b, perr := strconv.ParseBool(v)
+	if perr != nil {
+		return false, p.errAt(path, "%q is not true or false", v)
+	}
+	return b, nil
 }
 
 func (p *parser) int(s string, min int, path ...any) (int, error) {

@@ -376,3 +376,110 @@ func TestBenchBrokerScenarios(t *testing.T) {
 		}
 	}
 }
+
+// The http scenario measures the daemon's path (the relay command from a
+// config with batch: true) beside the library's single and batch modes,
+// in one run.
+func TestBenchHTTPDaemonPath(t *testing.T) {
+	testdb.Long(t, "bench")
+	testdb.Pool(t)
+	p := writeConfig(t, testdb.URL(), testdb.Schema(t), "http://127.0.0.1:1/unused")
+	r := run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "http", "--messages", "2000", "--paced-for", "200ms")
+	var res struct {
+		Scenario string             `json:"scenario"`
+		Metrics  map[string]float64 `json:"metrics"`
+		Notes    string             `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil || r.code != 0 || res.Scenario != "http-end-to-end" {
+		t.Fatalf("bench http: %v %+v", err, r)
+	}
+	for _, k := range []string{"msgs/s", "batch-msgs/s", "daemon-msgs/s", "batch-ratio", "daemon-ratio", "daemon-p50-ms"} {
+		if v := res.Metrics[k]; !(v > 0) {
+			t.Errorf("%s = %v", k, v)
+		}
+	}
+	if !strings.Contains(res.Notes, "daemon: throughput 1000 msgs") {
+		t.Errorf("notes: %s", res.Notes)
+	}
+	t.Logf("single %.0f, batch %.0f, daemon %.0f msgs/s", res.Metrics["msgs/s"], res.Metrics["batch-msgs/s"], res.Metrics["daemon-msgs/s"])
+}
+
+// batch: true end to end on PostgreSQL: the built relay sends claims as
+// batch requests to an m2mhttp.Receiver, is killed with SIGKILL in the
+// middle and restarted; every message's effect runs once (the inbox
+// absorbs the batches sent again), and a message the receiver refuses
+// inside a batch goes dead alone, with its reason.
+func TestEndToEndBatchPostgres(t *testing.T) {
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t)
+	bin := binary(t)
+	const token = "batch-token"
+	rcv := newInboxReceiver(t, nil, token, "pedido.criado")
+	p := writeFile(t, fmt.Sprintf(`database: %s
+schema: %s
+app: pedidos
+routes:
+  - type: pedido.criado
+    http: {url: %s/m2m, token: ${TEST_TOKEN}, batch: true, max_batch_items: 25}
+relay: {batch: 100, lease: 5s, max_attempts: 5, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 100ms}
+`, testdb.URL(), schema, rcv.srv.URL))
+	env := []string{"TEST_TOKEN=" + token}
+	for _, args := range [][]string{{"migrate", "up"}, {"owners", "register"}} {
+		if r := runBin(t, bin, env, "", append(args, "--config", p)...); r.code != 0 {
+			t.Fatalf("%v: %+v", args, r)
+		}
+	}
+	ctx := context.Background()
+	const n = 3000
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload)
+		SELECT 'pedido.criado', CASE WHEN g %% 1000 = 0 THEN 'refuse-' ELSE 'p-' END || g, '{}' FROM generate_series(1, %d) g`, schema, n)); err != nil {
+		t.Fatal(err)
+	}
+	const refused = n / 1000
+	args := []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}
+	first := startProc(t, bin, env, args...)
+	waitAddr(t, first.stderr, first.done)
+	waitFor(t, "the first batches", 30*time.Second, func() bool { return rcv.keys() >= 300 })
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	atKill := rcv.keys()
+	if atKill >= n-refused {
+		t.Fatalf("the relay finished (%d) before it was killed", atKill)
+	}
+	second := startProc(t, bin, env, args...)
+	waitAddr(t, second.stderr, second.done)
+	waitFor(t, "every message applied after the restart", 60*time.Second, func() bool { return rcv.keys() == n-refused })
+	var dead int
+	var reasons []string
+	waitFor(t, "the refused messages dead", 30*time.Second, func() bool {
+		rows, err := pool.Query(ctx, "SELECT last_error FROM "+schema+".outbox WHERE state = 'dead'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reasons = reasons[:0]
+		for rows.Next() {
+			var r string
+			_ = rows.Scan(&r)
+			reasons = append(reasons, r)
+		}
+		dead = len(reasons)
+		return dead == refused
+	})
+	stopProc(t, second)
+	for _, r := range reasons {
+		if !strings.Contains(r, "test refusal") {
+			t.Errorf("dead letter reason %q", r)
+		}
+	}
+	if rep := rcv.repeats(); len(rep) > 0 {
+		t.Errorf("effects applied more than once: %v", rep)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	t.Logf("killed at %d/%d; %d requests, all batches: %v, at most %d messages each", atKill, n, rcv.posts, rcv.batches == rcv.posts, rcv.maxItems)
+	if rcv.batches != rcv.posts || rcv.maxItems > 25 || rcv.posts > n/5 {
+		t.Fatalf("%d requests, %d of them batches, at most %d messages each", rcv.posts, rcv.batches, rcv.maxItems)
+	}
+}

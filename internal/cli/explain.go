@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,10 +19,18 @@ import (
 )
 
 type explainRoute struct {
-	Type        string        `json:"type"`
-	Destination string        `json:"destination"`
-	Line        int           `json:"line"`
-	Map         guarantee.Map `json:"guarantees"`
+	Type        string `json:"type"`
+	Destination string `json:"destination"`
+	Line        int    `json:"line"`
+	// Security names the route's TLS and credentials by their files and
+	// user names, never their contents.
+	Security string `json:"security,omitempty"`
+	// Delivery is how messages travel: "batch" (several per request) or
+	// "single".
+	Delivery string `json:"delivery,omitempty"`
+	// MaxRate is the route's limit in messages per second (0: none).
+	MaxRate float64       `json:"max_rate,omitempty"`
+	Map     guarantee.Map `json:"guarantees"`
 }
 
 // explainTiming is the relay's effective timing: the config's figures,
@@ -40,6 +50,13 @@ type explainTiming struct {
 	// DefaultInboxWindowSec is an Inbox's dedup window when its own
 	// config gives none; each consumer's window is in the catalog.
 	DefaultInboxWindowSec float64 `json:"default_inbox_window_seconds"`
+	// The routes' flow control: failures of a destination in a row that
+	// pause its route, the first and the longest pause before a probe, and
+	// the longest Retry-After honoured.
+	RouteFailureThreshold int     `json:"route_failure_threshold"`
+	RoutePauseSec         float64 `json:"route_pause_seconds"`
+	RoutePauseMaxSec      float64 `json:"route_pause_max_seconds"`
+	RetryAfterCeilingSec  float64 `json:"retry_after_ceiling_seconds"`
 }
 
 // explainOwnership is the catalog as explain read it, when it could.
@@ -68,6 +85,8 @@ func timingOf(c *Config) explainTiming {
 		RetryHorizonSec:       cl.RetryHorizon().Seconds(),
 		DeliveredRetentionSec: e.DeliveredRetention.Seconds(), PurgeIntervalSec: e.PurgeInterval.Seconds(),
 		DefaultInboxWindowSec: mensageria.DefaultInboxWindow.Seconds(),
+		RouteFailureThreshold: e.RouteFailureThreshold, RoutePauseSec: e.RoutePause.Seconds(),
+		RoutePauseMaxSec: e.RoutePauseMax.Seconds(), RetryAfterCeilingSec: e.RetryAfterCeiling.Seconds(),
 	}
 }
 
@@ -139,7 +158,8 @@ writes anything.`,
 				if !ok {
 					return fmt.Errorf("route %q: no guarantee map for transport %q", r.Type, r.Transport)
 				}
-				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line, Map: m})
+				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line,
+					Security: security(r), Delivery: delivery(r), MaxRate: r.MaxRate, Map: m})
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.io.Out)
@@ -165,7 +185,17 @@ func electionName(e mensageria.Election) string {
 func destination(r Route) string {
 	switch r.Transport {
 	case "http":
-		return "POST " + r.HTTP.URL
+		// A query string may carry a gateway's key: it is not shown.
+		u, err := url.Parse(r.HTTP.URL)
+		if err != nil {
+			return "POST (unparsable URL)"
+		}
+		d := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+		s := "POST " + d.String()
+		if u.RawQuery != "" || u.ForceQuery {
+			s += "?…"
+		}
+		return s
 	case "kafka":
 		d := "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
 		if r.Kafka.TransactionalID != "" {
@@ -180,6 +210,54 @@ func destination(r Route) string {
 		return d
 	}
 	return r.Transport
+}
+
+// security says what protects a route's connection.
+func security(r Route) string {
+	switch r.Transport {
+	case "http":
+		if strings.HasPrefix(r.HTTP.URL, "https://") {
+			return tlsDescription(r.HTTP.TLS) + "; bearer token"
+		}
+		return "plaintext HTTP; bearer token"
+	case "kafka":
+		return kafkaSecurity(r.Kafka)
+	case "nats":
+		d := r.NATS.describe()
+		if d == "" {
+			d = "no credentials"
+		}
+		if strings.HasPrefix(r.NATS.URL, "tls://") && r.NATS.TLS == nil {
+			d = "TLS, system CAs; " + d
+		}
+		return d
+	}
+	return ""
+}
+
+// m2mhttp.SenderConfig's defaults of MaxBatchItems and MaxBatchBytes,
+// shown by explain.
+const (
+	defaultBatchItems = 100
+	defaultBatchBytes = 1 << 20
+)
+
+// delivery says how a route's messages travel.
+func delivery(r Route) string {
+	if r.HTTP == nil {
+		return ""
+	}
+	if !r.HTTP.Batch {
+		return "single: one request per message"
+	}
+	items, size := r.HTTP.MaxBatchItems, r.HTTP.MaxBatchBytes
+	if items == 0 {
+		items = defaultBatchItems
+	}
+	if size == 0 {
+		size = defaultBatchBytes
+	}
+	return fmt.Sprintf("batch: a claim's messages in requests of at most %d messages and %d bytes, each applied in one receiver transaction", items, size)
 }
 
 func writeExplain(w io.Writer, c *Config, out explainOut) {
@@ -197,6 +275,15 @@ func writeExplain(w io.Writer, c *Config, out explainOut) {
 		m := r.Map
 		fmt.Fprintf(w, "\nroute %s  (line %d)\n", r.Type, r.Line)
 		fmt.Fprintf(w, "  transport   %s  %s\n", m.Transport, r.Destination)
+		if r.Security != "" {
+			fmt.Fprint(w, wrap("  security    ", "              ", r.Security))
+		}
+		if r.Delivery != "" {
+			fmt.Fprint(w, wrap("  delivery    ", "              ", r.Delivery))
+		}
+		if r.MaxRate > 0 {
+			fmt.Fprint(w, wrap("  rate        ", "              ", fmt.Sprintf("at most %s messages a second (waiting for the rate never costs an attempt)", strconv.FormatFloat(r.MaxRate, 'f', -1, 64))))
+		}
 		fmt.Fprintf(w, "  end to end  %s\n", strings.ToUpper(string(m.EndToEnd)))
 		fmt.Fprint(w, wrap("  boundary    ", "              ", m.Boundary))
 		if m.Ordering != "" {
@@ -228,7 +315,10 @@ func writeTiming(w io.Writer, t explainTiming) {
 	row("attempts", fmt.Sprint(t.MaxAttempts), "then the message is parked as dead, with its reason")
 	row("backoff", humanDuration(secs(t.BackoffBaseSec)), fmt.Sprintf("after the first failure, doubling up to %s (jitter only shortens it)", humanDuration(secs(t.BackoffMaxSec))))
 	row("retry horizon", humanDuration(secs(t.RetryHorizonSec).Round(time.Second)),
-		"the longest a message keeps being retried: a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new")
+		"the longest the relay's own backoff keeps a message retried (a destination's Retry-After and its outages add to it): a receiver's dedup window (an inbox's, a broker's) must be longer, or a late retry gets through as new")
+	row("route pause", fmt.Sprintf("after %d", t.RouteFailureThreshold),
+		fmt.Sprintf("destination failures in a row (refused connections, timeouts, 5xx, 429, 401) pause that route alone, without counting attempts: one probe after %s, doubling to %s while it fails", humanDuration(secs(t.RoutePauseSec)), humanDuration(secs(t.RoutePauseMaxSec))))
+	row("retry-after", "up to "+humanDuration(secs(t.RetryAfterCeilingSec)), "a destination's Retry-After is waited out in full up to this, even above the backoff's cap")
 	delivered := "delivered rows are deleted when settled"
 	if t.DeliveredRetentionSec > 0 {
 		delivered = "delivered rows are kept " + humanDuration(secs(t.DeliveredRetentionSec))

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +28,9 @@ type metrics struct {
 	deadTotal  *prometheus.CounterVec
 	leader     prometheus.Gauge
 	epoch      prometheus.Gauge
+	// routes reports the running relay's routes (Client.Routes); set
+	// before the metrics are served.
+	routes func() []mensageria.RouteHealth
 }
 
 func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog.Logger) *metrics {
@@ -55,7 +60,7 @@ func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog
 		}),
 	}
 	m.reg.MustRegister(m.deliveries, m.latency, m.duration, m.deadTotal, m.leader, m.epoch,
-		&outboxCollector{app: app, drv: drv, elector: elector, log: log},
+		&outboxCollector{app: app, drv: drv, elector: elector, log: log}, routeCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -150,6 +155,71 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+var (
+	// A route is one Sender: two config routes to one URL are two routes
+	// of one name, told apart by their types.
+	routeLabels       = []string{"app", "route", "types"}
+	descRouteState    = prometheus.NewDesc("mensageria_route_state", "1 for the state each route (one destination) is in: flowing; paused (its destination failed; its types are not claimed until the probe); probing (one message is being tried).", append(routeLabels, "state"), nil)
+	descRouteFailures = prometheus.NewDesc("mensageria_route_failures", "Destination-level failures in a row of each route.", routeLabels, nil)
+	descRouteMaxRate  = prometheus.NewDesc("mensageria_route_max_rate", "The route's max_rate in messages per second, when it has one.", routeLabels, nil)
+)
+
+var routeStates = []mensageria.RouteState{mensageria.RouteFlowing, mensageria.RoutePaused, mensageria.RouteProbing}
+
+// routeCollector reads the routes' flow control at scrape time.
+type routeCollector struct{ m *metrics }
+
+func (routeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRouteState
+	ch <- descRouteFailures
+	ch <- descRouteMaxRate
+}
+
+func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.routes == nil {
+		return
+	}
+	for _, r := range c.m.routes() {
+		l := []string{c.m.app, r.Route, strings.Join(r.Types, ",")}
+		for _, st := range routeStates {
+			v := 0.0
+			if r.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descRouteState, prometheus.GaugeValue, v, append(l, string(st))...)
+		}
+		ch <- prometheus.MustNewConstMetric(descRouteFailures, prometheus.GaugeValue, float64(r.Failures), l...)
+		if r.MaxRate > 0 {
+			ch <- prometheus.MustNewConstMetric(descRouteMaxRate, prometheus.GaugeValue, r.MaxRate, l...)
+		}
+	}
+}
+
+// routeDetail is what /readyz adds about routes that are not flowing: a
+// paused route does not make the relay unready (the other routes flow,
+// and it resumes by itself), but its state belongs in the answer.
+func routeDetail(routes []mensageria.RouteHealth, now time.Time) string {
+	var b strings.Builder
+	for _, r := range routes {
+		if r.State == mensageria.RouteFlowing {
+			continue
+		}
+		fmt.Fprintf(&b, "route %s (%s): %s for %s", r.Route, strings.Join(r.Types, ", "), r.State, now.Sub(r.Since).Round(time.Second))
+		if r.State == mensageria.RoutePaused && !r.Until.IsZero() {
+			fmt.Fprintf(&b, ", probe in %s", max(r.Until.Sub(now), 0).Round(time.Second))
+			if r.RetryAfter {
+				b.WriteString(" (the destination's Retry-After)")
+			}
+		}
+		fmt.Fprintf(&b, "; %d failures in a row", r.Failures)
+		if r.LastError != "" {
+			fmt.Fprintf(&b, ", last: %s", r.LastError)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 // serveMux is the relay's HTTP surface: liveness, readiness and metrics.
 func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
 	mux := http.NewServeMux()
@@ -163,7 +233,11 @@ func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		detail := ""
+		if m.routes != nil {
+			detail = routeDetail(m.routes(), time.Now())
+		}
+		_, _ = w.Write([]byte("ready\n" + detail))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return mux

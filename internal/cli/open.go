@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,43 +73,106 @@ func (b *backend) ping(ctx context.Context) error {
 
 // newSender builds the Sender of a route, and what closes it. The relay's
 // timing reaches the Senders that need it (a transactional route's
-// retention) from the Client, at Start.
-func newSender(ctx context.Context, r Route, log *slog.Logger) (mensageria.Sender, func(), error) {
+// retention, a NATS route's retry horizon) from the Client, at Start.
+//
+// The route's TLS files are read here, and a destination that refuses
+// the route's TLS or credentials stops the start with a DestinationError
+// (exit 2) naming what failed; one that cannot be reached is logged and
+// left to the relay's retries, except NATS, whose connection is needed
+// to build the Sender.
+func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensageria.Sender, func(), error) {
+	usage := func(err error) error {
+		var ce *ConfigError
+		var de *DestinationError
+		if errors.As(err, &ce) || errors.As(err, &de) {
+			return &exitError{code: ExitUsage, err: err}
+		}
+		return &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
+	}
 	switch r.Transport {
 	case "http":
-		s, err := m2mhttp.NewSender(m2mhttp.SenderConfig{
-			URL:           r.HTTP.URL,
-			Token:         r.HTTP.Token,
-			Timeout:       r.HTTP.Timeout,
-			MaxConcurrent: r.HTTP.MaxConcurrent,
-		})
+		h := r.HTTP
+		cfg := m2mhttp.SenderConfig{
+			URL:           h.URL,
+			Token:         h.Token.Reveal(),
+			Timeout:       h.Timeout,
+			MaxConcurrent: h.MaxConcurrent,
+			MaxBatchItems: h.MaxBatchItems,
+			MaxBatchBytes: h.MaxBatchBytes,
+		}
+		if h.TLS != nil {
+			tc, err := h.TLS.load(c.File, time.Now())
+			if err != nil {
+				return nil, nil, usage(err)
+			}
+			cfg.Client = httpClient(tc, h.MaxConcurrent)
+		}
+		var s mensageria.Sender
+		var err error
+		if h.Batch {
+			s, err = m2mhttp.NewBatchSender(cfg)
+		} else {
+			s, err = m2mhttp.NewSender(cfg)
+		}
 		if err != nil {
-			return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
+			return nil, nil, usage(err)
+		}
+		if strings.HasPrefix(h.URL, "https://") {
+			client := cfg.Client
+			if client == nil {
+				client = httpClient(nil, h.MaxConcurrent)
+			}
+			if err := checkHTTPS(ctx, r, client, log); err != nil {
+				return nil, nil, usage(err)
+			}
 		}
 		return s, func() {}, nil
 	case "kafka":
+		opts, err := kafkaOpts(c, r.Kafka)
+		if err != nil {
+			return nil, nil, usage(err)
+		}
+		if k := r.Kafka; k.SASL != nil && k.SASL.Mechanism == "PLAIN" && k.TLS == nil {
+			log.Warn("SASL PLAIN without TLS sends the password in clear text; add a tls: block", "type", r.Type, "destination", destination(r))
+		}
+		if err := checkKafka(ctx, r, opts, log); err != nil {
+			return nil, nil, usage(err)
+		}
 		if r.Kafka.TransactionalID != "" {
 			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
-				TransactionalID: r.Kafka.TransactionalID, Logger: log})
+				TransactionalID: r.Kafka.TransactionalID, Opts: opts, Logger: log})
 			if err != nil {
-				return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
+				return nil, nil, usage(err)
 			}
 			return s, s.Close, nil
 		}
-		s, err := kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic})
+		s, err := kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic, Opts: opts})
 		if err != nil {
-			return nil, nil, &exitError{code: ExitUsage, err: fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)}
+			return nil, nil, usage(err)
 		}
 		return s, s.Close, nil
 	case "nats":
-		nc, err := natsgo.Connect(r.NATS.URL, natsgo.Name("mensageria relay"), natsgo.MaxReconnects(-1))
+		opts, err := natsOpts(c, r.NATS)
 		if err != nil {
-			return nil, nil, fmt.Errorf("route %s: nats %s: %w", r.Type, r.NATS.URL, err)
+			return nil, nil, usage(err)
 		}
-		s, err := natssender.NewSender(ctx, natssender.SenderConfig{Conn: nc, Subject: r.NATS.Subject, Stream: r.NATS.Stream})
+		opts = append(opts, natsgo.Name("mensageria relay"), natsgo.MaxReconnects(-1))
+		nc, err := natsgo.Connect(r.NATS.URL, opts...)
+		if err != nil {
+			if reason, ok := natsRefusal(err, r.NATS); ok {
+				return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err})
+			}
+			return nil, nil, fmt.Errorf("route %s (line %d): %s: %w", r.Type, r.Line, destination(r), err)
+		}
+		if d := r.NATS.describe(); d != "" {
+			log.Info("NATS security checked", "type", r.Type, "destination", destination(r), "security", d)
+		}
+		// The Logger carries the duplicate window's warning, checked at
+		// Start against the relay's retry horizon.
+		s, err := natssender.NewSender(ctx, natssender.SenderConfig{Conn: nc, Subject: r.NATS.Subject, Stream: r.NATS.Stream, Logger: log})
 		if err != nil {
 			nc.Close()
-			return nil, nil, fmt.Errorf("route %s: %w", r.Type, err)
+			return nil, nil, fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)
 		}
 		return s, func() { _ = nc.Drain() }, nil
 	}
@@ -139,7 +204,7 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		if live {
 			var closeFn func()
 			var err error
-			if s, closeFn, err = newSender(ctx, r, log); err != nil {
+			if s, closeFn, err = newSender(ctx, c, r, log); err != nil {
 				closeAll()
 				return nil, nil, nil, err
 			}
@@ -149,6 +214,9 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		var opts []mensageria.RouteOption
 		if r.Ordered {
 			opts = append(opts, mensageria.Ordered())
+		}
+		if r.MaxRate > 0 {
+			opts = append(opts, mensageria.MaxRate(r.MaxRate))
 		}
 		if err := reg.Register(r.Type, s, opts...); err != nil {
 			closeAll()

@@ -406,7 +406,9 @@ func TestExplainFiguresAndOwners(t *testing.T) {
 		// 50ms. Two retries wait 10ms and 20ms, and each of the three
 		// attempts may hold its lease: 6.03s.
 		want := explainTiming{LeaseSec: 2, MaxAttempts: 3, BackoffBaseSec: 0.01, BackoffMaxSec: 0.05, RetryHorizonSec: 6.03,
-			DeliveredRetentionSec: 0, PurgeIntervalSec: 60, DefaultInboxWindowSec: 7 * 24 * 3600}
+			DeliveredRetentionSec: 0, PurgeIntervalSec: 60, DefaultInboxWindowSec: 7 * 24 * 3600,
+			// The flow control's defaults: the config gives none.
+			RouteFailureThreshold: 5, RoutePauseSec: 1, RoutePauseMaxSec: 60, RetryAfterCeilingSec: 3600}
 		if d := out.Timing.RetryHorizonSec - want.RetryHorizonSec; d > 1e-9 || d < -1e-9 {
 			t.Fatalf("retry horizon %v, want %v", out.Timing.RetryHorizonSec, want.RetryHorizonSec)
 		}
@@ -422,7 +424,8 @@ func TestExplainFiguresAndOwners(t *testing.T) {
 		must(t, "migrate up", pedidos("", "migrate", "up"), 0)
 		must(t, "register faturamento", faturamento("", "owners", "register"), 0)
 		r = pedidos("", "explain")
-		must(t, "explain", r, 0, "lease          2s ", "attempts       3 ", "purge          every 1m ", "default 7d)")
+		must(t, "explain", r, 0, "lease          2s ", "attempts       3 ", "purge          every 1m ", "default 7d)",
+			"route pause    after 5 ", "after 1s, doubling to 1m while it fails", "retry-after    up to 1h ")
 		if !hasRow(r.out, "type", "pedido.criado", "no", "owner", "yet:") || !hasRow(r.out, "type", "pedido.ordenado", "app", "faturamento:", "OWNED", "BY", "ANOTHER", "APP,") {
 			t.Fatalf("explain's ownership:\n%s", r.out)
 		}

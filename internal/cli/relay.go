@@ -55,9 +55,12 @@ others stand by and take over when it dies.
 It serves, on --listen:
   /healthz   the process is alive
   /readyz    the relay runs, its settles succeed and the database
-             answers (503 with the reason otherwise)
+             answers (503 with the reason otherwise); the body names
+             each route that is paused or probing, and why
   /metrics   Prometheus: pending and oldest age by type, deliveries by
-             outcome, delivery latency, dead letters, election holder; for
+             outcome, delivery latency, dead letters, election holder;
+             each route's flow control state (flowing, paused, probing),
+             its failures in a row and its max_rate; for
              a Kafka route with a transactional_id, its transactions
              committed and aborted and the deliveries reconciled (found
              already in Kafka after a crash or a lost settle)
@@ -127,6 +130,7 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 			if err != nil {
 				return err
 			}
+			m.routes = cl.Routes
 			// Ownership first, before anything is served or claimed: a
 			// config that routes another app's type stops here.
 			if _, err := cl.Register(ctx); err != nil {
