@@ -338,7 +338,7 @@ func TestUpgradeSeedsEveryTypeInUse(t *testing.T) {
 	e.exec("INSERT INTO " + e.table("outbox") + " (type, key, state, delivered_at) VALUES ('kept.t', 'k', 'delivered', now())")
 	e.exec("INSERT INTO " + e.table("delivered_counts") + " (type, minute, n) VALUES ('counted.t', date_trunc('minute', now()), 3)")
 	res, err := e.d.Migrate(e.ctx, driver.MigrateParams{Mode: driver.MigrateUp})
-	if err != nil || !slices.Equal(res.Applied, []int{2}) || res.Owner != "" {
+	if err != nil || len(res.Applied) == 0 || res.Applied[0] != 2 || res.Owner != "" {
 		t.Fatalf("upgrade = %+v, %v; want migration 2 applied and no owner recorded for an anonymous caller", res, err)
 	}
 	owners, err := e.d.Owners(e.ctx, "")
