@@ -99,7 +99,10 @@ func pgBackend(t *testing.T) *rbackend {
 		name: "postgres", database: testdb.URL(), schema: schema,
 		table: func(n string) string { return schema + "." + n },
 		pg: &pgxPoolLike{
-			exec: func(ctx context.Context, q string, args ...any) error { _, err := pool.Exec(ctx, q, args...); return err },
+			exec: func(ctx context.Context, q string, args ...any) error {
+				_, err := pool.Exec(ctx, q, args...)
+				return err
+			},
 			count: func(ctx context.Context, q string, args ...any) (int, error) {
 				var n int
 				err := pool.QueryRow(ctx, q, args...).Scan(&n)
