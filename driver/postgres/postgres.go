@@ -63,6 +63,8 @@ type queries struct {
 	registerInsert, registerLock, registerAdopt, owners                  string
 	transferLock, transferSet                                            string
 	routeStateSet, routeStatePrune, routeStateList                       string
+	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead   string
+	inboxQueueStats, purgeInboxQueue                                     string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -110,6 +112,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		routeStateSet:   load("route_state_set"),
 		routeStatePrune: load("route_state_prune"),
 		routeStateList:  load("route_state_list"),
+
+		inboxQueueInsert: load("inbox_queue_insert"),
+		inboxClaim:       load("inbox_claim"),
+		inboxApplied:     load("inbox_applied"),
+		inboxFailed:      load("inbox_failed"),
+		inboxDead:        load("inbox_dead"),
+		inboxQueueStats:  load("inbox_queue_stats"),
+		purgeInboxQueue:  load("purge_inbox_queue"),
 	}
 	return d, nil
 }
