@@ -153,7 +153,7 @@ func TestWakeupOncePerCommittedTransaction(t *testing.T) {
 }
 
 // A savepoint rolled back takes its INSERT's wake-up with it, and the
-// transaction's next INSERT queues one again: the flag that lets only the
+// transaction's next INSERT decides again: the flag that lets only the
 // first row through is undone with the savepoint.
 func TestWakeupSurvivesARolledBackSavepoint(t *testing.T) {
 	e := newCatalogEnv(t, true)
@@ -176,8 +176,13 @@ func TestWakeupSurvivesARolledBackSavepoint(t *testing.T) {
 		if err := tx.QueryRow(e.ctx, "SELECT coalesce(current_setting($1, true), '')", flag).Scan(&v); err != nil {
 			return err
 		}
-		if v == "queued" {
+		if v == "decided" {
 			t.Errorf("after the savepoint's rollback the flag is still %q", v)
+		}
+		// The rolled-back INSERT chose to notify, and recorded it: make the
+		// next one due, to see that it decides again.
+		if _, err := tx.Exec(e.ctx, "SELECT setval($1, 0)", e.schema+".outbox_wakeup_at"); err != nil {
+			return err
 		}
 		_, err = tx.Exec(e.ctx, "INSERT INTO "+e.table("outbox")+" (type, key, payload) VALUES ('t', 'kept', '{}')")
 		return err
@@ -193,12 +198,12 @@ func TestWakeupSurvivesARolledBackSavepoint(t *testing.T) {
 	}
 }
 
-// The debounce: a commit that finds a wake-up sent less than 10 ms earlier
-// sends none, and one that finds it older, or in the future (a clock
-// stepped back), sends one. The skip is caught by what the commit left in
-// the sequence, never by timing: a commit that notified moved it, one that
-// did not left it where the test put it, and each must have sent exactly
-// what it says.
+// The debounce: a transaction whose first row finds a wake-up chosen less
+// than 10 ms earlier sends none, and one that finds it older, or in the
+// future (a clock stepped back), sends one. The skip is caught by what the
+// INSERT left in the sequence, never by timing: one that chose to notify
+// moved it, one that did not left it where the test put it, and each must
+// have sent exactly what it says.
 func TestWakeupDebounce(t *testing.T) {
 	e := newCatalogEnv(t, true)
 	e.own("a", "t")
@@ -221,30 +226,30 @@ func TestWakeupDebounce(t *testing.T) {
 		t.Fatalf("with the last wake-up an hour ahead: %d wake-ups, sequence %d; want 1, and the sequence moved back", n, last())
 	}
 
-	// Just now, as the database sees it, in the transaction that commits:
-	// the commit runs the trigger a few microseconds later, so it is
+	// Just now, as the database sees it, and the INSERT right after: it is
 	// usually inside the window. A machine stalled for 10 ms between the
 	// two makes it notify, consistently; the loop looks for a skip.
 	skipped := false
 	for i := 0; i < 20 && !skipped; i++ {
 		var set int64
 		err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(e.ctx, ins, "k-"+time.Now().String()); err != nil {
+			if err := tx.QueryRow(e.ctx, "SELECT setval($1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)", seq).Scan(&set); err != nil {
 				return err
 			}
-			return tx.QueryRow(e.ctx, "SELECT setval($1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)", seq).Scan(&set)
+			_, err := tx.Exec(e.ctx, ins, "k-"+time.Now().String())
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		n, moved := w.count(), last() != set
 		if moved != (n == 1) || n > 1 {
-			t.Fatalf("commit %d: %d wake-ups, sequence moved %v; a commit notifies exactly when it records the time", i, n, moved)
+			t.Fatalf("transaction %d: %d wake-ups, sequence moved %v; a transaction notifies exactly when it records the time", i, n, moved)
 		}
 		skipped = n == 0
 	}
 	if !skipped {
-		t.Fatal("no commit inside the 10 ms window skipped its wake-up in 20 tries")
+		t.Fatal("no INSERT inside the 10 ms window skipped its wake-up in 20 tries")
 	}
 
 	w.rewind()
