@@ -82,8 +82,10 @@ type Driver interface {
 	// outbox rows of p.Types older than p.DeliveredBefore (zero: every
 	// delivered row), and the inbox records of the consumers the catalog
 	// says p.App owns, each older than that consumer's own window (a
-	// consumer registered without a window keeps its records). Rows of
-	// other apps are never touched.
+	// consumer registered without a window keeps its records), with the
+	// applied inbox queue rows of those consumers received as long ago.
+	// Pending and dead queue rows are never purged. Rows of other apps are
+	// never touched.
 	Purge(ctx context.Context, p PurgeParams) (PurgeResult, error)
 
 	// Register records, in one transaction, that p.App owns p.Resources:
@@ -354,6 +356,9 @@ type PurgeParams struct {
 // PurgeResult counts what one purge pass deleted.
 type PurgeResult struct {
 	Outbox, Inbox int
+	// InboxQueue counts the applied rows of the inbox queue deleted (see
+	// InboxQueueTx), on a backend that has it.
+	InboxQueue int
 }
 
 // TypeStats is the state of the outbox for one type.
@@ -545,3 +550,116 @@ func joinOr(s []string) string {
 	}
 	return out
 }
+
+// InboxQueueTx is implemented by the Tx of a backend whose schema holds the
+// inbox queue: deliveries stored by a receiver (mensageria receive) for an
+// app that applies them by SQL in its own transactions (docs/config.md, the
+// inbox queue SQL protocol). QueueInbox is the receiver's side; the other
+// methods are the app's, the same protocol the SQL functions (PostgreSQL)
+// and the documented statements (SQLite) carry out, for apps in Go and for
+// the conformance suite.
+type InboxQueueTx interface {
+	// QueueInbox stores d as a pending row of its consumer's queue, due at
+	// once, in this transaction (with the delivery's dedup record, stored
+	// by InboxRecord before it), and returns the row's id.
+	QueueInbox(ctx context.Context, d QueuedDelivery) (id int64, err error)
+	// ClaimInbox returns up to limit pending rows of consumer that are due,
+	// oldest first, locked to this transaction: another transaction's claim
+	// skips them (PostgreSQL) or waits for this one to end (SQLite, whose
+	// write transactions take turns). limit must be at least 1.
+	ClaimInbox(ctx context.Context, consumer string, limit int) ([]InboxRow, error)
+	// InboxApplied marks a pending row applied, in this transaction: it
+	// commits with the app's effect or not at all.
+	InboxApplied(ctx context.Context, id int64) error
+	// InboxFailed records a failed application of a pending row: one more
+	// attempt, the reason, and the row due again after retryAfter. It
+	// returns the attempts recorded so far.
+	InboxFailed(ctx context.Context, id int64, reason string, retryAfter time.Duration) (attempts int, err error)
+	// InboxDead parks a pending row as dead with its reason: never claimed
+	// again until someone sets it back to pending.
+	InboxDead(ctx context.Context, id int64, reason string) error
+}
+
+// InboxQueueReader is implemented by a Driver whose schema holds the inbox
+// queue.
+type InboxQueueReader interface {
+	// InboxQueueStats reports the queue per consumer, sorted by consumer.
+	InboxQueueStats(ctx context.Context) ([]InboxQueueStats, error)
+}
+
+// QueuedDelivery is one accepted delivery for the inbox queue.
+type QueuedDelivery struct {
+	Consumer  string
+	Type      string
+	Key       string
+	MessageID [16]byte
+	Payload   []byte // a JSON document
+	Headers   []byte // a JSON object of strings, or nil for none
+	// CreatedAt is when the sender enqueued it (its database time); zero
+	// when unknown, stored as the time it is queued.
+	CreatedAt time.Time
+}
+
+// State of an inbox queue row.
+const (
+	InboxPending = "pending"
+	InboxApplied = "applied"
+	InboxDead    = "dead"
+)
+
+// InboxRow is a row of the inbox queue, as a claim returns it.
+type InboxRow struct {
+	ID         int64
+	Consumer   string
+	Type       string
+	Key        string
+	MessageID  [16]byte
+	Payload    []byte
+	Headers    []byte
+	CreatedAt  time.Time
+	ReceivedAt time.Time
+	State      string
+	// Attempts counts the failed applications recorded (InboxFailed,
+	// InboxDead).
+	Attempts    int
+	AvailableAt time.Time
+	LastError   string
+}
+
+// InboxQueueStats is the state of one consumer's inbox queue.
+type InboxQueueStats struct {
+	Consumer string
+	// Pending counts rows waiting to be applied, due or waiting for a
+	// retry.
+	Pending int64
+	Dead    int64
+	// Applied counts applied rows not purged yet.
+	Applied int64
+	// OldestPending is the age of the oldest pending row (since it was
+	// received); zero when none.
+	OldestPending time.Duration
+}
+
+// ErrInboxRowNotPending is wrapped by *InboxRowError.
+var ErrInboxRowNotPending = errors.New("mensageria: inbox queue row is not pending")
+
+// InboxRowError is returned by InboxApplied, InboxFailed and InboxDead for
+// a row that is not pending: applied or parked already (by another
+// transaction, since a claim's lock keeps everyone else off it), or a row
+// that does not exist. The caller rolls its transaction back: its effect
+// must not commit. PostgreSQL raises it as SQLSTATE MS010.
+type InboxRowError struct {
+	ID int64
+	// State is the row's state, "" when there is no such row.
+	State string
+}
+
+func (e *InboxRowError) Error() string {
+	if e.State == "" {
+		return "mensageria: inbox queue row " + strconv.FormatInt(e.ID, 10) + " does not exist; roll back"
+	}
+	return "mensageria: inbox queue row " + strconv.FormatInt(e.ID, 10) + " is " + e.State + ", not pending (another transaction applied or parked it); roll back"
+}
+
+// Is makes errors.Is(err, ErrInboxRowNotPending) true.
+func (e *InboxRowError) Is(target error) bool { return target == ErrInboxRowNotPending }

@@ -95,6 +95,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Elector", s.electorTests()},
 		{"Listen", s.listenTests()},
 		{"Inbox", s.inboxTests()},
+		{"InboxQueue", s.inboxQueueTests()},
 		{"Offset", s.offsetTests()},
 		{"Purge", s.purgeTests()},
 		{"Operator", s.operatorTests()},

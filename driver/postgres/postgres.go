@@ -55,6 +55,8 @@ type queries struct {
 	settleSort                                                           string
 	registerInsert, registerLock, registerAdopt, owners                  string
 	transferLock, transferSet                                            string
+	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead   string
+	inboxQueueStats, purgeInboxQueue                                     string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -99,6 +101,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		owners:          load("owners"),
 		transferLock:    load("transfer_lock"),
 		transferSet:     load("transfer_set"),
+
+		inboxQueueInsert: load("inbox_queue_insert"),
+		inboxClaim:       load("inbox_claim"),
+		inboxApplied:     load("inbox_applied"),
+		inboxFailed:      load("inbox_failed"),
+		inboxDead:        load("inbox_dead"),
+		inboxQueueStats:  load("inbox_queue_stats"),
+		purgeInboxQueue:  load("purge_inbox_queue"),
 	}
 	return d, nil
 }

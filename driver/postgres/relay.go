@@ -254,6 +254,11 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			return res, fmt.Errorf("mensageria/postgres: purge inbox: %w", err)
 		}
 		res.Inbox = int(tag.RowsAffected())
+		tag, err = d.pool.Exec(ctx, d.q.purgeInboxQueue, p.App, batch)
+		if err != nil {
+			return res, fmt.Errorf("mensageria/postgres: purge inbox queue: %w", err)
+		}
+		res.InboxQueue = int(tag.RowsAffected())
 	}
 	return res, nil
 }

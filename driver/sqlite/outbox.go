@@ -624,11 +624,16 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			res.Outbox = int(n)
 		}
 		if p.App != "" {
-			n, err := d.purgeInbox(ctx, w, p.App, now, batch)
+			cs, err := d.appConsumers(ctx, w, p.App)
 			if err != nil {
 				return err
 			}
-			res.Inbox = n
+			if res.Inbox, err = d.purgeInbox(ctx, w, cs, now, batch); err != nil {
+				return err
+			}
+			if res.InboxQueue, err = d.purgeInboxQueue(ctx, w, cs, now, batch); err != nil {
+				return err
+			}
 		}
 		if len(p.Types) > 0 {
 			_, err := w.ExecContext(ctx, "DELETE FROM "+d.prefix+"delivered_counts WHERE type IN (SELECT value FROM json_each(?)) AND minute < ?",
@@ -642,28 +647,33 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 
 // purgeInbox deletes up to batch records of app's consumers, each one's
 // oldest first on the (consumer, received_at) index, after its window.
-func (d *Driver) purgeInbox(ctx context.Context, w writer, app string, now int64, batch int) (int, error) {
+// windowed is a consumer of the purging app, with its window in
+// microseconds.
+type windowed struct {
+	name   string
+	window int64
+}
+
+// appConsumers reads the consumers app owns that have a window: the ones
+// whose records and applied queue rows its purge deletes.
+func (d *Driver) appConsumers(ctx context.Context, w writer, app string) ([]windowed, error) {
 	rows, err := w.QueryContext(ctx, "SELECT name, dedup_window_us FROM "+d.prefix+"owners WHERE app = ? AND kind = 'consumer' AND dedup_window_us IS NOT NULL ORDER BY name", app)
 	if err != nil {
-		return 0, wrap("purge inbox", err)
+		return nil, wrap("purge inbox", err)
 	}
-	type consumer struct {
-		name   string
-		window int64
-	}
-	var cs []consumer
+	defer rows.Close()
+	var cs []windowed
 	for rows.Next() {
-		var c consumer
+		var c windowed
 		if err := rows.Scan(&c.name, &c.window); err != nil {
-			rows.Close()
-			return 0, wrap("purge inbox", err)
+			return nil, wrap("purge inbox", err)
 		}
 		cs = append(cs, c)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, wrap("purge inbox", err)
-	}
+	return cs, wrap("purge inbox", rows.Err())
+}
+
+func (d *Driver) purgeInbox(ctx context.Context, w writer, cs []windowed, now int64, batch int) (int, error) {
 	in := d.prefix + "inbox"
 	total := 0
 	for _, c := range cs {

@@ -28,6 +28,10 @@
 // 1-1000 bytes (of UTF-8, not characters), neither with NUL; headers NULL
 // or an object whose values are all strings. Insert and InsertTx report a
 // refused row as a *driver.UnownedTypeError or a *RefusedError.
+//
+// The inbox queue (<prefix>inbox_queue, driver.InboxQueueTx) is applied
+// by other programs with the plain statements of queries/inbox_*.sql, in a
+// transaction begun with BEGIN IMMEDIATE; docs/config.md gives them.
 package sqlite
 
 import (
@@ -70,6 +74,7 @@ type Driver struct {
 	ownsDB bool
 	prefix string
 	q      queries
+	qq     queueQueries
 	gate   chan struct{} // shared by every Driver of one database file
 	// inserts are the prepared enqueue statements.
 	inserts insertStmts
@@ -172,7 +177,7 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{db: db, prefix: p, q: newQueries(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
+	return &Driver{db: db, prefix: p, q: newQueries(p), qq: newQueueQueries(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
 }
 
 // gates holds one write gate per database file in this process.
@@ -200,7 +205,8 @@ func gateFor(db *sql.DB) (chan struct{}, error) {
 func (d *Driver) DB() *sql.DB { return d.db }
 
 // Table returns the full name of one of the driver's tables ("outbox",
-// "inbox", "offsets", "leader", "migrations", "owners", "identity").
+// "inbox", "inbox_queue", "offsets", "leader", "migrations", "owners",
+// "identity").
 func (d *Driver) Table(name string) string { return d.prefix + name }
 
 // Close ends every listener and, when Open created the database handle,

@@ -139,6 +139,7 @@ type with no route, or a type, consumer or id another app owns).`,
 	root.AddCommand(
 		a.migrateCommand(),
 		a.relayCommand(),
+		a.receiveCommand(),
 		a.enqueueCommand(),
 		a.statusCommand(),
 		a.deadCommand(),

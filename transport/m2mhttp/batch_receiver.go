@@ -103,6 +103,7 @@ func (rc *Receiver) applyBatch(r *http.Request, h Handler, items []BatchItem, id
 	for k, i := range idx {
 		m := meta[ds[k]]
 		ctx := context.WithValue(r.Context(), keyRequestID, m.reqID)
+		rc.report(ds[k].Type, res[k], errs[k])
 		if errs[k] == nil {
 			if res[k].Duplicate {
 				m.log.DebugContext(ctx, "duplicate delivery absorbed", "first_id", res[k].FirstID.String())

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/m2mattack"
 )
 
 var batchHeader = map[string]string{"Authorization": "Bearer new-token", "Content-Type": ContentTypeBatch}
@@ -44,30 +45,12 @@ func envelopeOf(typ, key string, created time.Time) (string, string) {
 func TestReceiverBatchRefusesBadInput(t *testing.T) {
 	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxBodyBytes = 8192; c.MaxBatchItems = 3 })
 	good, _ := envelopeOf("order.closed", "k-1", time.Now())
-	cases := []struct {
-		name    string
-		header  map[string]string
-		body    string
-		status  int
-		problem string
-	}{
-		{"no token", map[string]string{"Authorization": "", "Content-Type": ContentTypeBatch}, batchOf(good), 401, ProblemUnauthorized},
-		{"wrong token", map[string]string{"Authorization": "Bearer old", "Content-Type": ContentTypeBatch}, batchOf(good), 401, ProblemUnauthorized},
-		{"other media type", map[string]string{"Authorization": "Bearer new-token", "Content-Type": "application/vnd.other+json"}, batchOf(good), 415, ProblemMediaType},
-		{"batch as application/json", auth, batchOf(good), 400, ProblemMalformed},
-		{"malformed json", batchHeader, `{"messages":[` + good, 400, ProblemMalformed},
-		{"not an object", batchHeader, `[` + good + `]`, 400, ProblemMalformed},
-		{"no messages", batchHeader, `{"msgs":[` + good + `]}`, 400, ProblemMalformed},
-		{"empty", batchHeader, `{"messages":[]}`, 400, ProblemMalformed},
-		{"trailing data", batchHeader, batchOf(good) + `x`, 400, ProblemMalformed},
-		{"too many", batchHeader, batchOf(good, good, good, good), 413, ProblemTooManyMessages},
-		{"oversize body", batchHeader, batchOf(good, strings.Replace(good, `"payload":{}`, `"payload":"`+strings.Repeat("x", 9000)+`"`, 1)), 413, ProblemTooLarge},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := post(t, f.url, c.header, c.body)
-			if a.status != c.status || a.problem.Type != c.problem || a.problem.Status != c.status {
-				t.Fatalf("got %d %s, want %d %s", a.status, a.body, c.status, c.problem)
+	for _, c := range m2mattack.Batch(good, "new-token", 8192, 3) {
+		t.Run(c.Name, func(t *testing.T) {
+			method, header, body := c.Request("new-token")
+			a := send(t, method, f.url, header, body)
+			if a.status != c.Status || a.problem.Type != c.Problem || a.problem.Status != c.Status {
+				t.Fatalf("got %d %s, want %d %s", a.status, a.body, c.Status, c.Problem)
 			}
 		})
 	}

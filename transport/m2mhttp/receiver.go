@@ -67,17 +67,36 @@ type ReceiverConfig struct {
 	// deliveries. Default false: payloads may carry personal data. The
 	// bearer token is never logged.
 	LogPayloads bool
+	// OnOutcome, when set, is told the outcome of every message of a type
+	// in Handlers once its transaction has ended (committed, for
+	// OutcomeApplied): its type and one of the Outcome... values; for a
+	// batch, once per envelope. A request refused before any message is
+	// applied (401, 413, 415, a malformed body, an unknown type) reports
+	// nothing. It runs on the request's goroutine, before the answer is
+	// written, and must be quick.
+	OnOutcome func(typ, outcome string)
 }
+
+// The outcomes OnOutcome reports.
+const (
+	OutcomeApplied   = "applied"   // applied now, committed
+	OutcomeDuplicate = "duplicate" // applied before: nothing ran
+	OutcomeConflict  = "conflict"  // the dedup key was applied with another payload: refused, nothing ran
+	OutcomeStale     = "stale"     // older than the dedup window: refused
+	OutcomeRefused   = "refused"   // refused by its effect (Permanent, an invalid message)
+	OutcomeRetry     = "retry"     // not applied this time: the sender retries
+)
 
 // Receiver is the http.Handler of one receiving endpoint.
 type Receiver struct {
-	tokens   [][sha256.Size]byte
+	tokens   atomic.Pointer[[][sha256.Size]byte]
 	handlers map[string]Handler
 	maxBody  int64
 	maxBatch int
 	inflight chan struct{}
 	log      *slog.Logger
 	payloads bool
+	observe  func(typ, outcome string)
 
 	conflicts atomic.Int64
 }
@@ -94,14 +113,9 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if len(cfg.Tokens) == 0 {
 		return nil, &mensageria.ConfigError{Field: "Tokens", Reason: "at least one bearer token is required"}
 	}
-	rc := &Receiver{handlers: make(map[string]Handler, len(cfg.Handlers)), maxBody: cfg.MaxBodyBytes, payloads: cfg.LogPayloads}
-	for i, t := range cfg.Tokens {
-		if t == "" || !validHeaderValue(t) {
-			return nil, &mensageria.ConfigError{Field: "Tokens", Reason: fmt.Sprintf("token %d must be non-empty printable ASCII", i)}
-		}
-		// Comparing digests keeps the comparison constant-time in the
-		// token's length too, which subtle.ConstantTimeCompare is not.
-		rc.tokens = append(rc.tokens, sha256.Sum256([]byte(t)))
+	rc := &Receiver{handlers: make(map[string]Handler, len(cfg.Handlers)), maxBody: cfg.MaxBodyBytes, payloads: cfg.LogPayloads, observe: cfg.OnOutcome}
+	if err := rc.SetTokens(cfg.Tokens); err != nil {
+		return nil, err
 	}
 	if len(cfg.Handlers) == 0 {
 		return nil, &mensageria.ConfigError{Field: "Handlers", Reason: "at least one message type is required"}
@@ -140,6 +154,31 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	rc.log = l
 	return rc, nil
 }
+
+// SetTokens replaces the accepted bearer tokens, for a rotation without a
+// restart: requests from then on are checked against the new set, and a
+// request already past its check is not affected. The set is validated as
+// NewReceiver validates Tokens; when it is refused, the tokens in force
+// stay as they were.
+func (rc *Receiver) SetTokens(tokens []string) error {
+	if len(tokens) == 0 {
+		return &mensageria.ConfigError{Field: "Tokens", Reason: "at least one bearer token is required"}
+	}
+	digests := make([][sha256.Size]byte, 0, len(tokens))
+	for i, t := range tokens {
+		if t == "" || !validHeaderValue(t) {
+			return &mensageria.ConfigError{Field: "Tokens", Reason: fmt.Sprintf("token %d must be non-empty printable ASCII", i)}
+		}
+		// Comparing digests keeps the comparison constant-time in the
+		// token's length too, which subtle.ConstantTimeCompare is not.
+		digests = append(digests, sha256.Sum256([]byte(t)))
+	}
+	rc.tokens.Store(&digests)
+	return nil
+}
+
+// Tokens returns how many bearer tokens are accepted now.
+func (rc *Receiver) Tokens() int { return len(*rc.tokens.Load()) }
 
 type ctxKey int
 
@@ -313,6 +352,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx = context.WithValue(ctx, keyLogger, log)
 	d := env.Delivery()
 	res, err := h.Inbox.Apply(ctx, d, guard(h.Effect))
+	rc.report(env.Type, res, err)
 	if err == nil {
 		w.Header().Set(headerContentType, contentTypeJSON)
 		w.WriteHeader(http.StatusOK)
@@ -372,6 +412,33 @@ func (rc *Receiver) failure(ctx context.Context, log *slog.Logger, err error, go
 	return Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError, Detail: "the effect failed; the message was not applied"}, 0, ItemRetry
 }
 
+// report tells OnOutcome what became of one message.
+func (rc *Receiver) report(typ string, res mensageria.ApplyResult, err error) {
+	if rc.observe == nil {
+		return
+	}
+	rc.observe(typ, outcomeOf(res, err))
+}
+
+func outcomeOf(res mensageria.ApplyResult, err error) string {
+	var pe *panicError
+	switch {
+	case err == nil && res.Duplicate:
+		return OutcomeDuplicate
+	case err == nil:
+		return OutcomeApplied
+	case errors.As(err, &pe):
+		return OutcomeRetry
+	case errors.Is(err, mensageria.ErrStale):
+		return OutcomeStale
+	case errors.Is(err, mensageria.ErrConflict):
+		return OutcomeConflict
+	case mensageria.IsPermanent(err), errors.Is(err, mensageria.ErrInvalidMessage):
+		return OutcomeRefused
+	}
+	return OutcomeRetry
+}
+
 func guard(effect mensageria.Effect) mensageria.Effect {
 	return func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) (err error) {
 		defer func() {
@@ -396,8 +463,9 @@ func (rc *Receiver) authorized(header string) bool {
 	}
 	sum := sha256.Sum256([]byte(tok))
 	match := 0
-	for i := range rc.tokens {
-		match |= subtle.ConstantTimeCompare(sum[:], rc.tokens[i][:])
+	tokens := *rc.tokens.Load()
+	for i := range tokens {
+		match |= subtle.ConstantTimeCompare(sum[:], tokens[i][:])
 	}
 	return match == 1
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/m2mattack"
 )
 
 // syncBuffer is a log sink safe for the server's goroutines.
@@ -106,16 +107,24 @@ type answer struct {
 
 func post(t *testing.T, url string, header map[string]string, body string) answer {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", "test-rid") // the contract requires it of senders
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", "test-rid") // the contract requires it of senders
 	for k, v := range header {
 		if v == "" {
-			req.Header.Del(k)
+			h.Del(k)
 		} else {
-			req.Header.Set(k, v)
+			h.Set(k, v)
 		}
 	}
+	return send(t, http.MethodPost, url, h, body)
+}
+
+// send makes one request with exactly these headers.
+func send(t *testing.T, method, url string, header http.Header, body string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header = header
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -149,48 +158,20 @@ var auth = map[string]string{"Authorization": "Bearer new-token"}
 func TestReceiverRefusesBadInput(t *testing.T) {
 	f := newReceiverFixture(t, 0, func(c *ReceiverConfig) { c.MaxBodyBytes = 4096 })
 	good := envelopeFor("k-1", time.Now(), `{"n":1}`)
-	unknownType := strings.Replace(good, `"order.closed"`, `"invoice.paid"`, 1)
-	cases := []struct {
-		name    string
-		header  map[string]string
-		body    string
-		status  int
-		problem string
-	}{
-		{"no token", map[string]string{"Authorization": ""}, good, 401, ProblemUnauthorized},
-		{"wrong token", map[string]string{"Authorization": "Bearer nope"}, good, 401, ProblemUnauthorized},
-		{"token prefix", map[string]string{"Authorization": "Bearer new-toke"}, good, 401, ProblemUnauthorized},
-		{"basic scheme", map[string]string{"Authorization": "Basic bmV3LXRva2Vu"}, good, 401, ProblemUnauthorized},
-		{"not json media type", map[string]string{"Authorization": "Bearer new-token", "Content-Type": "text/plain"}, good, 415, ProblemMediaType},
-		{"malformed json", auth, `{"id":`, 400, ProblemMalformed},
-		{"not an object", auth, `[1,2]`, 400, ProblemMalformed},
-		{"missing key", auth, strings.Replace(good, `"key":"k-1",`, ``, 1), 400, ProblemMalformed},
-		{"mistyped attempt", auth, strings.Replace(good, `"attempt":1`, `"attempt":"1"`, 1), 400, ProblemMalformed},
-		{"mistyped id", auth, strings.Replace(good, `"id":"`, `"id":"x`, 1), 400, ProblemMalformed},
-		{"unknown field", auth, strings.Replace(good, `"attempt":1`, `"attempt":1,"priority":9`, 1), 400, ProblemMalformed},
-		{"idempotency key differs", map[string]string{"Authorization": "Bearer new-token", "Idempotency-Key": "other"}, good, 400, ProblemMalformed},
-		{"oversize body", auth, envelopeFor("k-1", time.Now(), `{"s":"`+strings.Repeat("x", 5000)+`"}`), 413, ProblemTooLarge},
-		{"unknown type", auth, unknownType, 422, ProblemUnknownType},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := post(t, f.url, c.header, c.body)
-			if a.status != c.status || a.problem.Type != c.problem || a.problem.Status != c.status || a.problem.Title == "" {
-				t.Fatalf("got %d %s, want %d %s", a.status, a.body, c.status, c.problem)
+	for _, c := range m2mattack.Single(good, "order.closed", "k-1", "new-token", 4096) {
+		t.Run(c.Name, func(t *testing.T) {
+			method, header, body := c.Request("new-token")
+			a := send(t, method, f.url, header, body)
+			if a.status != c.Status || a.problem.Type != c.Problem || a.problem.Status != c.Status || a.problem.Title == "" {
+				t.Fatalf("got %d %s, want %d %s", a.status, a.body, c.Status, c.Problem)
 			}
-			if c.status == 401 && !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer ") {
+			if c.Status == 401 && !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer ") {
 				t.Errorf("401 without a Bearer challenge: %v", a.header)
 			}
+			if c.Status == 405 && a.header.Get("Allow") != "POST" {
+				t.Errorf("405 without Allow: POST: %v", a.header)
+			}
 		})
-	}
-	// Not a POST.
-	resp, err := http.Get(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
-		t.Errorf("GET: %d %v", resp.StatusCode, resp.Header)
 	}
 	if n := f.count("SELECT count(*) FROM {s}.inbox") + f.count("SELECT count(*) FROM {s}.effects"); n != 0 || f.applied.Load() != 0 {
 		t.Fatalf("bad input stored %d rows, ran the effect %d times", n, f.applied.Load())

@@ -1,0 +1,391 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/transport/m2mhttp"
+)
+
+func (a *app) receiveCommand() *cobra.Command {
+	var listen, logFormat, logLevel string
+	var migrate bool
+	cmd := &cobra.Command{
+		Use:   "receive",
+		Short: "Receive M2M deliveries into the inbox queue of this app's database until SIGTERM or SIGINT",
+		Long: `receive is the receiving side of the HTTP machine-to-machine contract
+(docs/openapi.yaml) for apps in any language. Every accepted delivery is
+stored as a pending row of the inbox queue, in the receiving app's own
+database, deduplicated by (consumer, natural key) in the transaction that
+stores it: a redelivery is answered "duplicate" and stores nothing, the same
+key with another payload is refused 409 (conflict) and stores nothing. The
+app applies the rows by SQL in its own business transactions
+(docs/config.md, "The inbox queue SQL protocol").
+
+Its config is not the relay's: database, schema, app, a receive: block
+and the consumers with the types each takes (docs/config.md, "Receive").
+At start it checks the schema (--migrate applies what is missing) and
+records its consumers, with their dedup windows, as the app's in the
+ownership catalog; a consumer another app owns stops it with exit 2.
+
+It re-reads its tokens file on SIGHUP and whenever the file changes
+(receive.tokens_check), and its TLS files on SIGHUP, with no restart; a
+reload that fails keeps what was in force. On SIGTERM or SIGINT it stops
+taking connections and lets the requests in flight finish within
+receive.shutdown_timeout.
+
+Besides deliveries, it serves:
+  /healthz   the process is alive
+  /readyz    the database answers (503 once a stop begins)
+  /metrics   Prometheus: answers by status, messages by type and outcome,
+             conflicts, the inbox queue by consumer, tokens and reloads`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(a.io.Err, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
+				return usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG)", a.configPath)
+			}
+			c, err := LoadReceiveConfig(a.configPath, a.io.Env)
+			if err != nil {
+				return err
+			}
+			return runReceive(cmd.Context(), c, a.configPath, listen, migrate, log)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "also serve /healthz, /readyz and /metrics on this plain-HTTP address (for probes without a client certificate)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
+	return cmd
+}
+
+// receiveDaemon is one running `mensageria receive`.
+type receiveDaemon struct {
+	cfg      *ReceiveConfig
+	b        *backend
+	client   *mensageria.Client
+	rc       *m2mhttp.Receiver
+	creds    *credentials
+	metrics  *receiveMetrics
+	notify   *notifier // nil on SQLite
+	log      *slog.Logger
+	stopping atomic.Bool
+}
+
+func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen string, migrate bool, log *slog.Logger) error {
+	d := &receiveDaemon{cfg: c, log: log}
+	d.creds = &credentials{cfg: c, log: log, reloaded: func(string) {}}
+	toks, sum, err := d.creds.tokens()
+	if err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	d.creds.fileSum = sum
+	if c.TLS != nil {
+		tc, err := loadTLS(c.TLS)
+		if err != nil {
+			return &exitError{code: ExitUsage, err: err}
+		}
+		d.creds.tls.Store(tc)
+	}
+
+	b, err := openBackend(ctx, c.Database, c.Schema)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	d.b = b
+	if err := b.ping(ctx); err != nil {
+		return err
+	}
+	if err := d.checkSchema(ctx, migrate, configPath); err != nil {
+		return err
+	}
+	queue, ok := b.drv.(driver.InboxQueueReader)
+	if !ok {
+		return failErr("the %T backend has no inbox queue", b.drv)
+	}
+
+	// The consumers are the app's in the catalog, each with its window:
+	// the purge below, and every other app's, follow it.
+	reg := mensageria.NewRegistry()
+	handlers := map[string]m2mhttp.Handler{}
+	consumerOf := map[string]string{}
+	for _, k := range c.Consumers {
+		in, err := mensageria.NewInbox(b.drv, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
+		if err != nil {
+			return usageErr("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
+		}
+		if err := reg.RegisterInbox(in); err != nil {
+			return usageErr("%s:%d: %v", configPath, k.Line, err)
+		}
+		h, err := m2mhttp.QueueHandler(in)
+		if err != nil {
+			return err
+		}
+		for _, t := range k.Types {
+			handlers[t] = h
+			consumerOf[t] = k.Name
+		}
+	}
+	cl, err := mensageria.New(b.drv, &mensageria.Config{App: c.App, Registry: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	d.client = cl
+	res, err := cl.Register(ctx)
+	var oce *driver.OwnerConflictError
+	switch {
+	case errors.As(err, &oce):
+		return conflictErr(oce, "receive", configPath)
+	case err != nil:
+		return fmt.Errorf("ownership catalog: %w", err)
+	}
+	for _, o := range res.Unlisted {
+		if o.Kind == driver.ResourceConsumer {
+			log.Warn("the catalog gives this app a consumer the config no longer lists: its records and queue rows are kept until an operator releases it ('mensageria owners release consumer NAME --from APP')",
+				"app", c.App, "consumer", o.Name)
+		}
+	}
+
+	d.metrics = newReceiveMetrics(c.App, queue, func() *m2mhttp.Receiver { return d.rc }, log)
+	if pg, ok := b.drv.(*postgres.Driver); ok {
+		d.notify = newNotifier(c.NotifyInterval, pg.NotifyInbox, log, func(r string) { d.metrics.notifies.WithLabelValues(r).Inc() })
+		defer d.notify.close()
+	}
+	d.creds.reloaded = func(r string) { d.metrics.reloads.WithLabelValues(r).Inc() }
+	d.rc, err = m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{
+		Tokens:        toks,
+		Handlers:      handlers,
+		MaxBodyBytes:  c.MaxBodyBytes,
+		MaxBatchItems: c.MaxBatchItems,
+		MaxInFlight:   c.MaxInFlight,
+		Logger:        log,
+		OnOutcome: func(typ, outcome string) {
+			d.metrics.messages.WithLabelValues(typ, outcome).Inc()
+			if outcome == m2mhttp.OutcomeApplied && d.notify != nil {
+				d.notify.mark(consumerOf[typ])
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	d.creds.rc = d.rc
+
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return usageErr("receive.listen %s: %v", c.Listen, err)
+	}
+	scheme := "http"
+	if c.TLS != nil {
+		ln, scheme = tls.NewListener(ln, d.creds.serverTLS()), "https"
+	}
+	srv := &http.Server{
+		Handler:           d.metrics.countStatus(d.mux(true)),
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		// Failed handshakes and reset connections are worth a line, not
+		// the standard logger's.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 2)
+	go func() { done <- srv.Serve(ln) }()
+	var health *http.Server
+	if healthListen != "" {
+		hl, err := net.Listen("tcp", healthListen)
+		if err != nil {
+			_ = srv.Close()
+			return usageErr("--listen %s: %v", healthListen, err)
+		}
+		health = &http.Server{Handler: d.mux(false), ReadHeaderTimeout: 5 * time.Second}
+		log.Info("serving health and metrics", "addr", hl.Addr().String(), "paths", "/healthz /readyz /metrics")
+		go func() { done <- health.Serve(hl) }()
+	}
+
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Go(func() { d.creds.watch(bg, hup) })
+	wg.Go(func() { d.purge(bg) })
+	defer func() { stopBG(); wg.Wait() }()
+
+	log.Info("receiving", "addr", ln.Addr().String(), "url", scheme+"://"+ln.Addr().String()+c.Path, "app", c.App, "schema", c.Schema,
+		"consumers", len(c.Consumers), "tokens", d.rc.Tokens(), "client_certificates", c.TLS != nil && c.TLS.ClientCAFile != "")
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: finishing the requests in flight", "timeout", c.ShutdownTimeout)
+	case serveErr = <-done:
+		log.Error("server failed; stopping", "err", serveErr)
+	}
+	d.stopping.Store(true)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		// What is still running is cut off: its transaction rolls back and
+		// its sender retries it.
+		log.Warn("stop timed out; the requests still in flight were cut off, and their senders will retry them", "err", err)
+		_ = srv.Close()
+	}
+	if health != nil {
+		_ = health.Shutdown(sctx)
+	}
+	log.Info("receive stopped", "app", c.App)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// checkSchema verifies (or, with migrate, applies) the schema, as the
+// relay does.
+func (d *receiveDaemon) checkSchema(ctx context.Context, migrate bool, configPath string) error {
+	mode := driver.MigrateCheck
+	if migrate {
+		mode = driver.MigrateUp
+	}
+	res, err := d.b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: d.cfg.App})
+	var oce *driver.OwnerConflictError
+	switch {
+	case errors.Is(err, driver.ErrSchemaBehind):
+		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the receiver with --migrate", d.cfg.Schema, res.From, res.To)
+	case errors.As(err, &oce):
+		return conflictErr(oce, "migrate the schema up (--migrate)", configPath)
+	case err != nil:
+		return fmt.Errorf("schema check: %w", err)
+	}
+	if len(res.Applied) > 0 {
+		d.log.Info("schema migrated", "schema", d.cfg.Schema, "from", res.From, "to", res.To, "migrations_owner", res.Owner)
+	}
+	return nil
+}
+
+// mux serves deliveries (when deliveries) and the probes.
+func (d *receiveDaemon) mux(deliveries bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if reason := d.ready(r.Context()); reason != "" {
+			writeReceiveProblem(w, http.StatusServiceUnavailable, m2mhttp.ProblemUnavailable, "Not ready", reason)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+	if !deliveries {
+		return mux
+	}
+	for _, p := range probePaths {
+		// Any other method on a probe is a mistake, not a delivery.
+		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Allow", http.MethodGet)
+			writeReceiveProblem(w, http.StatusMethodNotAllowed, m2mhttp.ProblemMethod, "Method not allowed", p+" answers GET")
+		})
+	}
+	if d.cfg.Path == "/" {
+		mux.Handle("/", d.rc)
+		return mux
+	}
+	mux.Handle(d.cfg.Path, d.rc)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeReceiveProblem(w, http.StatusNotFound, m2mhttp.ProblemTypeBase+"not-found", "Not found", "deliveries are POSTed to "+d.cfg.Path)
+	})
+	return mux
+}
+
+// ready says why the daemon is not ready ("" when it is). The database's
+// own error is logged, not shown: the probe may be public.
+func (d *receiveDaemon) ready(ctx context.Context) string {
+	if d.stopping.Load() {
+		return "stopping"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var err error
+	switch {
+	case d.b.pool != nil:
+		err = d.b.pool.Ping(ctx)
+	case d.b.sqlDB != nil:
+		err = d.b.sqlDB.PingContext(ctx)
+	}
+	if err != nil {
+		d.log.Warn("readyz: the database does not answer", "err", err)
+		return "the database does not answer"
+	}
+	return ""
+}
+
+func writeReceiveProblem(w http.ResponseWriter, status int, typ, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	b, _ := json.Marshal(m2mhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// purgeBatch bounds one purge statement, as the relay's purge does.
+const purgeBatch = 1000
+
+// purge deletes, every PurgeInterval, the applied queue rows and dedup
+// records of the app's consumers older than each one's window: the same
+// purge as the relay's (driver.Purge with the app), so an app that also
+// runs a relay is purged the same way by both. Every replica purges; the
+// deletes are bounded and do not conflict.
+func (d *receiveDaemon) purge(ctx context.Context) {
+	t := time.NewTicker(d.cfg.PurgeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			res, err := d.b.drv.Purge(ctx, driver.PurgeParams{App: d.cfg.App, Batch: purgeBatch})
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Warn("purge failed", "err", err)
+				}
+				break
+			}
+			if res.Inbox+res.InboxQueue > 0 {
+				d.log.Debug("purged", "records", res.Inbox, "applied_rows", res.InboxQueue)
+			}
+			if res.Inbox < purgeBatch && res.InboxQueue < purgeBatch {
+				break
+			}
+		}
+	}
+}

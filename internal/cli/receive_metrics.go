@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/transport/m2mhttp"
+)
+
+// receiveMetrics is what `mensageria receive` serves on /metrics: counts of
+// its answers and outcomes, and the inbox queue read at scrape time.
+type receiveMetrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	messages *prometheus.CounterVec
+	reloads  *prometheus.CounterVec
+	notifies *prometheus.CounterVec
+}
+
+var (
+	descQueuePending = prometheus.NewDesc("mensageria_inbox_queue_pending", "Inbox queue rows waiting for the app, due or waiting for a retry, by consumer.", []string{"app", "consumer"}, nil)
+	descQueueDead    = prometheus.NewDesc("mensageria_inbox_queue_dead", "Inbox queue rows the app parked as dead, by consumer.", []string{"app", "consumer"}, nil)
+	descQueueApplied = prometheus.NewDesc("mensageria_inbox_queue_applied", "Applied inbox queue rows not purged yet, by consumer.", []string{"app", "consumer"}, nil)
+	descQueueOldest  = prometheus.NewDesc("mensageria_inbox_queue_oldest_pending_seconds", "Age of the oldest pending inbox queue row since it was received, by consumer.", []string{"app", "consumer"}, nil)
+	descQueueUp      = prometheus.NewDesc("mensageria_inbox_queue_stats_up", "1 when the last read of the inbox queue succeeded.", []string{"app"}, nil)
+)
+
+func newReceiveMetrics(app string, q driver.InboxQueueReader, rc func() *m2mhttp.Receiver, log *slog.Logger) *receiveMetrics {
+	l := prometheus.Labels{"app": app}
+	m := &receiveMetrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mensageria_receive_requests_total",
+			Help: "Requests answered, by status code.", ConstLabels: l}, []string{"code"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mensageria_receive_messages_total",
+			Help: "Messages by type and outcome: applied (stored in the inbox queue), duplicate, conflict, stale, refused, retry.", ConstLabels: l}, []string{"type", "outcome"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mensageria_receive_token_reloads_total",
+			Help: "Reloads of the tokens file and the TLS files, by result (ok; error: refused, what was in force stays).", ConstLabels: l}, []string{"result"}),
+		notifies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mensageria_inbox_notifications_total",
+			Help: "NOTIFY sent on the inbox channel after rows were stored, by result (ok, error, dropped).", ConstLabels: l}, []string{"result"}),
+	}
+	m.reg.MustRegister(m.requests, m.messages, m.reloads, m.notifies,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mensageria_receive_conflicts_total",
+			Help: "Messages refused as conflicts: a dedup key already applied with another payload.", ConstLabels: l},
+			func() float64 { return float64(rc().Conflicts()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mensageria_receive_tokens",
+			Help: "Bearer tokens accepted now.", ConstLabels: l}, func() float64 { return float64(rc().Tokens()) }),
+		&queueCollector{app: app, q: q, log: log},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+type queueCollector struct {
+	app string
+	q   driver.InboxQueueReader
+	log *slog.Logger
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueuePending, descQueueDead, descQueueApplied, descQueueOldest, descQueueUp} {
+		ch <- d
+	}
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := c.q.InboxQueueStats(ctx)
+	if err != nil {
+		c.log.Warn("metrics: inbox queue stats failed", "err", err)
+		ch <- prometheus.MustNewConstMetric(descQueueUp, prometheus.GaugeValue, 0, c.app)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descQueueUp, prometheus.GaugeValue, 1, c.app)
+	for _, s := range stats {
+		ch <- prometheus.MustNewConstMetric(descQueuePending, prometheus.GaugeValue, float64(s.Pending), c.app, s.Consumer)
+		ch <- prometheus.MustNewConstMetric(descQueueDead, prometheus.GaugeValue, float64(s.Dead), c.app, s.Consumer)
+		ch <- prometheus.MustNewConstMetric(descQueueApplied, prometheus.GaugeValue, float64(s.Applied), c.app, s.Consumer)
+		ch <- prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), c.app, s.Consumer)
+	}
+}
+
+// countStatus wraps h so that every answer is counted by its status code.
+func (m *receiveMetrics) countStatus(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		m.requests.WithLabelValues(strconv.Itoa(sw.code)).Inc()
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code        int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.code, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
