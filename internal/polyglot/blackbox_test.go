@@ -1,6 +1,7 @@
 package polyglot
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -225,5 +228,49 @@ consumers:
 	// applied on a later attempt, each once.
 	if n := q("SELECT count(*) FROM " + in + ".inbox_queue WHERE attempts > 0 AND state = 'applied'"); n < committed/20 {
 		t.Errorf("%d rows applied after a failed attempt; the program fails the first attempt of one row in ten", n)
+	}
+}
+
+// TestJavaRefusalsCarryTheirSQLSTATE and TestNodeRefusalsCarryTheirSQLSTATE:
+// each program's refused enqueues come back with the SQLSTATE README's
+// table names (MS001 to MS004), which the program branches on, and nothing
+// of them is stored.
+func TestJavaRefusalsCarryTheirSQLSTATE(t *testing.T) { refusals(t, javaApp(t)) }
+
+func TestNodeRefusalsCarryTheirSQLSTATE(t *testing.T) { refusals(t, nodeApp(t)) }
+
+func refusals(t *testing.T, a app) {
+	pool := testdb.Pool(t)
+	schema := testdb.Schema(t)
+	ctx := context.Background()
+	d, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp, App: "pedidos"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Register(ctx, driver.RegisterParams{App: "pedidos", Resources: []driver.Resource{{Kind: driver.ResourceType, Name: "pedido.criado"}}}); err != nil {
+		t.Fatal(err)
+	}
+	prog, args := a.run("refusals", "--url", a.url, "--outbox-schema", schema)
+	p := start(t, a.name+" refusals", a.dir, nil, prog, args...)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.out.String())
+	}
+	want := []string{
+		"unowned MS001 ", "empty-key MS002 ", "long-key MS002 ", "empty-type MS003 ", "number-header MS004 ",
+	}
+	got := strings.Split(strings.TrimSpace(p.out.String()), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("printed %q, want one line per case", got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("case %d: %q, want %q…", i, got[i], want[i])
+		}
+	}
+	if n := count(t, pool, "SELECT count(*) FROM "+schema+".outbox"); n != 0 {
+		t.Errorf("%d refused rows stored", n)
 	}
 }
