@@ -35,3 +35,6 @@ if [ "${#tools[@]}" -gt 0 ]; then
   apt-get update && apt-get install -y "${tools[@]}"
 fi
 echo "services: PostgreSQL and NATS are up; python3 and sqlite3 are installed"
+
+# Java, Node.js and the contract tools, for the tests in other languages.
+bash scripts/polyglot.sh

@@ -21,7 +21,7 @@ import (
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.
-var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "http", "backlog", "kafka", "nats"}
+var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats"}
 
 type benchOptions struct {
 	scenarios      []string
@@ -63,6 +63,12 @@ dropped afterwards: it never touches the configured schema's rows.
              and of 100 rows and of a plain SQL INSERT, with the check and
              with it disabled, --rounds alternating rounds of --check-for
              each (<kind>-ratio; not run unless asked for)
+  wakeup     what the outbox's wake-up of plain SQL enqueues costs the
+             enqueue rate (rows/s with it, without it, and with the designs
+             it was chosen over, --rounds alternating rounds of --check-for
+             each; <kind>-ratio) and what it buys: commit-to-delivery p50
+             and p99 of plain SQL INSERTs paced at 200 a second, with and
+             without it (not run unless asked for)
   http       outbox -> relay -> HTTP over loopback -> receiver inbox: the
              library's single and batch delivery, and the daemon's path (this
              command's relay from a config with batch: true) side by side
@@ -82,7 +88,7 @@ dropped afterwards: it never touches the configured schema's rows.
              with the stream sequence in the database vs plain at-least-once,
              on scratch streams at --nats-url
 
-kafka, nats and enqueue-check run each mode once per round (--rounds),
+kafka, nats, enqueue-check and wakeup run each mode once per round (--rounds),
 rotating which goes first, and report medians and ratios.
 
 --json prints one JSON object per scenario.`,
@@ -127,9 +133,9 @@ rotating which goes first, and report medians and ratios.
 	f.IntVar(&o.large, "backlog-large", 1000000, "backlog: the large backlog (the small one is 10,000)")
 	f.IntVar(&o.brokerMessages, "broker-messages", 30000, "kafka, nats: messages per run")
 	f.IntVar(&o.batch, "batch", 100, "kafka: the relay's claim size")
-	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats, enqueue-check: rounds of alternating modes")
+	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats, enqueue-check, wakeup: rounds of alternating modes")
 	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka, http: how long each mode's latency phase paces 1,000 msgs/s (http: 10s unless given)")
-	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check: how long each mode enqueues per round")
+	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check, wakeup: how long each mode enqueues per round")
 	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: an in-process kfake cluster)")
 	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
@@ -185,6 +191,8 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 			r, err = bench.EnqueueOverhead(ctx, env, o.overheadDur)
 		case "enqueue-check":
 			r, err = bench.EnqueueCheck(ctx, env, bench.EnqueueCheckConfig{Rounds: o.rounds, Run: o.checkFor})
+		case "wakeup":
+			r, err = bench.Wakeup(ctx, env, bench.WakeupConfig{Rounds: o.rounds, Run: o.checkFor})
 		case "http":
 			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2, PacedFor: o.httpPacedFor, Daemon: daemonRelay(c)})
 		case "backlog":
