@@ -711,9 +711,45 @@ func (s *stressRun) report(prefix string, sched *schedule, r *Result) {
 	}
 	r.Set(prefix+"rate", float64(s.cfg.Rate))
 	r.Set(prefix+"producers", float64(s.cfg.Producers))
+	r.Notes = strings.TrimSpace(r.Notes + "\n" + stressTable(prefix, s.cfg.Phases, *r))
 	if b.firstErr != nil {
 		r.Notes = strings.TrimSpace(r.Notes + " first commit error: " + b.firstErr.Error())
 	}
+}
+
+// stressTable lays a run's main figures out one phase a line.
+func stressTable(prefix string, phases []StressPhase, r Result) string {
+	cols := []struct{ head, metric, format string }{
+		{"offered/s", "offered/s", "%9.0f"}, {"enqueued/s", "enqueued/s", "%10.0f"}, {"delivered/s", "delivered/s", "%11.0f"},
+		{"p50ms", "p50-ms", "%7.2f"}, {"p95ms", "p95-ms", "%7.2f"}, {"p99ms", "p99-ms", "%7.2f"}, {"maxms", "max-ms", "%8.1f"},
+		{"depth", "max-depth", "%6.0f"}, {"dead-max", "dead-tuples-max", "%9.0f"}, {"outbox-mb", "outbox-mb-max", "%9.1f"},
+		{"idx-mb", "indexes-mb-max", "%7.1f"}, {"walk", "claim-walk", "%8.1f"}, {"autovac", "autovacuums", "%7.0f"},
+		{"db-mb", "db-mb-max", "%6.1f"}, {"wal-mb", "wal-mb-max", "%6.1f"},
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-15s", prefix+"phase")
+	var used []int
+	for i, c := range cols {
+		for _, p := range phases {
+			if _, ok := r.Metrics[prefix+p.Name+"/"+c.metric]; ok {
+				used = append(used, i)
+				fmt.Fprintf(&b, " %*s", len(fmt.Sprintf(c.format, 0.0)), c.head)
+				break
+			}
+		}
+	}
+	for _, p := range phases {
+		fmt.Fprintf(&b, "\n%-15s", p.Name)
+		for _, i := range used {
+			c := cols[i]
+			if v, ok := r.Metrics[prefix+p.Name+"/"+c.metric]; ok {
+				fmt.Fprintf(&b, " "+c.format, v)
+			} else {
+				fmt.Fprintf(&b, " %*s", len(fmt.Sprintf(c.format, 0.0)), "-")
+			}
+		}
+	}
+	return b.String()
 }
 
 func sleep(ctx context.Context, d time.Duration) {

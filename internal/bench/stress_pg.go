@@ -67,7 +67,7 @@ func Stress(ctx context.Context, e Env, cfg StressConfig) (Result, error) {
 	}
 	r, err = s.run(ctx, "")
 	r.Scenario = "stress"
-	r.Notes = strings.TrimSpace(notes + " " + r.Notes)
+	r.Notes = strings.TrimSpace(notes + "\n" + r.Notes)
 	return r, err
 }
 

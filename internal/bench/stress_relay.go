@@ -89,15 +89,15 @@ func decodeStressRelaySpec(b []byte) (StressRelaySpec, error) {
 // stress relay child.
 func StressRelayRequested() bool { return os.Getenv(StressRelayEnv) != "" }
 
-// RunStressRelay is the child's main: it runs the relay of the spec in
-// StressRelayEnv, recording each Send on stdout, until stdin closes or a
-// SIGTERM arrives, then stops it gracefully.
-func RunStressRelay(stdin io.Reader, stdout, stderr io.Writer) error {
-	spec, err := decodeStressRelaySpec([]byte(os.Getenv(StressRelayEnv)))
+// RunStressRelay is the child's main: it runs the relay of spec (the JSON
+// that StressRelayEnv carries), recording each Send on stdout, until stdin
+// closes, ctx ends or a SIGTERM arrives, then stops it gracefully.
+func RunStressRelay(ctx context.Context, specJSON string, stdin io.Reader, stdout, stderr io.Writer) error {
+	spec, err := decodeStressRelaySpec([]byte(specJSON))
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 	go func() {
 		_, _ = io.Copy(io.Discard, stdin)

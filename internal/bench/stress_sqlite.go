@@ -77,7 +77,7 @@ func StressSQLite(ctx context.Context, dir string, cfg StressConfig) (Result, er
 			r.Set(k, v)
 		}
 		if got.Notes != "" {
-			r.Notes = strings.TrimSpace(r.Notes + " " + prefix + " " + got.Notes)
+			r.Notes = strings.TrimSpace(r.Notes + "\n" + got.Notes)
 		}
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 // again with StressRelayEnv set, hands over to RunStressRelay here.
 func TestMain(m *testing.M) {
 	if StressRelayRequested() {
-		if err := RunStressRelay(os.Stdin, os.Stdout, os.Stderr); err != nil {
+		if err := RunStressRelay(context.Background(), os.Getenv(StressRelayEnv), os.Stdin, os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "stress relay:", err)
 			os.Exit(1)
 		}
