@@ -440,3 +440,30 @@ func formatStress(r Result) string {
 	}
 	return b.String() + r.Notes
 }
+
+func TestOutboxTaxHarness(t *testing.T) {
+	testdb.Long(t, "outbox tax harness")
+	e := Env{Pool: testdb.Pool(t), Schema: testdb.Schema(t)}
+	r, err := OutboxTax(context.Background(), e, OutboxTaxConfig{Producers: 2, Run: 300 * time.Millisecond, Rounds: 1, PacedFor: time.Second})
+	if err != nil {
+		t.Fatalf("%v\nnotes: %s", err, r.Notes)
+	}
+	m := r.Metrics
+	for _, k := range []string{"business/tx/s", "outbox/tx/s", "outbox-unchecked/tx/s", "tax-ratio", "outbox/pickup-p99-ms",
+		"business/tx-p99-ms", "outbox/tx-p99-ms", "paced/offered/s", "paced/delivered/s", "paced/p99-ms"} {
+		if m[k] <= 0 {
+			t.Errorf("%s = %v, want > 0", k, m[k])
+		}
+	}
+	if v, ok := m["lost"]; !ok || v != 0 {
+		t.Errorf("paced run lost %v (present %v)", v, ok)
+	}
+	// The check is back on for whoever uses the schema next.
+	var enabled string
+	if err := e.Pool.QueryRow(context.Background(), "SELECT tgenabled FROM pg_trigger WHERE tgname = 'outbox_check' AND tgrelid = to_regclass($1)", e.Schema+".outbox").Scan(&enabled); err != nil || enabled != "O" {
+		t.Errorf("outbox_check trigger state %q, %v", enabled, err)
+	}
+	if t.Failed() {
+		t.Log(formatStress(r))
+	}
+}
