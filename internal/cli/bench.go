@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,7 +22,11 @@ import (
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.
-var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats"}
+var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite"}
+
+// privateScenarios need no database of the config: with --private-server
+// (or on SQLite, in a temporary directory) they bring their own.
+var privateScenarios = []string{"stress", "tax", "stress-sqlite"}
 
 type benchOptions struct {
 	scenarios      []string
@@ -40,6 +45,17 @@ type benchOptions struct {
 	natsURL        string
 	keep           bool
 	asJSON         bool
+
+	stressRate    int
+	stressWarmup  time.Duration
+	stressPhase   time.Duration
+	stressPinned  time.Duration
+	stressLease   time.Duration
+	stressReaders int
+	taxRun        time.Duration
+	taxPaced      time.Duration
+	private       bool
+	stressRelay   bool
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -88,12 +104,47 @@ dropped afterwards: it never touches the configured schema's rows.
              with the stream sequence in the database vs plain at-least-once,
              on scratch streams at --nats-url
 
-kafka, nats, enqueue-check and wakeup run each mode once per round (--rounds),
+  stress     issue #14: --stress-rate single-message business transactions
+             a second (8 producers, credited on wall-clock time) through
+             the phases warmup (--stress-warmup), clean, idle-in-tx (a
+             session holding the xmin horizon for --stress-pinned),
+             recovery, active-readers (--stress-readers REPEATABLE READ
+             sessions scanning the outbox), high-load (1.5x), recovery-2
+             and crash (the relay process SIGKILLed a quarter in and
+             restarted), each --stress-phase long; per phase: offered,
+             enqueued and delivered per second, pickup p50/p95/p99 (commit
+             to Sender), max depth, the outbox's dead tuples and sizes, and
+             a lost/duplicate audit at the end (not run unless asked for)
+  tax        the outbox tax: 8 producers run one business transaction as
+             fast as they can with and without one enqueue (and with the
+             outbox's insert check disabled), the relay delivering to a
+             no-op Sender, --rounds rounds of --tax-run; then pickup
+             latency at 80% of the outbox rate for --tax-paced (not run
+             unless asked for)
+  stress-sqlite
+             the stress scenario's warmup, clean and crash phases on the
+             embedded SQLite, in a temporary directory (not run unless
+             asked for)
+
+kafka, nats, enqueue-check, wakeup and tax run each mode once per round (--rounds),
 rotating which goes first, and report medians and ratios.
+
+The stress figures only mean production on a server with production
+settings (autovacuum on): --private-server starts a PostgreSQL of its own
+(initdb in a temporary directory, a free port of 127.0.0.1, initdb's
+defaults; the server programs from $MENSAGERIA_PG_BIN or
+/usr/lib/postgresql/*/bin, run as the postgres OS user when bench runs as
+root) and runs every PostgreSQL scenario there instead of the config's
+database, which is then not needed. The stress result's notes name the
+server's settings and say when autovacuum is off.
 
 --json prints one JSON object per scenario.`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if o.stressRelay {
+				spec, _ := a.io.Env(bench.StressRelayEnv)
+				return bench.RunStressRelay(cmd.Context(), spec, a.io.In, a.io.Out, a.io.Err)
+			}
 			for _, s := range o.scenarios {
 				if !slices.Contains(benchScenarios, s) {
 					return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
@@ -110,6 +161,17 @@ rotating which goes first, and report medians and ratios.
 				return usageErr("--paced-for %s: at least 100ms", o.pacedFor)
 			case o.checkFor < 100*time.Millisecond:
 				return usageErr("--check-for %s: at least 100ms", o.checkFor)
+			case o.stressRate < 1 || o.stressReaders < 1:
+				return usageErr("--stress-rate %d and --stress-readers %d: at least 1", o.stressRate, o.stressReaders)
+			case o.stressWarmup < 100*time.Millisecond || o.stressPhase < 100*time.Millisecond || o.stressPinned < 100*time.Millisecond:
+				return usageErr("--stress-warmup %s, --stress-phase %s, --stress-pinned %s: at least 100ms each", o.stressWarmup, o.stressPhase, o.stressPinned)
+			case o.stressLease != 0 && o.stressLease < time.Second:
+				return usageErr("--stress-lease %s: at least 1s (0: the relay's default)", o.stressLease)
+			case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
+				return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
+			}
+			if o.private || onlyPrivate(o.scenarios) {
+				return a.runBenchPrivate(cmd.Context(), o)
 			}
 			if cmd.Flags().Changed("paced-for") {
 				o.httpPacedFor = o.pacedFor
@@ -138,9 +200,51 @@ rotating which goes first, and report medians and ratios.
 	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check, wakeup: how long each mode enqueues per round")
 	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: an in-process kfake cluster)")
 	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
+	f.IntVar(&o.stressRate, "stress-rate", 800, "stress: base offered rate, business transactions a second")
+	f.DurationVar(&o.stressWarmup, "stress-warmup", 30*time.Second, "stress: the warmup phase")
+	f.DurationVar(&o.stressPhase, "stress-phase", 90*time.Second, "stress: every other phase but idle-in-tx")
+	f.DurationVar(&o.stressPinned, "stress-pinned", 2*time.Minute, "stress: how long idle-in-tx holds the xmin horizon")
+	f.DurationVar(&o.stressLease, "stress-lease", 0, "stress: the relay's lease (0: its default, 30s)")
+	f.IntVar(&o.stressReaders, "stress-readers", 3, "stress: REPEATABLE READ sessions of the active-readers phase")
+	f.DurationVar(&o.taxRun, "tax-run", 10*time.Second, "tax: each mode's run per round")
+	f.DurationVar(&o.taxPaced, "tax-paced", 30*time.Second, "tax: the paced run at 80% of the outbox rate")
+	f.BoolVar(&o.private, "private-server", false, "run the PostgreSQL scenarios on a private server with production defaults, started and removed by bench")
+	f.BoolVar(&o.stressRelay, "stress-relay", false, "internal: run as the stress scenario's relay process")
+	_ = f.MarkHidden("stress-relay")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
 	return cmd
+}
+
+// onlyPrivate reports whether every scenario asked for brings its own
+// database, so that no config is needed.
+func onlyPrivate(scenarios []string) bool {
+	for _, s := range scenarios {
+		if s != "stress-sqlite" {
+			return false
+		}
+	}
+	return true
+}
+
+// runBenchPrivate runs the scenarios on a private PostgreSQL server (when
+// any needs PostgreSQL), started here and removed afterwards.
+func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
+	if onlyPrivate(o.scenarios) {
+		return a.runScenarios(ctx, nil, bench.Env{}, o)
+	}
+	if !o.asJSON {
+		fmt.Fprintln(a.io.Err, "bench: starting a private PostgreSQL server")
+	}
+	srv, err := bench.StartPostgres(ctx, bench.PostgresServerConfig{})
+	if err != nil {
+		return failErr("--private-server: %v", err)
+	}
+	defer func() { _ = srv.Stop() }()
+	if !o.asJSON {
+		fmt.Fprintf(a.io.Err, "bench: private server at %s (%s)\n", srv.URL, srv.Dir)
+	}
+	return a.runBench(ctx, &Config{Database: srv.URL, Schema: "mensageria"}, o)
 }
 
 func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
@@ -169,7 +273,14 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 	if !o.asJSON {
 		fmt.Fprintf(a.io.Err, "bench: scratch schema %s\n", schema)
 	}
-	env := bench.Env{Pool: b.pool, Schema: schema}
+	return a.runScenarios(ctx, c, bench.Env{Pool: b.pool, Schema: schema}, o)
+}
+
+// runScenarios runs the scenarios asked for, in benchScenarios' order, in
+// env (a zero env and no config when only scenarios that bring their own
+// database run).
+func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benchOptions) error {
+	var err error
 	failed := 0
 	for _, s := range benchScenarios {
 		if !slices.Contains(o.scenarios, s) {
@@ -210,6 +321,13 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 			}
 		case "nats":
 			r, err = benchNats(ctx, env, o)
+		case "stress":
+			r, err = bench.Stress(ctx, env, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders,
+				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand})
+		case "tax":
+			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})
+		case "stress-sqlite":
+			r, err = benchStressSQLite(ctx, o)
 		}
 		if err != nil {
 			failed++
@@ -303,6 +421,31 @@ func (w *syncWriter) String() string {
 	return w.b.String()
 }
 
+// stressRelayCommand starts this executable again as the stress scenario's
+// relay process.
+func stressRelayCommand() *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe, "bench", "--stress-relay")
+}
+
+// benchStressSQLite runs the SQLite phases in a temporary directory.
+func benchStressSQLite(ctx context.Context, o benchOptions) (bench.Result, error) {
+	dir, err := os.MkdirTemp("", "mensageria-stress-")
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	return bench.StressSQLite(ctx, dir, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, RelayCommand: stressRelayCommand,
+		Phases: []bench.StressPhase{
+			{Name: "warmup", For: o.stressWarmup, Load: 1},
+			{Name: "clean", For: o.stressPhase, Load: 1},
+			{Name: "crash", For: o.stressPhase, Load: 1, Crash: true},
+		}})
+}
+
 // benchKafka runs the Kafka relay comparison and the sink comparison.
 func benchKafka(ctx context.Context, env bench.Env, o benchOptions) ([]bench.Result, error) {
 	brokers := o.kafkaBrokers
@@ -358,6 +501,8 @@ func writeBenchResult(a *app, r bench.Result) {
 		fmt.Fprintf(a.io.Out, "  %-*s %12.2f\n", width, k, r.Metrics[k])
 	}
 	if r.Notes != "" {
-		fmt.Fprintf(a.io.Out, "  %s\n", r.Notes)
+		for _, line := range strings.Split(r.Notes, "\n") {
+			fmt.Fprintf(a.io.Out, "  %s\n", line)
+		}
 	}
 }
