@@ -32,6 +32,12 @@ func (d *Driver) Register(ctx context.Context, p driver.RegisterParams) (driver.
 	err = retryDeadlock(ctx, func() error {
 		res = driver.RegisterResult{}
 		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+			// Whatever the connection says: ownership lost in a crash
+			// would let another app take this app's types while its relay
+			// claims their rows.
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+				return err
+			}
 			if len(rs) > 0 {
 				if _, err := tx.Exec(ctx, d.q.registerInsert, kinds, names, windows, p.App); err != nil {
 					return err

@@ -86,6 +86,10 @@ func (e *elector) acquire(ctx context.Context) (int64, bool, error) {
 		}
 		cfg.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(e.lease.Milliseconds(), 10)
 		cfg.RuntimeParams["application_name"] = "mensageria relay " + e.app
+		// Whatever the pool says: an epoch lost in a server crash would be
+		// won again by the next leader, and the leader from before the
+		// crash, until it notices, would pass the claim's fence beside it.
+		cfg.RuntimeParams["synchronous_commit"] = "on"
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return 0, false, fmt.Errorf("mensageria/postgres: election connection: %w", err)

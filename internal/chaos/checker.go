@@ -19,6 +19,7 @@ const (
 	Unknown        = "unknown-message"  // a message nobody enqueued showed up
 	NoArrival      = "no-arrival"       // an effect without its request on the wire
 	BusinessRow    = "business-row"     // a business row that disagrees with its committed transactions
+	EpochReused    = "epoch-reused"     // one election epoch won by two relay processes
 )
 
 // Violation is one broken promise.
@@ -44,6 +45,7 @@ type Report struct {
 	Effects            int
 	Dead               int
 	Claims             int
+	Elections          int // epochs won
 	Settles            map[string]int
 	Fenced             int
 	Faults             map[string]int
@@ -66,10 +68,10 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 // Summary is a multi-line account of the figures and the first violations.
 func (r *Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "messages %d (rolled back %d, poison %d), arrivals %d, redeliveries %d, duplicates absorbed %d, acks dropped %d, effects %d, dead %d, claims %d, fenced settles %d\n",
-		r.Messages, r.RolledBack, r.Poison, r.Arrivals, r.Redeliveries, r.DuplicatesAbsorbed, r.AckDrops, r.Effects, r.Dead, r.Claims, r.Fenced)
+	fmt.Fprintf(&b, "messages %d (rolled back %d, poison %d), arrivals %d, redeliveries %d, duplicates absorbed %d, acks dropped %d, effects %d, dead %d, claims %d, fenced settles %d, elections %d\n",
+		r.Messages, r.RolledBack, r.Poison, r.Arrivals, r.Redeliveries, r.DuplicatesAbsorbed, r.AckDrops, r.Effects, r.Dead, r.Claims, r.Fenced, r.Elections)
 	fmt.Fprintf(&b, "settles %v\nfaults %v\n", sortedMap(r.Settles), sortedMap(r.Faults))
-	for _, k := range []string{Lost, DuplicateEff, ForeignClaim, OrderViolation, StaleSettle, UnexpectedDead, RolledBackSeen, Unknown, NoArrival, BusinessRow} {
+	for _, k := range []string{Lost, DuplicateEff, ForeignClaim, OrderViolation, StaleSettle, UnexpectedDead, RolledBackSeen, Unknown, NoArrival, BusinessRow, EpochReused} {
 		fmt.Fprintf(&b, "%s %d; ", k, r.Count(k))
 	}
 	b.WriteByte('\n')
@@ -290,6 +292,25 @@ func Check(h *History) *Report {
 		if l.Kind == KindDelivered || l.Kind == KindDead {
 			st.final = l.Kind
 		}
+	}
+
+	// The election: an epoch is won once. Every claim is fenced by its
+	// epoch, so two processes holding one epoch would both claim, as if
+	// each were the only relay of the app; a crash that lost an epoch's
+	// commit would hand it out again.
+	type ae struct {
+		app   string
+		epoch int64
+	}
+	winner := map[ae]string{}
+	for _, e := range h.Elections {
+		r.Elections++
+		k := ae{appOf(e.Relay), e.Epoch}
+		if w, ok := winner[k]; ok && w != e.Relay {
+			bad(EpochReused, e.Epoch, "app %s: epoch %d won by %q and again by %q", k.app, e.Epoch, w, e.Relay)
+			continue
+		}
+		winner[k] = e.Relay
 	}
 
 	for _, b := range h.Business {

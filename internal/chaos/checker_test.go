@@ -110,6 +110,20 @@ func (b *builder) random(count int) *History {
 	b.message("a.seq", "fixed", false)
 	b.rollback()
 	b.h.Business = []Business{{Producer: 0, Committed: 10, Value: 10}}
+	// Each relay process wins an epoch or more, each epoch once; a
+	// process reports a win it already reported when it sees it again.
+	epoch, holder := map[string]int64{}, map[string]string{}
+	for _, l := range b.h.Leases {
+		if l.Kind != KindClaim {
+			continue
+		}
+		app := appOf(l.Relay)
+		if holder[app] != l.Relay || b.rng.IntN(4) == 0 {
+			epoch[app]++
+			holder[app] = l.Relay
+		}
+		b.h.Elections = append(b.h.Elections, Election{Relay: l.Relay, Epoch: epoch[app]})
+	}
 	return &b.h
 }
 
@@ -274,6 +288,12 @@ var mutations = []mutation{
 	{"effect without a request", NoArrival, func(h *History, pick func(int) int) bool {
 		c := applied(h)
 		h.Effects[c[pick(len(c))]].ArrivalID = 1 << 40
+		return true
+	}},
+	{"epoch won twice", EpochReused, func(h *History, pick func(int) int) bool {
+		e := h.Elections[pick(len(h.Elections))]
+		e.Relay = appOf(e.Relay) + "/9#9"
+		h.Elections = append(h.Elections, e)
 		return true
 	}},
 	{"business row off", BusinessRow, func(h *History, pick func(int) int) bool {

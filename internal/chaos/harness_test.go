@@ -31,7 +31,6 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // The two apps, their types and which are ordered. Each app's relay
@@ -100,6 +99,8 @@ type harness struct {
 	appName map[string]string // "a" -> mensageria app name, unique per run
 	bin     string
 	logDir  string
+	db      *chaosDB
+	dbs     dbState
 
 	relays    map[string][]*proc
 	receivers map[string]*proc
@@ -197,8 +198,15 @@ func (p *proc) start() error {
 				p.h.fenced.Add(1)
 			case f[0] == "refused":
 				p.h.refused.Add(1)
+			case f[0] == "unready":
+				p.h.fault(figUnready, 1)
 			case f[0] == "leader" && len(f) > 1:
 				p.leader.Store(f[1] == "true")
+				if epoch, err := strconv.ParseInt(f[len(f)-1], 10, 64); err == nil && f[1] == "true" {
+					p.h.histMu.Lock()
+					p.h.hist.Elections = append(p.h.hist.Elections, Election{Relay: label, Epoch: epoch})
+					p.h.histMu.Unlock()
+				}
 			}
 		}
 		once.Do(func() { close(ready) })
@@ -269,11 +277,15 @@ func runID() string {
 }
 
 func newHarness(t *testing.T, p profile) *harness {
-	pool := testdb.Pool(t)
-	schema := testdb.Schema(t)
+	db := startDB(t)
+	pool := db.pool(t)
+	schema := chaosSchema
+	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	h := &harness{
-		t: t, p: p, ctx: context.Background(), pool: pool, schema: schema, run: runID(),
+		t: t, p: p, ctx: context.Background(), pool: pool, schema: schema, run: runID(), db: db,
 		appName:   map[string]string{},
 		relays:    map[string][]*proc{},
 		receivers: map[string]*proc{},
@@ -346,6 +358,7 @@ CREATE TRIGGER chaos_lease_log AFTER UPDATE OR DELETE ON ` + s + `.outbox FOR EA
 	if _, err := h.pool.Exec(h.ctx, ddl); err != nil {
 		h.t.Fatalf("history tables: %v", err)
 	}
+	h.grant()
 }
 
 // startAll starts a receiver and a fault proxy per app, then two relay
@@ -365,7 +378,7 @@ func (h *harness) startAll() {
 		}
 		h.t.Cleanup(func() { _ = ln.Close(); _ = lf.Close() })
 		rcv := &proc{h: h, name: a, extra: []*os.File{lf}, args: func(label string) []string {
-			return []string{"-mode", "receiver", "-db", testdb.URL(), "-schema", h.schema, "-run", h.run, "-label", label,
+			return []string{"-mode", "receiver", "-db", h.db.url(roleReceiver), "-schema", h.schema, "-run", h.run, "-label", label,
 				"-types", strings.Join(appTypes[a], ","), "-drop-acks", strconv.FormatFloat(h.p.dropAcks, 'f', -1, 64), "-conns", "4"}
 		}}
 		h.receivers[a] = rcv
@@ -390,7 +403,7 @@ func (h *harness) startAll() {
 						ordered = append(ordered, t)
 					}
 				}
-				return []string{"-mode", "relay", "-db", testdb.URL(), "-schema", h.schema, "-run", h.run, "-label", label,
+				return []string{"-mode", "relay", "-db", h.db.url(relayRole(a)), "-schema", h.schema, "-run", h.run, "-label", label,
 					"-app", h.appName[a], "-types", strings.Join(appTypes[a], ","), "-ordered", strings.Join(ordered, ","),
 					"-url", url, "-lease", h.p.lease.String(), "-conns", "3"}
 			}}
@@ -474,7 +487,9 @@ func (h *harness) produce(p int, clients map[string]*mensageria.Client, deadline
 			batch = append(batch, Enqueued{N: n, Type: typ, Key: key, Poison: poison})
 		}
 		rollback := rng.Float64() < h.p.rollback
+		h.dbs.producers.RLock()
 		committed, err := h.businessTx(p, clients, byApp, rollback, out.committed)
+		h.dbs.producers.RUnlock()
 		if err != nil {
 			return err
 		}
@@ -522,9 +537,13 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 			}
 			if err := tx.Commit(h.ctx); err != nil {
 				uncertain = true
+				h.fault(figCommitUnknown, 1)
 				for range 120 {
 					var v int64
-					qerr := h.pool.QueryRow(h.ctx, "SELECT value FROM "+h.schema+".chaos_business WHERE producer = $1", p).Scan(&v)
+					// FOR SHARE waits for the commit, should its
+					// backend still be finishing it, and then reads its
+					// outcome.
+					qerr := h.pool.QueryRow(h.ctx, "SELECT value FROM "+h.schema+".chaos_business WHERE producer = $1 FOR SHARE", p).Scan(&v)
 					if qerr == nil {
 						return v == committedSoFar+1, nil
 					}
@@ -536,11 +555,11 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 		}()
 		// Retrying is safe only when the transaction surely did not
 		// commit.
-		if err == nil || uncertain || attempt == 50 {
+		if err == nil || uncertain || attempt == 300 {
 			return ok, err
 		}
 		// The transaction failed before commit (a busy server, no free
-		// connection slot): nothing was written.
+		// connection slot, a server restarting): nothing was written.
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -674,6 +693,8 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 				// vanish until the sender times out: lost acks.
 				h.logf("nemesis: answers swallowed on proxy %s", other)
 				h.toxic(other, "timeout", `{"name":"timeout","type":"timeout","stream":"downstream","toxicity":0.5,"attributes":{"timeout":0}}`, 2*time.Second, ctx)
+			default:
+				h.dbFault(ctx, kind, a)
 			}
 			h.fault(kind, 1)
 			sleepCtx(ctx, h.p.gap)

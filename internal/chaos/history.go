@@ -56,6 +56,9 @@ type History struct {
 	// Business is the state of each producer's business row.
 	Business []Business
 
+	// Elections are the epochs each relay process reported winning.
+	Elections []Election
+
 	// Figures, not checked: faults injected by kind and settles the
 	// relays saw refused for a lost lease (outcomes "fenced" and
 	// "expired").
@@ -125,4 +128,11 @@ type Business struct {
 	Producer  int
 	Committed int64
 	Value     int64
+}
+
+// Election is one relay process taking its app's leadership.
+type Election struct {
+	// Relay is "app/replica#incarnation".
+	Relay string
+	Epoch int64
 }

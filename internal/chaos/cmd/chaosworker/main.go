@@ -232,10 +232,47 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
-		return err
+	// Start needs the database (it records the app's types): while the
+	// server is down, full or refusing this role, try again, as a
+	// supervisor restarting the process would.
+	for {
+		err := c.Start(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("start failed; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	emit("ready")
+	// Readiness as an orchestrator would probe it: each change is reported,
+	// so the harness can count the times a relay said it was unfit.
+	go func() {
+		unready := false
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := c.Ready(); (err != nil) != unready {
+				unready = err != nil
+				if unready {
+					emit("unready %s", strings.ReplaceAll(err.Error(), "\n", " "))
+				} else {
+					emit("ready-again")
+				}
+			}
+		}
+	}()
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -258,8 +295,12 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 		return fmt.Errorf("listener from fd 3: %w", err)
 	}
 	route, _, _ := strings.Cut(f.label, "#")
-	// Asynchronous commit: the suite kills processes, not the server, and
-	// a commit the server acknowledged survives a client's death.
+	// Asynchronous commit, on the server the suite crashes too: a crash
+	// that keeps the relay's settle of a message keeps this effect, since
+	// the settle is written to the same WAL after the answer, so after the
+	// effect's commit, and the WAL survives a crash only as a prefix. A
+	// crash that loses the effect loses its settle with it: a redelivery.
+	// A receiver on a server of its own commits synchronously.
 	pool, drv, err := openDriver(ctx, f, map[string]string{
 		"application_name":   "chaos " + f.run + " receiver " + f.label,
 		"synchronous_commit": "off",

@@ -1,0 +1,438 @@
+//go:build unix
+
+// Package pgserver runs a private PostgreSQL server for tests that must
+// crash, restart or reconfigure it: initdb into a temporary directory, the
+// server on a free port of 127.0.0.1 (and a socket in that directory),
+// never the machine's shared server. Run as root, the server's programs run
+// as the postgres OS user, since PostgreSQL refuses root.
+//
+// The server keeps its data directory and port across Crash, Shutdown and
+// Start, so clients reconnect to the same address: a crash is what a crash
+// of the database host's PostgreSQL looks like to them.
+package pgserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoPostgres means the PostgreSQL server programs were not found.
+var ErrNoPostgres = errors.New("pgserver: PostgreSQL server programs (initdb, postgres) not found")
+
+// ErrDown is returned by the methods that need a running server.
+var ErrDown = errors.New("pgserver: the server is not running")
+
+// EnvBin names the variable that points at the directory of initdb and
+// postgres.
+const EnvBin = "MENSAGERIA_PG_BIN"
+
+// Config configures Start.
+type Config struct {
+	// BinDir holds initdb and postgres. Default: $MENSAGERIA_PG_BIN, else
+	// the newest /usr/lib/postgresql/*/bin, else the PATH.
+	BinDir string
+	// Settings are passed as -c name=value on top of initdb's defaults
+	// (which are a fresh server's production defaults: fsync on,
+	// synchronous commit, autovacuum).
+	Settings map[string]string
+}
+
+// Server is a private server. Its methods are safe for concurrent use.
+type Server struct {
+	// URL connects to database postgres as the superuser postgres.
+	URL string
+	// Dir holds the data directory (data), the socket and the server's
+	// log (server.log).
+	Dir string
+	// Port is the TCP port on 127.0.0.1, the same for the server's whole
+	// life.
+	Port int
+
+	bin      string
+	data     string
+	cred     *syscall.Credential
+	settings map[string]string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+	walw     int // the walwriter held by HoldWAL, 0 when none
+	removed  bool
+	restarts int
+}
+
+// Start initdbs a server into a new temporary directory and starts it.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	bin, err := binDir(cfg.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	cred, uid, gid, err := credential()
+	if err != nil {
+		return nil, err
+	}
+	// Not under a test's TempDir: its parents are private to this user,
+	// and the postgres user could not reach the data directory.
+	dir, err := os.MkdirTemp("", "mensageria-pgserver-")
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if cred != nil {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, fmt.Errorf("pgserver: hand %s to the postgres user: %w", dir, err)
+		}
+	}
+	s := &Server{Dir: dir, bin: bin, data: filepath.Join(dir, "data"), cred: cred, settings: cfg.Settings}
+	// --no-sync only skips flushing the files initdb writes; the server
+	// itself runs with fsync on unless Settings say otherwise.
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust",
+		"-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pgserver: initdb: %w: %s", err, out)
+	}
+	var lastErr error
+	for range 5 { // another process may take the port first
+		if s.Port, err = freePort(); err != nil {
+			return nil, err
+		}
+		s.URL = s.URLFor("postgres", "postgres")
+		if lastErr = s.Start(ctx); lastErr == nil {
+			ok = true
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// ForTest starts a server for t and stops it when t ends. Without the
+// server programs t is skipped, or fails when CI is set.
+func ForTest(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, ErrNoPostgres) && os.Getenv("CI") == "" {
+			t.Skipf("%v; set CI=1 to make this a failure", err)
+		}
+		t.Fatalf("private PostgreSQL server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Logf("private PostgreSQL server: stop: %v", err)
+		}
+	})
+	return s
+}
+
+// URLFor connects to database as user (trust authentication).
+func (s *Server) URLFor(user, database string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", user, s.Port, database)
+}
+
+// LogPath is the server's log, kept across restarts.
+func (s *Server) LogPath() string { return filepath.Join(s.Dir, "server.log") }
+
+// Start starts the server again after Crash or Shutdown, on the same port
+// and data directory (after Crash, PostgreSQL replays its WAL first). It
+// returns once the server accepts connections.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed {
+		return errors.New("pgserver: the server was stopped for good")
+	}
+	if s.cmd != nil {
+		return nil
+	}
+	args := []string{"-D", s.data, "-p", strconv.Itoa(s.Port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.Dir}
+	names := make([]string, 0, len(s.settings))
+	for k := range s.settings {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		args = append(args, "-c", k+"="+s.settings[k])
+	}
+	logf, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), args...)
+	// Its own process group, so a terminal's signals do not reach it; and
+	// it goes down (immediate shutdown) with the process that started it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(2 * time.Minute) // crash recovery replays WAL first
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(cctx, s.URL)
+		cancel()
+		if err == nil {
+			_ = conn.Close(ctx)
+			s.cmd, s.done = cmd, done
+			s.restarts++
+			return nil
+		}
+		fail := func(why error) error {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+			return why
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("pgserver: the server exited at start; its log: %s", tail(s.LogPath(), 2000))
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("pgserver: the server did not accept connections within 2 minutes: %v", err))
+		}
+	}
+}
+
+// Crash stops the server at once (immediate shutdown): every session is
+// cut, nothing is checkpointed, and commits whose WAL was not yet written
+// out (asynchronous commits of the last moments, up to three times
+// wal_writer_delay on a running server; everything since HoldWAL) are
+// lost; Start recovers from the WAL. It returns once the server is down.
+func (s *Server) Crash() error {
+	return s.down(syscall.SIGQUIT)
+}
+
+// Shutdown stops the server the fast way: sessions are ended, a checkpoint
+// is written, nothing committed is lost. The data directory stays.
+func (s *Server) Shutdown() error {
+	return s.down(syscall.SIGINT)
+}
+
+// Restart is a fast shutdown and a start.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Shutdown(); err != nil {
+		return err
+	}
+	return s.Start(ctx)
+}
+
+// Running reports whether the server is up (as far as this process knows).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Starts counts how many times the server was started.
+func (s *Server) Starts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+func (s *Server) down(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return ErrDown
+	}
+	pid := s.cmd.Process.Pid
+	_ = syscall.Kill(pid, sig)
+	if s.walw != 0 {
+		if sig == syscall.SIGQUIT {
+			// Let go, the held walwriter would write the WAL out on its
+			// way down; it never runs again.
+			_ = syscall.Kill(s.walw, syscall.SIGKILL)
+		} else {
+			// A fast shutdown waits for it, and loses nothing.
+			_ = syscall.Kill(s.walw, syscall.SIGCONT)
+		}
+		s.walw = 0
+	}
+	var err error
+	select {
+	case <-s.done:
+	case <-time.After(2 * time.Minute):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-s.done
+		err = fmt.Errorf("pgserver: the server did not stop on %v within 2 minutes and was killed", sig)
+	}
+	s.cmd, s.done = nil, nil
+	return err
+}
+
+// HoldWAL stops the server's WAL writer (SIGSTOP) until release or Crash:
+// meanwhile asynchronous commits stay in shared memory, and only a
+// synchronous commit (or a full WAL buffer) writes them out. A Crash while
+// it is held loses every asynchronous commit made since that was not so
+// written: the widest loss a crash can cause, on purpose.
+func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		return nil, err
+	}
+	var pid int
+	err = conn.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").Scan(&pid)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: find the walwriter: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil, ErrDown
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("pgserver: stop the walwriter: %w", err)
+	}
+	s.walw = pid
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.walw == pid {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			s.walw = 0
+		}
+	}, nil
+}
+
+// Stop shuts the server down and removes its directory. The server cannot
+// be started again.
+func (s *Server) Stop() error {
+	err := s.Shutdown()
+	if errors.Is(err, ErrDown) {
+		err = nil
+	}
+	s.mu.Lock()
+	s.removed = true
+	s.mu.Unlock()
+	if rerr := os.RemoveAll(s.Dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// freePort is a free port below the kernel's range of ephemeral ports:
+// while the server is down between a crash and its restart, no outgoing
+// connection of another program can be given its port.
+func freePort() (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const first = 15000
+	if low <= first+1000 {
+		// An unusual range: take an ephemeral port and accept the risk.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	for range 200 {
+		port := first + rand.IntN(low-first)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
+	}
+	return 0, errors.New("pgserver: no free port found")
+}
+
+// binDir finds initdb and postgres.
+func binDir(dir string) (string, error) {
+	has := func(d string) bool {
+		_, e1 := os.Stat(filepath.Join(d, "initdb"))
+		_, e2 := os.Stat(filepath.Join(d, "postgres"))
+		return e1 == nil && e2 == nil
+	}
+	if dir == "" {
+		dir = os.Getenv(EnvBin)
+	}
+	if dir != "" {
+		if !has(dir) {
+			return "", fmt.Errorf("%w in %s", ErrNoPostgres, dir)
+		}
+		return dir, nil
+	}
+	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(found, func(i, j int) bool { // newest major version first
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(found[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(found[j])))
+		return vi > vj
+	})
+	for _, d := range found {
+		if has(d) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("%w (set %s to their directory)", ErrNoPostgres, EnvBin)
+}
+
+// credential is whom the server runs as: the postgres OS user when this
+// process is root, else this process's user (nil).
+func credential() (*syscall.Credential, int, int, error) {
+	if os.Geteuid() != 0 {
+		return nil, 0, 0, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("pgserver: running as root, and no postgres OS user to run the server as: %w", err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return nil, 0, 0, fmt.Errorf("pgserver: postgres user ids %q/%q", u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,59 @@
+//go:build !unix
+
+// Package pgserver runs a private PostgreSQL server for tests; on this
+// system it is not available.
+package pgserver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+)
+
+// ErrNoPostgres means the PostgreSQL server programs were not found.
+var ErrNoPostgres = errors.New("pgserver: a private PostgreSQL server is started on Unix systems only")
+
+// ErrDown is returned by the methods that need a running server.
+var ErrDown = errors.New("pgserver: the server is not running")
+
+// EnvBin names the variable that points at the directory of initdb and
+// postgres.
+const EnvBin = "MENSAGERIA_PG_BIN"
+
+// Config configures Start.
+type Config struct {
+	BinDir   string
+	Settings map[string]string
+}
+
+// Server is a private server.
+type Server struct {
+	URL  string
+	Dir  string
+	Port int
+}
+
+// Start is not available on this system.
+func Start(context.Context, Config) (*Server, error) { return nil, ErrNoPostgres }
+
+// ForTest skips t, or fails it when CI is set.
+func ForTest(t testing.TB, _ Config) *Server {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(ErrNoPostgres)
+	}
+	t.Skip(ErrNoPostgres)
+	return nil
+}
+
+func (s *Server) URLFor(user, database string) string     { return "" }
+func (s *Server) LogPath() string                         { return "" }
+func (s *Server) Start(context.Context) error             { return ErrDown }
+func (s *Server) Crash() error                            { return ErrDown }
+func (s *Server) Shutdown() error                         { return ErrDown }
+func (s *Server) Restart(context.Context) error           { return ErrDown }
+func (s *Server) Running() bool                           { return false }
+func (s *Server) Starts() int                             { return 0 }
+func (s *Server) HoldWAL(context.Context) (func(), error) { return nil, ErrDown }
+func (s *Server) Stop() error                             { return nil }
