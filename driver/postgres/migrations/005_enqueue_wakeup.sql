@@ -17,7 +17,7 @@
 -- (docs/benchmarks.md, enqueue wake-up). Nor a PL/pgSQL call in every
 -- enqueueing transaction, deferred to its commit: that cost the same eight
 -- connections a fifth of their rate in CPU alone (the same page,
--- docs/adr/0010-sql-enqueue-wakeup.md). So the trigger's WHEN, built-in
+-- docs/adr/0013-sql-enqueue-wakeup.md). So the trigger's WHEN, built-in
 -- functions only, decides once per transaction, at its first row, and lets
 -- the trigger fire only when a wake-up is due: when no transaction chose
 -- to notify in the last 10 ms. Then the trigger records the time and
