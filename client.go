@@ -236,7 +236,10 @@ var ErrNotReady = errors.New("mensageria: relay not ready")
 // error wrapping ErrNotReady saying why not otherwise: not started,
 // stopping or stopped, or settles failing on a database error ("settle
 // failing for 12s: ..."), when the relay delivers but cannot record what
-// it delivered. It is what a readiness probe should serve.
+// it delivered. It is what a readiness probe should serve. A route whose
+// destination is down does not make it fail: the relay keeps the other
+// routes flowing and the route resumes by itself; Routes says which are
+// paused, and why.
 func (c *Client) Ready() error {
 	c.mu.Lock()
 	r, stopped := c.relay, c.stopped
