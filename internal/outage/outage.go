@@ -29,12 +29,11 @@ func New(log *slog.Logger) *Log {
 }
 
 // Failed records n deliveries to dest that failed on the destination's
-// side (what mensageria.Unavailable marks). The first failure of an outage
+// side (what mensageria.Unavailable marks); n is 0 for a failure that
+// concerned no delivery (a check at start). The first failure of an outage
 // is logged, at warning level, with the error; the rest are counted.
 func (l *Log) Failed(dest string, n int, err error) {
-	if n <= 0 {
-		return
-	}
+	n = max(n, 0)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if st, ok := l.down[dest]; ok {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/xadm/mensageria/internal/outage"
 )
 
 // startCheckTimeout bounds the topic check at Start. A cluster that does
@@ -82,10 +83,12 @@ func refusedAtStart(err error) bool {
 			errors.Is(te.Err, kerr.TopicAuthorizationFailed))
 }
 
-// checkAtStart runs check within startCheckTimeout for UseRelaySettings:
-// a topic the cluster refuses or lacks fails Start; a cluster that cannot
-// be asked is logged, and Start goes on.
-func checkAtStart(log *slog.Logger, dest string, timeout time.Duration, check func(context.Context) error) error {
+// checkAtStart runs check within timeout for UseRelaySettings: a topic
+// the cluster refuses or lacks fails Start. A cluster that cannot be asked
+// does not: it starts the topic's outage in health (logged once, like any
+// outage, and ended by the first batch the cluster takes), and the
+// messages wait in the outbox.
+func checkAtStart(health *outage.Log, dest string, timeout time.Duration, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := check(ctx)
@@ -95,8 +98,7 @@ func checkAtStart(log *slog.Logger, dest string, timeout time.Duration, check fu
 	case refusedAtStart(err):
 		return err
 	}
-	log.Warn("could not check "+dest+" at start; the relay starts, and its messages wait in the outbox until the cluster answers",
-		"destination", dest, "err", err)
+	health.Failed(dest, 0, fmt.Errorf("checking the topic at start: %w", err))
 	return nil
 }
 

@@ -154,22 +154,27 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 // before the delivery's deadline (the relay gives each batch its lease, less
 // a tenth for the settle). Cause is what the sender found out about the
 // destination meanwhile (an *UnreachableError, a *TopicError about a
-// partition without a leader), nil when the cluster answered and showed
-// nothing wrong. errors.Is(err, context.DeadlineExceeded) holds when the
-// deadline was the context's.
+// partition without a leader); nil when it found nothing, and then Checked
+// says whether the cluster was asked about the topic and showed nothing
+// wrong. errors.Is(err, context.DeadlineExceeded) holds when the deadline
+// was the context's.
 type NoAckError struct {
-	Topic  string
-	Waited time.Duration
-	Cause  error
-	ctxErr error
+	Topic   string
+	Waited  time.Duration
+	Cause   error
+	Checked bool
+	ctxErr  error
 }
 
 func (e *NoAckError) Error() string {
 	msg := fmt.Sprintf("mensageria/kafka: topic %q: no acknowledgement within %s", e.Topic, e.Waited.Round(time.Millisecond))
-	if e.Cause != nil {
+	switch {
+	case e.Cause != nil:
 		return msg + ": " + e.Cause.Error()
+	case e.Checked:
+		return msg + " (the cluster answers and shows the topic with a leader for every partition: the brokers are slow, overloaded or reconnecting)"
 	}
-	return msg + " (the cluster answers and shows the topic with a leader for every partition: the brokers are slow or overloaded)"
+	return msg
 }
 
 // Unwrap returns the cause found and the context's error.

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -183,7 +184,7 @@ func (s *Sender) UseRelaySettings(mensageria.RelaySettings) error {
 		s.log.Info("the Kafka topics are not checked at start: the topic is picked per delivery", "destination", s.dest)
 		return nil
 	}
-	return checkAtStart(s.log, s.dest, s.checkTimeout, s.Check)
+	return checkAtStart(s.health, s.dest, s.checkTimeout, s.Check)
 }
 
 // Send produces one message and waits for the brokers' acknowledgement.
@@ -206,7 +207,8 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 // Sender asks the cluster about its topics, and answers the records of a
 // topic that is missing or refused at once instead of at the deadline.
 func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
-	b := newAcks(ds, s.topicFor)
+	start := time.Now()
+	b := newAcks(ctx, ds, s.topicFor)
 	for i, d := range ds {
 		s.cl.Produce(ctx, toRecord(b.topics[i], d), func(r *kgo.Record, err error) { b.answer(i, r.Partition, err) })
 	}
@@ -215,17 +217,30 @@ func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []err
 	// the batch waits sends its records now.
 	flushCtx, stopFlush := context.WithCancel(ctx)
 	go func() { _ = s.cl.Flush(flushCtx) }()
-	s.await(ctx, b)
+	causes := s.await(ctx, b)
 	stopFlush()
-	return b.results(s.health)
+	// Records given up for another batch's context (the client fails a
+	// partition's buffered records together) have no cause yet: ask.
+	for _, topic := range b.droppedEarly() {
+		if _, ok := causes[topic]; !ok && ctx.Err() == nil {
+			causes[topic] = s.diag.topic(ctx, topic)
+		}
+	}
+	return b.results(s.health, func(topic string, ctxErr error) error {
+		cause, checked := causes[topic]
+		if u := s.diag.watch.unreachable(); u != nil {
+			cause = u
+		}
+		return &NoAckError{Topic: topic, Waited: time.Since(start), Cause: cause, Checked: checked, ctxErr: ctxErr}
+	})
 }
 
 // await waits for every answer of b, asking the cluster about its topics
 // after diagnoseAfter (or half the time left, when shorter) and answering
 // the records of a topic that is missing or refused with that; at ctx's
-// end the records still waiting get a *NoAckError with the cause found.
-func (s *Sender) await(ctx context.Context, b *acks) {
-	start := time.Now()
+// end the records still waiting are left with ctx's error. It returns the
+// causes found, by topic.
+func (s *Sender) await(ctx context.Context, b *acks) map[string]error {
 	wait := s.diagnoseAfter
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl)/2)
@@ -235,7 +250,7 @@ func (s *Sender) await(ctx context.Context, b *acks) {
 	causes := map[string]error{}
 	select {
 	case <-b.done:
-		return
+		return causes
 	case <-ctx.Done():
 	case <-t.C:
 		for _, topic := range b.waiting() {
@@ -247,23 +262,18 @@ func (s *Sender) await(ctx context.Context, b *acks) {
 		}
 		select {
 		case <-b.done:
-			return
+			return causes
 		case <-ctx.Done():
 		}
 	}
-	waited := time.Since(start)
-	b.expire(func(topic string) error {
-		cause := s.diag.watch.unreachable()
-		if cause == nil {
-			cause = causes[topic]
-		}
-		return &NoAckError{Topic: topic, Waited: waited, Cause: cause, ctxErr: ctx.Err()}
-	})
+	b.expire(ctx.Err())
+	return causes
 }
 
 // acks collects the answers of one batch's records; answers that come
 // after the batch ended (a record the deadline cut short) are dropped.
 type acks struct {
+	ctx    context.Context
 	topics []string
 
 	mu       sync.Mutex
@@ -275,8 +285,8 @@ type acks struct {
 	done     chan struct{}
 }
 
-func newAcks(ds []*mensageria.Delivery, topicFor func(*mensageria.Delivery) string) *acks {
-	b := &acks{topics: make([]string, len(ds)), errs: make([]error, len(ds)), parts: make([]int32, len(ds)),
+func newAcks(ctx context.Context, ds []*mensageria.Delivery, topicFor func(*mensageria.Delivery) string) *acks {
+	b := &acks{ctx: ctx, topics: make([]string, len(ds)), errs: make([]error, len(ds)), parts: make([]int32, len(ds)),
 		answered: make([]bool, len(ds)), left: len(ds), done: make(chan struct{})}
 	for i, d := range ds {
 		b.topics[i] = topicFor(d)
@@ -288,6 +298,11 @@ func newAcks(ds []*mensageria.Delivery, topicFor func(*mensageria.Delivery) stri
 }
 
 func (b *acks) answer(i int, part int32, err error) {
+	if err != nil && b.ctx.Err() != nil && errors.Is(err, b.ctx.Err()) {
+		// The client gives up a record when its context ends: that is
+		// no answer from the cluster, and expire says what was found.
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended || b.answered[i] {
@@ -322,21 +337,38 @@ func (b *acks) fail(topic string, err error) {
 	}
 }
 
-// expire ends the batch: every record still unanswered gets errFor(its
-// topic).
-func (b *acks) expire(errFor func(topic string) error) {
+// expire ends the batch: every record still unanswered gets err, the
+// context's.
+func (b *acks) expire(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ended = true
-	for i, t := range b.topics {
+	for i := range b.topics {
 		if !b.answered[i] {
-			b.answered[i], b.errs[i], b.parts[i] = true, errFor(t), -1
+			b.answered[i], b.errs[i], b.parts[i] = true, err, -1
 		}
 	}
 }
 
+// droppedEarly returns the topics of records the client gave up for a
+// context's end while this batch's context still runs.
+func (b *acks) droppedEarly() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for i, err := range b.errs {
+		if (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && b.ctx.Err() == nil && !slices.Contains(out, b.topics[i]) {
+			out = append(out, b.topics[i])
+		}
+	}
+	return out
+}
+
 // results classifies every answer and tells health what each topic did.
-func (b *acks) results(health *outage.Log) []error {
+// A record given up for a context's end, this batch's or (when the client
+// fails every buffered record at once) another's, becomes noAck(topic,
+// that error): the cluster did not answer it.
+func (b *acks) results(health *outage.Log, noAck func(topic string, ctxErr error) error) []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ended = true
@@ -347,6 +379,10 @@ func (b *acks) results(health *outage.Log) []error {
 		}
 		if out == nil {
 			out = make([]error, len(b.errs))
+		}
+		var ne *NoAckError
+		if (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.As(err, &ne) {
+			err = noAck(b.topics[i], err)
 		}
 		out[i] = classify(b.topics[i], b.parts[i], err)
 	}

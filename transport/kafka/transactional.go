@@ -354,7 +354,7 @@ func (s *TransactionalSender) UseRelaySettings(rs mensageria.RelaySettings) erro
 		return nil
 	}
 	// The check registers nothing: a standby replica runs it too.
-	return checkAtStart(s.log, s.Destination(), s.checkTimeout, s.Check)
+	return checkAtStart(s.health, s.Destination(), s.checkTimeout, s.Check)
 }
 
 func (s *TransactionalSender) useSettings(rs mensageria.RelaySettings) error {
@@ -574,10 +574,7 @@ func (s *TransactionalSender) openAll(ctx context.Context) error {
 	// may be stale.
 	s.opened.Store(false)
 	for _, l := range held {
-		if l.cl != nil {
-			l.cl.Close()
-			l.cl = nil
-		}
+		drop(l)
 		if err := s.open(ctx, l); err != nil {
 			return err
 		}
@@ -599,10 +596,11 @@ func (s *TransactionalSender) rearm() {
 		s.mu.Unlock()
 	}()
 	wait := cmp.Or(s.rearmWait, time.Second)
+	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.rearmTimeout, endTimeout))
 		s.openMu.Lock()
-		err := s.openAll(ctx)
+		err = s.openAll(ctx)
 		s.openMu.Unlock()
 		cancel()
 		if err == nil {
@@ -615,11 +613,19 @@ func (s *TransactionalSender) rearm() {
 		if errors.Is(err, ErrForeignPositions) {
 			return // logged; waiting will not change whose the record is
 		}
-		s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
+		if mensageria.IsUnavailable(laneErr(err)) {
+			// The cluster's failure: an outage of the destination,
+			// logged once however many attempts it takes.
+			s.health.Failed(s.Destination(), 0, fmt.Errorf("registering the transactional ids: %w", err))
+		} else {
+			s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
+		}
 		time.Sleep(wait)
 		wait *= 2
 	}
-	s.log.Error("registering the transactional ids failed; the next batch tries again")
+	if !mensageria.IsUnavailable(laneErr(err)) {
+		s.log.Error("registering the transactional ids failed; the next batch tries again", "err", err)
+	}
 }
 
 // errRegistering answers a batch that came while the ids are not all
@@ -838,11 +844,21 @@ func (s *TransactionalSender) failed(l *lane, err error) error {
 		s.mu.Unlock()
 		s.log.Error("transactional id taken over by a newer producer; this sender stops", "lane", l.id, "err", err)
 	}
-	if l.cl != nil {
-		l.cl.Close()
-		l.cl = nil
-	}
+	drop(l)
 	return laneErr(err)
+}
+
+// drop lets go of a lane's client; the lane reopens with a new one on its
+// next batch. Closing waits for the client's requests in flight, which
+// against a cluster that does not answer outlasts the batch's deadline,
+// so it runs apart. The old client can no longer commit: the transaction
+// it may have open is aborted by the coordinator, at the latest when the
+// new client registers the id and bumps its epoch.
+func drop(l *lane) {
+	if cl := l.cl; cl != nil {
+		l.cl = nil
+		go cl.Close()
+	}
 }
 
 // endTimeout bounds ending a transaction for a caller without a deadline.
@@ -918,7 +934,12 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 	defer cancel()
 	if abort != nil {
 		s.aborted.Add(1)
-		if err := cl.AbortBufferedRecords(endCtx); err != nil {
+		if ne := (*NoAckError)(nil); errors.As(abort, &ne) && ctx.Err() != nil {
+			// The cluster did not answer by the deadline: aborting
+			// would wait for it again, past the lease. Dropping the
+			// client ends the transaction just as surely.
+			s.failed(l, abort)
+		} else if err := cl.AbortBufferedRecords(endCtx); err != nil {
 			s.failed(l, err)
 		} else if err := cl.EndTransaction(endCtx, kgo.TryAbort); err != nil {
 			s.failed(l, err)
@@ -934,7 +955,7 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 		}
 		out := make([]error, len(ds))
 		for _, i := range todo {
-			if recErrs[i] != nil {
+			if refusedItself(recErrs[i]) {
 				out[i] = classify(s.topicFor(ds[i]), parts[i], recErrs[i])
 			} else {
 				out[i] = others
@@ -985,6 +1006,14 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 	return nil
 }
 
+// refusedItself reports a record's own failure, as opposed to none, or to
+// the client dropping it because the transaction was given up (aborted,
+// or a context ended).
+func refusedItself(err error) bool {
+	return err != nil && !errors.Is(err, kgo.ErrAborting) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
 // flush sends the transaction's records and waits for their answers, or
 // for ctx to end. After diagnoseAfter (or half the time left) it asks the
 // cluster about the topic and gives up at once when the topic is missing
@@ -1002,13 +1031,16 @@ func (s *TransactionalSender) flush(ctx context.Context, cl *kgo.Client, ds []*m
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	topic := s.topicFor(ds[todo[0]])
-	var cause error
+	var (
+		cause   error
+		checked bool
+	)
 	select {
 	case err := <-flushed:
 		return err
 	case <-ctx.Done():
 	case <-t.C:
-		cause = s.diag.topic(ctx, topic)
+		cause, checked = s.diag.topic(ctx, topic), true
 		if refusedAtStart(cause) {
 			stop()
 			<-flushed
@@ -1024,7 +1056,7 @@ func (s *TransactionalSender) flush(ctx context.Context, cl *kgo.Client, ds []*m
 	if u := s.watch.unreachable(); u != nil {
 		cause = u
 	}
-	return &NoAckError{Topic: topic, Waited: time.Since(start), Cause: cause, ctxErr: ctx.Err()}
+	return &NoAckError{Topic: topic, Waited: time.Since(start), Cause: cause, Checked: checked, ctxErr: ctx.Err()}
 }
 
 // AbortedError is returned for a delivery whose transaction was aborted
