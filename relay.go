@@ -649,15 +649,15 @@ func (r *relay) deliver(b *claimed) {
 			// Never claimed on purpose; give it back to its owner untried.
 			continue
 		}
-		if out, held := r.held(route, b.probe); held {
-			outs[i] = out
-			continue
-		}
 		if _, ok := rt.Sender.(BatchSender); ok {
 			if byType[typ] == nil {
 				typeOrder = append(typeOrder, typ)
 			}
 			byType[typ] = append(byType[typ], i)
+			continue
+		}
+		if out, held := r.held(route, b.probe); held {
+			outs[i] = out
 			continue
 		}
 		if route.pace != nil && !r.paced(ctx, route, 1) {
@@ -667,6 +667,13 @@ func (r *relay) deliver(b *claimed) {
 		case r.sem <- struct{}{}:
 		case <-ctx.Done():
 			continue // left as release
+		}
+		// Looked at again once a slot is free: the deliveries before this
+		// one may have paused the route meanwhile.
+		if out, held := r.held(route, b.probe); held {
+			<-r.sem
+			outs[i] = out
+			continue
 		}
 		wg.Add(1)
 		go func(i int) {
@@ -689,6 +696,13 @@ func (r *relay) deliver(b *claimed) {
 		select {
 		case r.sem <- struct{}{}:
 		case <-ctx.Done():
+			continue
+		}
+		if out, held := r.held(route, b.probe); held {
+			<-r.sem
+			for _, i := range idx {
+				outs[i] = out
+			}
 			continue
 		}
 		wg.Add(1)

@@ -55,9 +55,19 @@ const (
 	FaultTimeout   = "proxy-timeout"
 	FaultAckDrop   = "receiver-drop-ack" // counted from the history
 	FaultPGBackend = "pg-backends-terminated"
+	// A destination outage: the receiver answers every request 401 (a
+	// rotated token) or 503 (a failed dependency) for several seconds.
+	// Its route pauses and probes; no attempt is spent and nothing dies.
+	FaultOutage401 = "receiver-outage-401"
+	FaultOutage503 = "receiver-outage-503"
+	FaultRefused   = "requests-refused-by-outage" // counted from the receivers' reports
 )
 
-var nemesisKinds = []string{FaultKill, FaultLatency, FaultPause, FaultReset, FaultPGKill, FaultTimeout, FaultReceiver}
+var nemesisKinds = []string{FaultKill, FaultLatency, FaultPause, FaultOutage401, FaultReset, FaultPGKill, FaultTimeout, FaultReceiver, FaultOutage503}
+
+// outageFor is how long one destination outage lasts: longer than a
+// lease, so batches claimed before it meet it whole.
+const outageFor = 4 * time.Second
 
 // profile sizes a run.
 type profile struct {
@@ -98,6 +108,7 @@ type harness struct {
 	faultsMu sync.Mutex
 	faults   map[string]int
 	fenced   atomic.Int64
+	refused  atomic.Int64
 	backlog  atomic.Int64
 
 	nextN    atomic.Int64
@@ -184,6 +195,8 @@ func (p *proc) start() error {
 				once.Do(func() { close(ready) })
 			case f[0] == "fenced":
 				p.h.fenced.Add(1)
+			case f[0] == "refused":
+				p.h.refused.Add(1)
 			case f[0] == "leader" && len(f) > 1:
 				p.leader.Store(f[1] == "true")
 			}
@@ -216,6 +229,17 @@ func (p *proc) signal(s syscall.Signal) {
 	defer p.mu.Unlock()
 	if p.cmd != nil && p.cmd.Process != nil {
 		_ = p.cmd.Process.Signal(s)
+	}
+}
+
+// command writes one line to the process's stdin (see chaosworker).
+func (p *proc) command(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stdin != nil {
+		if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+			p.h.logf("command %q to %s: %v", line, p.name, err)
+		}
 	}
 }
 
@@ -307,6 +331,7 @@ BEGIN
 	ELSIF OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL THEN
 		tok := OLD.lease_token; lu := OLD.lease_until; r := NEW;
 		k := CASE WHEN NEW.state = 'dead' THEN 'dead' WHEN NEW.state = 'delivered' THEN 'delivered'
+			WHEN NEW.attempts < OLD.attempts AND NEW.available_at > now() THEN 'postpone'
 			WHEN NEW.attempts < OLD.attempts THEN 'release' ELSE 'retry' END;
 	ELSE
 		RETURN NULL;
@@ -616,6 +641,12 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 				}
 				h.logf("nemesis: pg_terminate_backend on %d backends of app %s's relays", n, a)
 				h.fault(FaultPGBackend, n)
+			case FaultOutage401, FaultOutage503:
+				p := h.receivers[a]
+				st := map[string]int{FaultOutage401: 401, FaultOutage503: 503}[kind]
+				h.logf("nemesis: receiver %s answers %d to everything for %s", p.name, st, outageFor)
+				p.command(fmt.Sprintf("outage %d %d", st, outageFor.Milliseconds()))
+				sleepCtx(ctx, outageFor)
 			case FaultReceiver:
 				p := h.receivers[other]
 				h.logf("nemesis: SIGKILL receiver %s and restart it", p.name)
@@ -836,6 +867,7 @@ wait:
 	h.hist.Fenced = int(h.fenced.Load())
 	r := Check(&h.hist)
 	r.Faults[FaultAckDrop] = r.AckDrops
+	r.Faults[FaultRefused] = int(h.refused.Load())
 	t.Logf("chaos run %s in %s:\n%s", h.run, time.Since(start).Round(time.Second), r.Summary())
 	if convErr != nil {
 		t.Errorf("did not converge: %v", convErr)
@@ -844,6 +876,12 @@ wait:
 		if h.faults[k] == 0 {
 			t.Errorf("fault %s was never injected", k)
 		}
+	}
+	// The outages met traffic, and the dead letters are only the poison
+	// messages (the checker's unexpected-dead): a 401 that was still
+	// permanent would have parked every message it answered.
+	if h.refused.Load() == 0 {
+		t.Errorf("the destination outages refused no request: they never met traffic")
 	}
 	if !r.OK() {
 		t.Errorf("the history broke %d promises (see above)", len(r.Violations))

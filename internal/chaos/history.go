@@ -17,6 +17,9 @@ const (
 	KindRetry     = "retry"
 	KindDead      = "dead"
 	KindRelease   = "release"
+	// KindPostpone is a retry that took its attempt back: the destination
+	// failed while its route answered nothing else.
+	KindPostpone = "postpone"
 )
 
 // History is everything a run recorded. Messages are named by N, a number

@@ -295,8 +295,7 @@ func TestEndToEndUpgradeFromV1(t *testing.T) {
 	waitFor(t, "the old relay under way", 30*time.Second, func() bool { return rcv.keys() >= 200 })
 
 	r := runBin(t, bin, env, "", "migrate", "up", "--json", "--config", pedidos)
-	// From version 1 through the catalog (2) to whatever this build is at.
-	must(t, "migrate up while the old relay runs", r, 0, `"from":1`, `"applied":[2`, `"current":true`, `"owner":"pedidos"`)
+	must(t, "migrate up while the old relay runs", r, 0, `"from":1`, `"current":true`, `"owner":"pedidos"`)
 	if rcv.keys() >= backlog {
 		t.Fatalf("the old relay had drained the backlog (%d) before the migration: the test needs it mid-way", rcv.keys())
 	}

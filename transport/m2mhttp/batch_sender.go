@@ -27,10 +27,12 @@ import (
 // Each envelope's result maps to the relay's outcome exactly as the same
 // envelope's answer would alone: applied and duplicate are delivered,
 // refused and stale are dead with the problem as reason, retry is
-// retried (retry_after honoured). An answer to the request as a whole
-// that is not a 200 batch answer (a network error, a timeout, 401, 3xx,
-// 5xx, 429 ...) is classified as for a single request and given to
-// every envelope of the request. A receiver that answers 415 does not
+// retried (retry_after honoured) as the message's own outcome, since the
+// receiver answered and chose it for that envelope. An answer to the
+// request as a whole that is not a 200 batch answer (a network error, a
+// timeout, 401, 3xx, 5xx, 429 ...) is classified as for a single request
+// and given to every envelope of the request: about the destination
+// (Unavailable) for a network error, a timeout, 5xx, 429, 401 and 407. A receiver that answers 415 does not
 // take batches (an older version, say): the BatchSender then sends each
 // envelope of that request on its own.
 //
@@ -134,7 +136,7 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.url, cap(s.sem), ctx.Err()))
 	}
 	defer func() { <-s.sem }()
 
@@ -154,10 +156,7 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 
 	resp, err := s.client.Do(req)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("POST %s: no answer within %s: %w", s.url, s.timeout, err)
-		}
-		return nil, fmt.Errorf("POST %s: %w", s.url, unwrapURLError(err))
+		return nil, s.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnsupportedMediaType {

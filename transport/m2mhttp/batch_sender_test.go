@@ -102,6 +102,11 @@ func TestBatchSenderItemResults(t *testing.T) {
 		if err == nil || mensageria.IsPermanent(err) != perm || (ra > 0) != hasRA || d != ra || !strings.Contains(err.Error(), reason) {
 			t.Errorf("%s: %v (permanent %v, retry after %v); want permanent %v, retry after %v, %q", ds[i].Key, err, mensageria.IsPermanent(err), d, perm, ra, reason)
 		}
+		// The receiver answered for this envelope: whatever it said is
+		// the message's outcome, never the route's.
+		if mensageria.IsUnavailable(err) {
+			t.Errorf("%s: %v is marked Unavailable; an item's answer is about the message", ds[i].Key, err)
+		}
 	}
 	check(0, true, false, 0, "")
 	check(1, true, false, 0, "")
@@ -187,7 +192,7 @@ func TestBatchSenderWholeRequest(t *testing.T) {
 		{299, false, 0, "not " + ContentTypeBatch, false},
 		{298, false, 0, "malformed batch answer", false},
 		{302, true, 0, "redirect not followed", false},
-		{401, true, 0, "whole", false},
+		{401, false, 3 * time.Second, "whole", false},
 		{413, true, 0, "whole", false},
 		{429, false, 3 * time.Second, "whole", false},
 		{503, false, 3 * time.Second, "whole", false},
@@ -209,6 +214,11 @@ func TestBatchSenderWholeRequest(t *testing.T) {
 			d, _ := mensageria.RetryAfterOf(err)
 			if err == nil || mensageria.IsPermanent(err) != c.perm || d != c.ra || !strings.Contains(err.Error(), c.reason) {
 				t.Errorf("%d: item %d: %v; want permanent %v, retry after %v, %q", c.status, i, err, c.perm, c.ra, c.reason)
+			}
+			// The whole request's answer is about the destination for
+			// 401, 429 and 5xx; a 3xx or 413 is about what was sent.
+			if want := DestinationStatus(c.status); err != nil && mensageria.IsUnavailable(err) != want {
+				t.Errorf("%d: item %d: Unavailable = %v, want %v", c.status, i, mensageria.IsUnavailable(err), want)
 			}
 		}
 		mu.Lock()
@@ -239,8 +249,8 @@ func TestBatchSenderWholeRequest(t *testing.T) {
 	// A dead receiver: the network error is every envelope's.
 	srv.Close()
 	for _, err := range s.SendBatch(context.Background(), batch(2)) {
-		if err == nil || mensageria.IsPermanent(err) {
-			t.Errorf("network error: %v", err)
+		if err == nil || mensageria.IsPermanent(err) || !mensageria.IsUnavailable(err) {
+			t.Errorf("network error: %v, want one about the destination", err)
 		}
 	}
 }

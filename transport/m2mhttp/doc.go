@@ -23,10 +23,21 @@
 // unpaired UTF-16 surrogate escape (it has no UTF-8 form).
 // The Sender maps the status to the relay's outcome:
 //
-//	2xx                          delivered
-//	408, 425, 429, 5xx, network  retried (Retry-After honoured)
-//	3xx                          dead: redirects are never followed
-//	409 and other 4xx            dead, with the problem's detail as reason
+//	2xx                               delivered
+//	401, 407, 408, 429, 5xx, network  the destination's (mensageria.Unavailable):
+//	                                  retried without spending the attempt; the
+//	                                  route pauses and probes (Retry-After honoured
+//	                                  as a lower bound, for the route too)
+//	425                               retried, as the message's attempt
+//	3xx                               dead: redirects are never followed
+//	400, 403, 404, 409, 413, 422,     dead, with the problem's detail as reason
+//	other 4xx
+//
+// "Network" is a refused or reset connection, a DNS failure, a TLS
+// handshake refused, a timeout, or every request slot to the destination
+// staying busy until the relay's lease: none of them is about the
+// message, so a rotated token (401) or a receiver that is down no longer
+// turns a route's backlog into dead letters (docs/adr/0009-route-flow-control.md).
 //
 // A BatchSender (NewBatchSender) carries the messages of one type in a
 // claimed batch in one request to the same URL instead:

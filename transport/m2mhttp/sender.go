@@ -153,7 +153,8 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		// Every request slot to this destination stayed busy: it is slow.
+		return mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.url, cap(s.sem), ctx.Err()))
 	}
 	defer func() { <-s.sem }()
 
@@ -180,13 +181,20 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 
 	resp, err := s.client.Do(req)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("POST %s: no answer within %s: %w", s.url, s.timeout, err)
-		}
-		return fmt.Errorf("POST %s: %w", s.url, unwrapURLError(err))
+		return s.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	return classify(resp, time.Now())
+}
+
+// transportError is a request that got no HTTP answer: a refused or reset
+// connection, a DNS failure, a TLS handshake refused, a timeout. Each is
+// about the destination, not the message (docs/openapi.yaml).
+func (s *Sender) transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		return mensageria.Unavailable(fmt.Errorf("POST %s: no answer within %s: %w", s.url, s.timeout, err))
+	}
+	return mensageria.Unavailable(fmt.Errorf("POST %s: %w", s.url, unwrapURLError(err)))
 }
 
 func unwrapURLError(err error) error {
@@ -240,18 +248,31 @@ func (e *StatusError) Error() string {
 	return b.String()
 }
 
-// Retryable reports whether the status is one the Sender retries.
+// Retryable reports whether the status is one the Sender retries rather
+// than parks as dead: the destination-level ones (DestinationStatus) and
+// 425 Too Early.
 func Retryable(status int) bool {
+	return status == http.StatusTooEarly || DestinationStatus(status)
+}
+
+// DestinationStatus reports whether a status is about the destination
+// rather than the message: 5xx, 408, 429, and 401 and 407, which a wrong
+// or rotated credential gives every message alike. The Sender marks those
+// mensageria.Unavailable, so the relay pauses the route instead of
+// spending the messages' attempts (a rotated token no longer turns the
+// backlog into dead letters).
+func DestinationStatus(status int) bool {
 	switch {
-	case status == http.StatusRequestTimeout, status == http.StatusTooEarly,
-		status == http.StatusTooManyRequests, status >= 500:
+	case status == http.StatusUnauthorized, status == http.StatusProxyAuthRequired,
+		status == http.StatusRequestTimeout, status == http.StatusTooManyRequests, status >= 500:
 		return true
 	}
 	return false
 }
 
 // classify turns a response into the relay's outcome: nil (delivered), an
-// error (retry, with the receiver's Retry-After), or a permanent error.
+// error about the destination (Unavailable, with the receiver's
+// Retry-After), another retryable error, or a permanent error.
 func classify(resp *http.Response, now time.Time) error {
 	st := resp.StatusCode
 	if st >= 200 && st < 300 {
@@ -267,10 +288,14 @@ func classify(resp *http.Response, now time.Time) error {
 	}
 	readReason(resp, se)
 	if Retryable(st) {
+		var err error = se
 		if d, ok := parseRetryAfter(resp.Header.Get(headerRetryAfter), now); ok {
-			return mensageria.RetryAfter(se, d)
+			err = mensageria.RetryAfter(se, d)
 		}
-		return se
+		if DestinationStatus(st) {
+			err = mensageria.Unavailable(err)
+		}
+		return err
 	}
 	// 1xx cannot reach here (the client handles them), so what is left is
 	// 4xx and unassigned codes: the receiver understood and refused, and

@@ -44,6 +44,7 @@ func TestSenderClassification(t *testing.T) {
 	const (
 		delivered want = iota
 		retry
+		unavailable // retried, and about the destination: the route's, not the message's
 		dead
 	)
 	cases := []struct {
@@ -62,23 +63,24 @@ func TestSenderClassification(t *testing.T) {
 		{307, "", false, dead, 0, "redirect not followed"},
 		{308, "", false, dead, 0, "redirect not followed"},
 		{400, "", true, dead, 0, "the detail"},
-		{401, "", true, dead, 0, "the detail"},
+		{401, "", true, unavailable, 0, "the detail"},
+		{407, "", false, unavailable, 0, "407"},
 		{403, "", false, dead, 0, "plain text reason"},
 		{404, "", false, dead, 0, "404"},
 		{409, "", true, dead, 0, "the detail"},
 		{410, "", false, dead, 0, "410"},
 		{413, "", true, dead, 0, "the title"},
 		{422, "", true, dead, 0, "the detail"},
-		{408, "", false, retry, 0, "408"},
+		{408, "", false, unavailable, 0, "408"},
 		{425, "", false, retry, 0, "425"},
-		{429, "7", true, retry, 7 * time.Second, "the detail"},
-		{429, "", false, retry, 0, "429"},
-		{500, "", true, retry, 0, "the detail"},
-		{502, "", false, retry, 0, "502"},
-		{503, httpDate, false, retry, 90 * time.Second, "503"},
-		{503, "garbage", false, retry, 0, "503"},
-		{504, "0", false, retry, 0, "504"},
-		{599, "", false, retry, 0, "599"},
+		{429, "7", true, unavailable, 7 * time.Second, "the detail"},
+		{429, "", false, unavailable, 0, "429"},
+		{500, "", true, unavailable, 0, "the detail"},
+		{502, "", false, unavailable, 0, "502"},
+		{503, httpDate, false, unavailable, 90 * time.Second, "503"},
+		{503, "garbage", false, unavailable, 0, "503"},
+		{504, "0", false, unavailable, 0, "504"},
+		{599, "", false, unavailable, 0, "599"},
 	}
 	for _, c := range cases {
 		t.Run(http.StatusText(c.status)+"_"+c.retryAfter, func(t *testing.T) {
@@ -111,12 +113,15 @@ func TestSenderClassification(t *testing.T) {
 				}
 				return
 			case dead:
-				if !mensageria.IsPermanent(err) {
-					t.Fatalf("want a permanent error, got %v", err)
+				if !mensageria.IsPermanent(err) || mensageria.IsUnavailable(err) {
+					t.Fatalf("want a permanent error about the message, got %v", err)
 				}
-			case retry:
+			case retry, unavailable:
 				if err == nil || mensageria.IsPermanent(err) {
 					t.Fatalf("want a retryable error, got %v", err)
+				}
+				if mensageria.IsUnavailable(err) != (c.want == unavailable) {
+					t.Fatalf("Unavailable = %v, want %v: %v", mensageria.IsUnavailable(err), c.want == unavailable, err)
 				}
 			}
 			if !strings.Contains(err.Error(), c.reason) {
@@ -204,8 +209,8 @@ func TestSenderTimeoutAndNetworkErrors(t *testing.T) {
 	defer close(release)
 	start := time.Now()
 	err := newTestSender(t, slow.URL, SenderConfig{Timeout: 100 * time.Millisecond}).Send(context.Background(), testDelivery())
-	if err == nil || mensageria.IsPermanent(err) || !strings.Contains(err.Error(), "no answer within") {
-		t.Fatalf("timeout: want a retryable error, got %v", err)
+	if err == nil || mensageria.IsPermanent(err) || !mensageria.IsUnavailable(err) || !strings.Contains(err.Error(), "no answer within") {
+		t.Fatalf("timeout: want an error about the destination, got %v", err)
 	}
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("timeout took %s", el)
@@ -216,8 +221,14 @@ func TestSenderTimeoutAndNetworkErrors(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	err = newTestSender(t, "http://"+addr+"/", SenderConfig{}).Send(context.Background(), testDelivery())
-	if err == nil || mensageria.IsPermanent(err) {
-		t.Fatalf("refused connection: want a retryable error, got %v", err)
+	if err == nil || mensageria.IsPermanent(err) || !mensageria.IsUnavailable(err) {
+		t.Fatalf("refused connection: want an error about the destination, got %v", err)
+	}
+
+	// A name that does not resolve (.invalid never does, RFC 2606).
+	err = newTestSender(t, "http://mensageria-receiver.invalid/m2m", SenderConfig{}).Send(context.Background(), testDelivery())
+	if err == nil || mensageria.IsPermanent(err) || !mensageria.IsUnavailable(err) {
+		t.Fatalf("DNS failure: want an error about the destination, got %v", err)
 	}
 
 	// A server that drops the connection without answering (a lost ack).
@@ -227,8 +238,8 @@ func TestSenderTimeoutAndNetworkErrors(t *testing.T) {
 	}))
 	defer drop.Close()
 	err = newTestSender(t, drop.URL, SenderConfig{}).Send(context.Background(), testDelivery())
-	if err == nil || mensageria.IsPermanent(err) {
-		t.Fatalf("dropped connection: want a retryable error, got %v", err)
+	if err == nil || mensageria.IsPermanent(err) || !mensageria.IsUnavailable(err) {
+		t.Fatalf("dropped connection: want an error about the destination, got %v", err)
 	}
 }
 

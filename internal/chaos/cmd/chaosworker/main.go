@@ -5,6 +5,10 @@
 // SIGKILL loses nothing the checker needs.
 //
 // It ends on SIGTERM, SIGINT, or when its stdin closes (the harness died).
+// A receiver also reads commands from stdin: "outage STATUS MILLIS" makes
+// it answer every request with STATUS (401 or 503) for that long, as a
+// destination with a rotated token or a failed dependency would, and it
+// prints "refused STATUS" for each request so refused.
 package main
 
 import (
@@ -23,8 +27,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,7 +77,10 @@ func main() {
 	go func() {
 		// The harness holds our stdin open; EOF means it is gone and we
 		// must not outlive it.
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			command(sc.Text())
+		}
 		stop()
 	}()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -135,6 +144,26 @@ func emit(format string, a ...any) {
 	_ = out.w.Flush()
 }
 
+// outage is the receiver's injected destination failure: the status it
+// answers every request with, until the time in unix nanoseconds.
+var outage struct {
+	status atomic.Int64
+	until  atomic.Int64
+}
+
+// command runs one line the harness wrote to stdin.
+func command(line string) {
+	f := strings.Fields(line)
+	if len(f) == 3 && f[0] == "outage" {
+		st, err1 := strconv.Atoi(f[1])
+		ms, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil && (st == http.StatusUnauthorized || st == http.StatusServiceUnavailable) {
+			outage.status.Store(int64(st))
+			outage.until.Store(time.Now().Add(time.Duration(ms) * time.Millisecond).UnixNano())
+		}
+	}
+}
+
 type hook struct{}
 
 // OnDelivery reports the settles the database refused to record because
@@ -193,8 +222,12 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 		BackoffBase:  50 * time.Millisecond,
 		BackoffMax:   time.Second,
 		PollInterval: 200 * time.Millisecond,
-		Logger:       log,
-		Hooks:        []mensageria.Hook{hook{}},
+		// An outage of the receiver pauses its route; probes come back
+		// within a couple of seconds of its end.
+		RoutePause:    200 * time.Millisecond,
+		RoutePauseMax: 2 * time.Second,
+		Logger:        log,
+		Hooks:         []mensageria.Hook{hook{}},
 	})
 	if err != nil {
 		return err
@@ -264,6 +297,21 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 	}
 	arrivals := f.schema + ".chaos_arrivals"
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if time.Now().UnixNano() < outage.until.Load() {
+			// The destination is down as a whole: nothing is read,
+			// recorded or applied.
+			st := int(outage.status.Load())
+			emit("refused %d", st)
+			w.Header().Set("Content-Type", "application/problem+json")
+			if st == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+			} else {
+				w.Header().Set("Retry-After", "1")
+			}
+			w.WriteHeader(st)
+			_, _ = fmt.Fprintf(w, `{"type":"about:blank","title":%q,"status":%d,"detail":"injected outage"}`, http.StatusText(st), st)
+			return
+		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {
 			http.Error(w, "body", http.StatusServiceUnavailable)
