@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,8 @@ type inboxReceiver struct {
 	srv *httptest.Server
 	db  *sql.DB // reads the effects table
 	t   *testing.T
+	// down makes the receiver answer 503 to every delivery: an outage.
+	down atomic.Bool
 
 	mu       sync.Mutex
 	posts    int            // POST requests
@@ -90,6 +93,10 @@ func newInboxReceiver(t *testing.T, serverTLS *tls.Config, token string, types .
 		t.Fatal(err)
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodPost && r.down.Load() {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
 		if req.Method == http.MethodPost {
 			body, _ := io.ReadAll(req.Body)
 			req.Body = io.NopCloser(bytes.NewReader(body))
@@ -492,5 +499,77 @@ relay: {batch: 100, concurrency: 16, max_attempts: 1, poll_interval: 50ms}
 	t.Logf("%d deliveries over %s, at most %d in one second", len(rcv.arrived), span.Round(time.Millisecond), most)
 	if len(rcv.arrived) != n || most > 10+1+2 {
 		t.Fatalf("%d deliveries, %d of them in one second: max_rate 10 not held", len(rcv.arrived), most)
+	}
+}
+
+// The flow control as the built relay runs it from its config: a receiver
+// down (503) pauses its route after route_failure_threshold failures,
+// /metrics and /readyz say so while the relay stays ready and the other
+// route keeps delivering, and when it comes back every message is
+// delivered, none dead although max_attempts is 2.
+func TestRelayRoutePausesAndResumes(t *testing.T) {
+	bin := binary(t)
+	const token = "flow-token"
+	sick := newInboxReceiver(t, nil, token, "pedido.doente")
+	well := newInboxReceiver(t, nil, token, "pedido.sao")
+	sick.down.Store(true)
+	p := writeFile(t, fmt.Sprintf(`database: sqlite:%s
+app: pedidos
+routes:
+  - type: pedido.doente
+    http: {url: %s/m2m, token: ${TOKEN}, batch: true}
+  - type: pedido.sao
+    http: {url: %s/m2m, token: ${TOKEN}}
+relay: {max_attempts: 2, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms, route_failure_threshold: 2, route_pause: 100ms, route_pause_max: 200ms}
+`, filepath.Join(t.TempDir(), "outbox.db"), sick.srv.URL, well.srv.URL))
+	env := []string{"TOKEN=" + token}
+	const n = 100
+	prepare(t, bin, p, env, n, "pedido.doente", "pedido.sao")
+	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
+	addr := waitAddr(t, relay.stderr, relay.done)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	sickRoute := "pedidos → http " + sick.srv.URL + "/m2m"
+	waitFor(t, "the sick route paused on /metrics", 30*time.Second, func() bool {
+		_, m := get("/metrics")
+		return strings.Contains(m, `mensageria_route_state{app="pedidos",route="`+sickRoute+`",state="paused",types="pedido.doente"} 1`) ||
+			strings.Contains(m, `mensageria_route_state{app="pedidos",route="`+sickRoute+`",state="probing",types="pedido.doente"} 1`)
+	})
+	var body string
+	waitFor(t, "/readyz to name the paused route", 30*time.Second, func() bool {
+		var code int
+		code, body = get("/readyz")
+		if code != http.StatusOK {
+			t.Fatalf("readyz %d while a route is paused: %s", code, body)
+		}
+		return strings.Contains(body, "route "+sickRoute+" (pedido.doente): paused")
+	})
+	if !strings.Contains(body, "503") {
+		t.Fatalf("readyz does not give the last error: %q", body)
+	}
+	waitFor(t, "the healthy route to deliver everything", 30*time.Second, func() bool { return well.keys() == n })
+	sick.down.Store(false)
+	waitFor(t, "the sick route to resume and deliver everything", 60*time.Second, func() bool { return sick.keys() == n })
+	_, metrics := get("/metrics")
+	stopProc(t, relay)
+	if strings.Contains(metrics, `outcome="dead"`) {
+		t.Fatalf("dead letters from an outage:\n%s", metrics)
+	}
+	if !strings.Contains(metrics, `mensageria_route_state{app="pedidos",route="`+sickRoute+`",state="flowing",types="pedido.doente"} 1`) {
+		t.Fatalf("the route is not flowing again:\n%s", metrics)
+	}
+	if rep := append(sick.repeats(), well.repeats()...); len(rep) > 0 {
+		t.Fatalf("effects applied more than once: %v", rep)
+	}
+	log := relay.stderr.String()
+	if !strings.Contains(log, `"msg":"route paused: `) || !strings.Contains(log, `"msg":"route resumed: `) {
+		t.Fatalf("the pause and the resumption are not in the relay's log:\n%s", log)
 	}
 }

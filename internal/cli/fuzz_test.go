@@ -17,6 +17,7 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte("database: ${X}\napp: a\nroutes: []\n"))
 	f.Add([]byte("a: &x [1, *x]\n"))
 	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: https://h/, token: ${T}, batch: true, max_batch_items: 5, tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /c.key}}\n"))
+	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    max_rate: 2.5\n    http: {url: http://h/, token: x}\nrelay: {route_pause: 1s, route_pause_max: 2s, route_failure_threshold: 3, retry_after_ceiling: 1m}\n"))
 	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    kafka: {brokers: [k:1], topic: t, tls: {}, sasl: {mechanism: scram-sha-256, user: u, password: ${T}}}\n  - type: u\n    nats: {url: tls://n:1, subject: s, user: u, password: p, tls: {ca_file: /ca}}\n"))
 	env := envOf("X", "sqlite:/tmp/f.db", "T", "tok")
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -45,6 +46,9 @@ func FuzzConfig(f *testing.F) {
 			if r.Type == "" || n != 1 || (r.HTTP != nil && (r.HTTP.URL == "" || r.HTTP.Token == "" || r.HTTP.Timeout < 0)) ||
 				(r.Kafka != nil && (len(r.Kafka.Brokers) == 0 || r.Kafka.Topic == "")) || (r.NATS != nil && r.NATS.Subject == "") {
 				t.Fatalf("accepted a bad route: %+v", r)
+			}
+			if r.MaxRate < 0 || r.MaxRate > 1e6 || r.MaxRate != r.MaxRate {
+				t.Fatalf("accepted max_rate %v", r.MaxRate)
 			}
 			var tlss []*TLSConfig
 			switch {

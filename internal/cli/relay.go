@@ -45,7 +45,12 @@ rows of other types in the same schema are left to their own apps. At start
 it records in the ownership catalog that the config's app owns its types
 (and its Kafka transactional ids); a type another app owns stops it with
 exit 2 before it serves or claims anything ('mensageria owners' moves
-ownership between apps). It runs
+ownership between apps). Before that, it reads each route's TLS files and
+reaches each HTTPS, Kafka and NATS destination with the route's TLS and
+credentials: a destination that refuses them (an unknown CA, a missing
+client certificate, a refused SASL password or NATS user) stops it with
+exit 2, naming the route and what failed; one that cannot be reached is
+logged, and its messages wait for it. It runs
 until SIGTERM or SIGINT, then stops claiming, lets the deliveries in flight
 finish within --shutdown-timeout and releases the rest for the next relay.
 

@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,49 +61,6 @@ func TestRouteHealthServed(t *testing.T) {
 	}
 	if strings.Contains(metrics, `mensageria_route_max_rate{app="pedidos",route="pedidos → http`) {
 		t.Errorf("a max_rate for a route without one:\n%s", metrics)
-	}
-}
-
-// 'mensageria status' shows each route's state as the app's relay last
-// recorded it, the types of one route together.
-func TestStatusShowsRouteStates(t *testing.T) {
-	db := "sqlite:" + filepath.Join(t.TempDir(), "m.db")
-	p := writeConfig(t, db, "mensageria", "http://127.0.0.1:1/m2m")
-	c := func(args ...string) result { t.Helper(); return run(t, "", tokEnv, append(args, "--config", p)...) }
-	must(t, "migrate up", c("migrate", "up"), 0)
-	r := c("status", "--json")
-	var st Status
-	if err := json.Unmarshal([]byte(r.out), &st); err != nil || st.Routes == nil || len(st.Routes) != 0 {
-		t.Fatalf("status before any relay: %v %+v", err, r)
-	}
-	b, err := openBackend(context.Background(), db, "mensageria")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	since := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
-	until := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
-	const route = "pedidos → http http://127.0.0.1:1/m2m"
-	if err := b.drv.SetRouteStates(context.Background(), driver.RouteStatesParams{App: "pedidos", States: []driver.RouteState{
-		{Type: "pedido.criado", App: "pedidos", Route: route, State: "paused", Since: since, Until: until, Failures: 7, LastError: "connection refused"},
-		{Type: "pedido.ordenado", App: "pedidos", Route: route, State: "flowing", Since: since},
-		{Type: "outro.tipo", App: "outro", Route: "outro → nats subject x", State: "paused", Since: since},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	r = c("status", "--json")
-	st = Status{}
-	if err := json.Unmarshal([]byte(r.out), &st); err != nil || len(st.Routes) != 2 {
-		t.Fatalf("status: %v %+v", err, r)
-	}
-	paused, flowing := st.Routes[0], st.Routes[1]
-	if paused.State != "paused" || strings.Join(paused.Types, ",") != "pedido.criado" || paused.Failures != 7 || paused.LastError != "connection refused" ||
-		paused.Until == nil || !paused.Until.Equal(until) || !paused.Since.Equal(since) || flowing.State != "flowing" || flowing.Until != nil {
-		t.Fatalf("routes: %+v", st.Routes)
-	}
-	r = c("status")
-	if r.code != 0 || !strings.Contains(r.out, "ROUTE") || !strings.Contains(r.out, "paused (probe in ") || !strings.Contains(r.out, "connection refused") || strings.Contains(r.out, "outro") {
-		t.Fatalf("status text: %+v", r)
 	}
 }
 

@@ -26,6 +26,20 @@ type StatusType struct {
 	Dead             int64   `json:"dead"`
 	DeliveredLastHr  int64   `json:"delivered_last_hour"`
 	OldestPendingSec float64 `json:"oldest_pending_seconds"`
+	// Route is the flow control of the type's route as its active relay
+	// last recorded it; absent before any relay of the owner ran.
+	Route *StatusRoute `json:"route,omitempty"`
+}
+
+// StatusRoute is a route's state in `status --json`.
+type StatusRoute struct {
+	Name      string     `json:"name"`
+	State     string     `json:"state"` // flowing, paused or probing
+	Since     time.Time  `json:"since"`
+	Until     *time.Time `json:"until,omitempty"` // paused: when the probe is due
+	Failures  int        `json:"failures"`
+	LastError string     `json:"last_error,omitempty"`
+	Recorded  time.Time  `json:"recorded"`
 }
 
 // StatusElection is the election part of `status --json`.
@@ -36,22 +50,6 @@ type StatusElection struct {
 	Since  *time.Time `json:"since,omitempty"`
 }
 
-// StatusRoute is one route's flow control as the app's active relay last
-// recorded it (on each transition).
-type StatusRoute struct {
-	Route string   `json:"route"` // "<app> → <destination>"
-	Types []string `json:"types"`
-	// State is flowing, paused (the destination failed: its types are not
-	// claimed until the probe) or probing.
-	State string     `json:"state"`
-	Since time.Time  `json:"since"`
-	Until *time.Time `json:"until,omitempty"` // while paused: when the probe is due
-	// Failures counts destination-level failures in a row.
-	Failures  int       `json:"failures"`
-	LastError string    `json:"last_error,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
-
 // Status is the output of `status --json`.
 type Status struct {
 	App      string         `json:"app"`
@@ -59,42 +57,6 @@ type Status struct {
 	At       time.Time      `json:"at"`
 	Election StatusElection `json:"election"`
 	Types    []StatusType   `json:"types"`
-	// Routes are the app's routes, as its relay recorded them; none
-	// before a relay of this version ran.
-	Routes []StatusRoute `json:"routes"`
-}
-
-// routesOf groups the recorded per-type states by route: the types of one
-// destination in one state since one moment.
-func routesOf(states []driver.RouteState) []StatusRoute {
-	var out []StatusRoute
-	type key struct {
-		route, state string
-		since        time.Time
-	}
-	at := map[key]int{}
-	for _, s := range states {
-		k := key{s.Route, s.State, s.Since.UTC()}
-		i, ok := at[k]
-		if !ok {
-			r := StatusRoute{Route: s.Route, State: s.State, Since: s.Since.UTC(), Failures: s.Failures, LastError: s.LastError, UpdatedAt: s.UpdatedAt.UTC()}
-			if !s.Until.IsZero() {
-				u := s.Until.UTC()
-				r.Until = &u
-			}
-			i = len(out)
-			at[k] = i
-			out = append(out, r)
-		}
-		out[i].Types = append(out[i].Types, s.Type)
-	}
-	slices.SortFunc(out, func(a, b StatusRoute) int {
-		if c := strings.Compare(a.Route, b.Route); c != 0 {
-			return c
-		}
-		return strings.Compare(strings.Join(a.Types, ","), strings.Join(b.Types, ","))
-	})
-	return out
 }
 
 func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, error) {
@@ -134,6 +96,23 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		}
 		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
 	}
+	routes, err := drv.RouteStates(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("status: route states: %w", err)
+	}
+	for i := range st.Types {
+		t := &st.Types[i]
+		for _, r := range routes {
+			if r.Type == t.Type && (t.Owner == "" || r.App == t.Owner) {
+				sr := &StatusRoute{Name: r.Route, State: r.State, Since: r.Since.UTC(), Failures: r.Failures, LastError: r.LastError, Recorded: r.UpdatedAt.UTC()}
+				if !r.Until.IsZero() {
+					u := r.Until.UTC()
+					sr.Until = &u
+				}
+				t.Route = sr
+			}
+		}
+	}
 	slices.SortFunc(st.Types, func(a, b StatusType) int {
 		if a.Routed != b.Routed {
 			if a.Routed {
@@ -149,14 +128,6 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		}
 		return 0
 	})
-	states, err := drv.RouteStates(ctx, c.App)
-	if err != nil {
-		return nil, fmt.Errorf("status: route states: %w", err)
-	}
-	st.Routes = routesOf(states)
-	if st.Routes == nil {
-		st.Routes = []StatusRoute{}
-	}
 	if c.Relay.Election != mensageria.ElectionNone {
 		el, err := drv.Elector(c.App, c.Effective().Lease)
 		if err == nil {
@@ -219,24 +190,22 @@ func writeStatus(w io.Writer, st *Status) {
 	if len(unowned) > 0 {
 		fmt.Fprintf(w, "no app owns %s: those rows stay pending until their app's relay starts (or 'mensageria owners register')\n", strings.Join(unowned, ", "))
 	}
-	if len(st.Routes) == 0 {
-		return
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUTE\tTYPES\tSTATE\tFOR\tFAILURES\tLAST ERROR")
-	for _, r := range st.Routes {
-		state := r.State
+	// A route that is not flowing is the one thing an operator must act
+	// on; a flowing one is the normal case and says nothing.
+	for _, t := range st.Types {
+		r := t.Route
+		if r == nil || r.State == string(mensageria.RouteFlowing) {
+			continue
+		}
+		line := fmt.Sprintf("%s: route %s %s since %s (%d destination failures in a row)", t.Type, r.Name, r.State, r.Since.Format(time.RFC3339), r.Failures)
 		if r.Until != nil {
-			state += fmt.Sprintf(" (probe in %s)", max(r.Until.Sub(st.At), 0).Round(time.Second))
+			line += ", next probe at " + r.Until.Format(time.RFC3339)
 		}
-		last := r.LastError
-		if last == "" {
-			last = "-"
+		if r.LastError != "" {
+			line += ": " + r.LastError
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", r.Route, strings.Join(r.Types, ","), state, st.At.Sub(r.Since).Round(time.Second), r.Failures, last)
+		fmt.Fprintln(w, line+"; its messages wait without spending attempts, and it resumes by itself once the destination answers")
 	}
-	_ = tw.Flush()
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -244,7 +213,7 @@ func (a *app) statusCommand() *cobra.Command {
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the outbox per type (owning app, pending, in flight, dead, delivered, oldest age), the election holder and each route's flow control",
+		Short: "Show the outbox per type: owning app, pending, in flight, dead, delivered, oldest age, election holder",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, b, err := a.connectCurrent(cmd.Context())
