@@ -711,8 +711,6 @@ type InboxQueueStats struct {
 	// retry.
 	Pending int64
 	Dead    int64
-	// Applied counts applied rows not purged yet.
-	Applied int64
 	// OldestPending is the age of the oldest pending row (since it was
 	// received); zero when none.
 	OldestPending time.Duration

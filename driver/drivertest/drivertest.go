@@ -70,6 +70,10 @@ type Harness struct {
 	// on a database where Migrate never ran (its Driver and Reopen both on
 	// it). Without it the fresh-schema tests are skipped.
 	Unmigrated func(t *testing.T) *Harness
+	// Count runs a query that returns one integer, for checks no driver
+	// method makes (the inbox queue's applied rows). Required by the inbox
+	// queue tests.
+	Count func(ctx context.Context, sql string, args ...any) (int64, error)
 	// CatalogVersion is the migration that creates the ownership catalog:
 	// the upgrade tests bring an unmigrated database to the version before
 	// it with the SQL of MigrationSQL, fill it, then migrate up.

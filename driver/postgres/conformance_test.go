@@ -40,7 +40,12 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 			_, err := pool.Exec(ctx, q, args...)
 			return err
 		},
-		Table:          func(name string) string { return schema + "." + name },
+		Table: func(name string) string { return schema + "." + name },
+		Count: func(ctx context.Context, q string, args ...any) (int64, error) {
+			var n int64
+			err := pool.QueryRow(ctx, q, args...).Scan(&n)
+			return n, err
+		},
 		Unmigrated:     func(t *testing.T) *drivertest.Harness { return harness(t, false) },
 		CatalogVersion: 2,
 	}

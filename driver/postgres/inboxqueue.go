@@ -105,7 +105,7 @@ func (d *Driver) InboxQueueStats(ctx context.Context) ([]driver.InboxQueueStats,
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.InboxQueueStats, error) {
 		var s driver.InboxQueueStats
 		var secs float64
-		err := r.Scan(&s.Consumer, &s.Pending, &s.Dead, &s.Applied, &secs)
+		err := r.Scan(&s.Consumer, &s.Pending, &s.Dead, &secs)
 		s.OldestPending = time.Duration(secs * float64(time.Second))
 		return s, err
 	})

@@ -145,7 +145,7 @@ func (d *Driver) InboxQueueStats(ctx context.Context) ([]driver.InboxQueueStats,
 	for rows.Next() {
 		var s driver.InboxQueueStats
 		var oldest int64
-		if err := rows.Scan(&s.Consumer, &s.Pending, &s.Dead, &s.Applied, &oldest); err != nil {
+		if err := rows.Scan(&s.Consumer, &s.Pending, &s.Dead, &oldest); err != nil {
 			return nil, wrap("inbox queue stats", err)
 		}
 		s.OldestPending = time.Duration(oldest) * time.Microsecond

@@ -42,7 +42,12 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 			_, err := d.DB().ExecContext(ctx, q, args...)
 			return err
 		},
-		Table:          d.Table,
+		Table: d.Table,
+		Count: func(ctx context.Context, q string, args ...any) (int64, error) {
+			var n int64
+			err := d.DB().QueryRowContext(ctx, q, args...).Scan(&n)
+			return n, err
+		},
 		Unmigrated:     func(t *testing.T) *drivertest.Harness { return harness(t, false) },
 		CatalogVersion: 3,
 	}

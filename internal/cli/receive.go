@@ -85,7 +85,6 @@ Besides deliveries, it serves:
 type receiveDaemon struct {
 	cfg      *ReceiveConfig
 	b        *backend
-	client   *mensageria.Client
 	rc       *m2mhttp.Receiver
 	creds    *credentials
 	metrics  *receiveMetrics
@@ -153,7 +152,16 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 	if err != nil {
 		return err
 	}
-	d.client = cl
+	// The senders' settings are not known here; a relay's defaults are the
+	// usual ones, and a window under their horizon is worth a word.
+	if horizon := (&Config{App: c.App}).offlineClient().RetryHorizon(); horizon > 0 {
+		for _, k := range c.Consumers {
+			if k.Window < horizon {
+				log.Warn("the consumer's dedup window is shorter than the retry horizon of a relay with the default settings: a message still retried after the window is refused as stale and parked dead at its sender",
+					"consumer", k.Name, "window", k.Window, "default_retry_horizon", horizon.Round(time.Minute))
+			}
+		}
+	}
 	res, err := cl.Register(ctx)
 	var oce *driver.OwnerConflictError
 	switch {

@@ -27,7 +27,6 @@ type receiveMetrics struct {
 var (
 	descQueuePending = prometheus.NewDesc("mensageria_inbox_queue_pending", "Inbox queue rows waiting for the app, due or waiting for a retry, by consumer.", []string{"app", "consumer"}, nil)
 	descQueueDead    = prometheus.NewDesc("mensageria_inbox_queue_dead", "Inbox queue rows the app parked as dead, by consumer.", []string{"app", "consumer"}, nil)
-	descQueueApplied = prometheus.NewDesc("mensageria_inbox_queue_applied", "Applied inbox queue rows not purged yet, by consumer.", []string{"app", "consumer"}, nil)
 	descQueueOldest  = prometheus.NewDesc("mensageria_inbox_queue_oldest_pending_seconds", "Age of the oldest pending inbox queue row since it was received, by consumer.", []string{"app", "consumer"}, nil)
 	descQueueUp      = prometheus.NewDesc("mensageria_inbox_queue_stats_up", "1 when the last read of the inbox queue succeeded.", []string{"app"}, nil)
 )
@@ -63,7 +62,7 @@ type queueCollector struct {
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueuePending, descQueueDead, descQueueApplied, descQueueOldest, descQueueUp} {
+	for _, d := range []*prometheus.Desc{descQueuePending, descQueueDead, descQueueOldest, descQueueUp} {
 		ch <- d
 	}
 }
@@ -81,7 +80,6 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range stats {
 		ch <- prometheus.MustNewConstMetric(descQueuePending, prometheus.GaugeValue, float64(s.Pending), c.app, s.Consumer)
 		ch <- prometheus.MustNewConstMetric(descQueueDead, prometheus.GaugeValue, float64(s.Dead), c.app, s.Consumer)
-		ch <- prometheus.MustNewConstMetric(descQueueApplied, prometheus.GaugeValue, float64(s.Applied), c.app, s.Consumer)
 		ch <- prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), c.app, s.Consumer)
 	}
 }

@@ -419,3 +419,66 @@ func TestReceiveSQLProtocolSQLite(t *testing.T) {
 		t.Fatalf("an UPDATE of applied rows: %v, want the table's refusal", err)
 	}
 }
+
+// An app whose role is not the one that migrated needs only what
+// docs/config.md says: USAGE on the schema, SELECT and UPDATE on the queue.
+func TestReceiveSQLProtocolWithTheDocumentedGrants(t *testing.T) {
+	b := pgBackend(t)
+	pool := testdb.Pool(t)
+	ctx := context.Background()
+	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok]", "1h"), nil)
+	for i := range 2 {
+		e, _ := envelope(t, "pedido.criado", fmt.Sprint("g-", i), `{}`, time.Now())
+		if a := deliver(t, d.url, "tok", e); a.status != 200 {
+			t.Fatalf("deliver: %d %s", a.status, a.body)
+		}
+	}
+	role := fmt.Sprintf("mensageria_app_%08x", time.Now().UnixNano()&0xffffffff)
+	for _, q := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + b.schema + " TO " + role,
+		"GRANT SELECT, UPDATE ON " + b.schema + ".inbox_queue TO " + role,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = pool.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	cfg, err := pgx.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = role
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	s := b.schema
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "SELECT id FROM "+s+".inbox_claim('fat', 10)")
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) != 2 {
+			return fmt.Errorf("claimed %v: %v", ids, err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT "+s+".inbox_applied($1)", ids[0]); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT "+s+".inbox_failed($1, 'later', interval '1 hour')", ids[1]); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the protocol as a role with the documented grants: %v", err)
+	}
+	if n := b.count(t, "SELECT count(*) FROM {s}.inbox_queue WHERE state = 'applied'"); n != 1 {
+		t.Fatalf("%d applied", n)
+	}
+}

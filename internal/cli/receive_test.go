@@ -385,6 +385,10 @@ func TestReceiveAtTheDoor(t *testing.T) {
 				t.Errorf("metrics lack %s", want)
 			}
 		}
+		// A window of 1h is under a default relay's retry horizon: said.
+		if !strings.Contains(d.logs.String(), "shorter than the retry horizon") {
+			t.Error("no warning about a window under the default retry horizon")
+		}
 		for _, secret := range []string{"new-token", "old-token"} {
 			if strings.Contains(d.logs.String(), secret) {
 				t.Errorf("%s reached the logs", secret)

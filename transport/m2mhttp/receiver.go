@@ -42,7 +42,8 @@ type Handler struct {
 type ReceiverConfig struct {
 	// Tokens are the accepted bearer tokens; any one of them is valid, so
 	// a new token can be rolled out to senders before the old one is
-	// dropped. At least one is required.
+	// dropped (SetTokens changes them on a running Receiver). At least one
+	// is required.
 	Tokens []string
 	// Handlers maps each message type this receiver takes to its Handler.
 	// A type not listed is refused with 422 (a permanent refusal: the
