@@ -29,17 +29,18 @@ import (
 // more than claimWindow after its row's available_at, a lease that ran out
 // (a relay killed mid-batch), a released row, a row another session held
 // locked when the claim passed it. A sweep — a claim with no floor — takes
-// them: the first claim of each type, and then one every sweepEvery, a
-// period that grows with what a sweep costs (sweepCost times its duration,
-// between sweepMin and sweepMax) so that sweeps stall the claims no more
-// than 1/sweepCost of the time even while the horizon is pinned. A row
-// below a floor therefore waits at most one sweep period; it is never
-// skipped for good. Ordered types always claim with no floor: their rows
+// them: the first claim of each type, and then one every period that grows
+// with what a sweep costs over a claim from the floor (sweepCost times the
+// difference, between sweepMin and sweepMax), so that sweeps stall the
+// claims no more than 1/sweepCost of the time even while the horizon is
+// pinned, and a busy server, which slows every claim alike, does not space
+// them out. A row below a floor therefore waits at most one sweep period
+// (sweepMax); it is never skipped for good. Ordered types always claim with no floor: their rows
 // become due when the key's previous row settles, whatever their age.
 const (
 	claimWindow = time.Second
 	sweepMin    = time.Second
-	sweepMax    = 30 * time.Second
+	sweepMax    = 10 * time.Second
 	sweepCost   = 200
 )
 
@@ -50,7 +51,8 @@ type floors struct {
 	// window, sweepMin and sweepMax are the constants above; tests
 	// change them.
 	window, sweepMin, sweepMax time.Duration
-	sweeps                     int // sweeps run, for tests
+	sweeps                     int           // sweeps run, for tests
+	fast                       time.Duration // a moving average of what a claim from the floor takes
 }
 
 type floor struct {
@@ -112,6 +114,8 @@ func (f *floors) claimed(types []string, ordered []bool, sweep bool, began time.
 	defer f.mu.Unlock()
 	if sweep {
 		f.sweeps++
+	} else {
+		f.fast += (took - f.fast) / 8
 	}
 	at, id := claimNow.Add(-f.window), int64(0)
 	if n >= limit && last != nil && (last.AvailableAt.Before(at) || last.AvailableAt.Equal(at) && last.ID < id) {
@@ -124,7 +128,7 @@ func (f *floors) claimed(types []string, ordered []bool, sweep bool, began time.
 		fl := f.get(t)
 		if sweep {
 			fl.sweptAt = began
-			fl.every = min(max(took*sweepCost, f.sweepMin), f.sweepMax)
+			fl.every = min(max((took-f.fast)*sweepCost, f.sweepMin), f.sweepMax)
 		}
 		// A claim that took nothing proves nothing: its fence may have
 		// failed, and with no row it has no database clock to read.

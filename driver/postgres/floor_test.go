@@ -266,3 +266,44 @@ func TestClaimFromTheFloorStepsOverNoDeliveredEntries(t *testing.T) {
 	}
 	t.Logf("buffers of the claim index scan with 5,000 delivered entries held by a pinned horizon: sweep %v, from the floor %v", sweep, fromFloor)
 }
+
+// A sweep is spaced by what it costs over a claim from the floor: a busy
+// server that slows every claim alike keeps sweeping every sweepMin; a
+// pinned horizon that makes the sweep walk its dead entries spaces them
+// out, up to sweepMax.
+func TestSweepPeriodFollowsTheSweepsExtraCost(t *testing.T) {
+	f := newFloors()
+	types, ordered := []string{"t"}, []bool{false}
+	now := time.Unix(1000, 0)
+	claim := func(took time.Duration) bool {
+		_, _, sweep := f.plan(types, ordered, now)
+		f.claimed(types, ordered, sweep, now, took, 1, 10, nil, now)
+		return sweep
+	}
+	if !claim(time.Millisecond) {
+		t.Fatal("the first claim of a type must be a sweep")
+	}
+	for range 50 { // claims from the floor of 20ms each: a slow server
+		if claim(20 * time.Millisecond) {
+			t.Fatal("a claim within the sweep period swept")
+		}
+	}
+	period := func() time.Duration { return f.byType["t"].every }
+	now = now.Add(time.Hour)
+	if !claim(22 * time.Millisecond) {
+		t.Fatal("no sweep once the period passed")
+	}
+	if p := period(); p != sweepMin {
+		t.Fatalf("a sweep costing what a claim costs: period %v, want %v", p, sweepMin)
+	}
+	now = now.Add(time.Hour)
+	claim(40 * time.Millisecond) // ~20ms over a claim: 4s
+	if p := period(); p < 3*time.Second || p > 5*time.Second {
+		t.Fatalf("a sweep 20ms dearer than a claim: period %v, want about 4s", p)
+	}
+	now = now.Add(time.Hour)
+	claim(time.Second)
+	if p := period(); p != sweepMax {
+		t.Fatalf("a sweep of a second: period %v, want the cap %v", p, sweepMax)
+	}
+}

@@ -191,6 +191,7 @@ func (s *schedule) offered(i int) float64 {
 // gauges (dead tuples, sizes), whose maximum and last value per phase are
 // kept, and counters, whose growth over a phase is.
 type dbSample struct {
+	at       time.Time
 	gauges   map[string]float64
 	counters map[string]float64
 }
@@ -216,7 +217,7 @@ type stressDB struct {
 	pin    func(ctx context.Context) (release func() error, err error)
 	reader func(ctx context.Context, tx, pause time.Duration, scans *atomic.Int64) error
 	// derive adds metrics computed from a phase's counter growth.
-	derive func(prefix string, growth map[string]float64, r *Result)
+	derive func(prefix string, secs float64, growth map[string]float64, r *Result)
 }
 
 // phaseBook is what one phase saw.
@@ -442,6 +443,7 @@ func (s *stressRun) run(ctx context.Context, prefix string) (Result, error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if smp, err := s.db.sample(sctx); err == nil {
+			smp.at = time.Now()
 			s.book.record(i, smp)
 		}
 	}
@@ -701,7 +703,7 @@ func (s *stressRun) report(prefix string, sched *schedule, r *Result) {
 			for k, v := range p.last.counters {
 				growth[k] = v - p.first.counters[k]
 			}
-			s.db.derive(pre, growth, r)
+			s.db.derive(pre, p.last.at.Sub(p.first.at).Seconds(), growth, r)
 		}
 		if i == 0 {
 			warmP99 = p.pickup.PercentileMs(99)
@@ -723,7 +725,7 @@ func stressTable(prefix string, phases []StressPhase, r Result) string {
 		{"offered/s", "offered/s", "%9.0f"}, {"enqueued/s", "enqueued/s", "%10.0f"}, {"delivered/s", "delivered/s", "%11.0f"},
 		{"p50ms", "p50-ms", "%7.2f"}, {"p95ms", "p95-ms", "%7.2f"}, {"p99ms", "p99-ms", "%7.2f"}, {"maxms", "max-ms", "%8.1f"},
 		{"depth", "max-depth", "%6.0f"}, {"dead-max", "dead-tuples-max", "%9.0f"}, {"outbox-mb", "outbox-mb-max", "%9.1f"},
-		{"idx-mb", "indexes-mb-max", "%7.1f"}, {"walk", "claim-walk", "%8.1f"}, {"autovac", "autovacuums", "%7.0f"},
+		{"idx-mb", "indexes-mb-max", "%7.1f"}, {"walk", "claim-walk", "%8.1f"}, {"blocks", "claim-blocks", "%7.1f"}, {"claims/s", "claims/s", "%8.0f"}, {"autovac", "autovacuums", "%7.0f"},
 		{"db-mb", "db-mb-max", "%6.1f"}, {"wal-mb", "wal-mb-max", "%6.1f"},
 	}
 	var b strings.Builder
