@@ -307,3 +307,41 @@ func TestSweepPeriodFollowsTheSweepsExtraCost(t *testing.T) {
 		t.Fatalf("a sweep of a second: period %v, want the cap %v", p, sweepMax)
 	}
 }
+
+// A row's claim order is when it was inserted (migration 6): a transaction
+// that began before a claim and enqueues after it commits a row above that
+// claim's floor, found from the floor, with no sweep.
+func TestClaimFloorTakesARowEnqueuedAfterTheClaimByAnOlderTransaction(t *testing.T) {
+	e := newFloorEnv(t, "t")
+	e.never()
+	e.window(0) // even with no window at all
+	out := e.d.table("outbox")
+	e.exec(nil, "INSERT INTO "+out+" (type, key) VALUES ('t', 'first')")
+	if keys, _ := e.claim("t", 10, time.Minute); !equalKeys(keys, "first") {
+		t.Fatalf("first claim took %v", keys)
+	}
+	tx, err := e.d.pool.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(e.ctx) }()
+	e.exec(tx, "SELECT 1 FROM "+out+" LIMIT 1") // the business work before the enqueue
+	e.exec(nil, "INSERT INTO "+out+" (type, key) VALUES ('t', 'meanwhile')")
+	if keys, sweep := e.claim("t", 10, time.Minute); !equalKeys(keys, "meanwhile") || sweep {
+		t.Fatalf("claim took %v (sweep %v), want [meanwhile] from the floor", keys, sweep)
+	}
+	e.exec(tx, "INSERT INTO "+out+" (type, key) VALUES ('t', 'enqueued-last')")
+	var began, at time.Time
+	if err := tx.QueryRow(e.ctx, "SELECT now(), available_at FROM "+out+" WHERE key = 'enqueued-last'").Scan(&began, &at); err != nil {
+		t.Fatal(err)
+	}
+	if !at.After(began) {
+		t.Fatalf("available_at %v is the transaction's start %v, not the insert's clock", at, began)
+	}
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys, sweep := e.claim("t", 10, time.Minute); !equalKeys(keys, "enqueued-last") || sweep {
+		t.Fatalf("claim took %v (sweep %v), want [enqueued-last] from the floor", keys, sweep)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -82,6 +83,10 @@ type StressConfig struct {
 	// SendDelay makes the relay process's every Send last this long (see
 	// StressRelaySpec); for the harness's own test only.
 	SendDelay time.Duration
+	// OutboxSettings are storage parameters set on the outbox before the
+	// run ("autovacuum_vacuum_scale_factor=0", ...), to measure a table
+	// setting before a migration makes it the default. PostgreSQL only.
+	OutboxSettings []string
 	// RelayCommand returns the command that starts the relay child: this
 	// executable, which hands over to RunStressRelay when StressRelayEnv is
 	// set. Required where a phase crashes, and on PostgreSQL, where every
@@ -123,6 +128,9 @@ func (c StressConfig) withDefaults() (StressConfig, error) {
 		return c, fmt.Errorf("%w: reader sessions, reader transaction and sample interval must be positive", ErrStressConfig)
 	case c.Lease < 0 || c.BatchSize < 0 || c.PollInterval < 0 || c.SendDelay < 0:
 		return c, fmt.Errorf("%w: negative lease, batch size, poll interval or send delay", ErrStressConfig)
+	}
+	if _, err := outboxSettingsSQL(c.OutboxSettings); err != nil {
+		return c, err
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Phases {
@@ -752,6 +760,29 @@ func stressTable(prefix string, phases []StressPhase, r Result) string {
 		}
 	}
 	return b.String()
+}
+
+var storageParam = regexp.MustCompile(`^[a-z_]{1,63}=[a-z0-9_.]{1,32}$`)
+
+// CheckOutboxSettings reports the first setting StressConfig.OutboxSettings
+// would refuse.
+func CheckOutboxSettings(settings []string) error {
+	_, err := outboxSettingsSQL(settings)
+	return err
+}
+
+// outboxSettingsSQL is the SET list of an ALTER TABLE for settings
+// ("name=value" each), or "" for none.
+func outboxSettingsSQL(settings []string) (string, error) {
+	var parts []string
+	for _, kv := range settings {
+		kv = strings.TrimSpace(kv)
+		if !storageParam.MatchString(kv) {
+			return "", fmt.Errorf("%w: outbox setting %q: want name=value (lower-case name, a number or a word)", ErrStressConfig, kv)
+		}
+		parts = append(parts, kv)
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -46,6 +46,11 @@ func Stress(ctx context.Context, e Env, cfg StressConfig) (Result, error) {
 	if _, err := e.driver(); err != nil { // migrates
 		return r, err
 	}
+	if set, _ := outboxSettingsSQL(cfg.OutboxSettings); set != "" {
+		if err := e.exec(ctx, "ALTER TABLE "+e.Schema+".outbox SET ("+set+")"); err != nil {
+			return r, fmt.Errorf("%w: outbox settings: %v", ErrStressConfig, err)
+		}
+	}
 	pcfg := e.Pool.Config()
 	pcfg.MaxConns = int32(cfg.Producers + cfg.ReaderSessions + 4)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
