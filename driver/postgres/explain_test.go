@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/testdb"
@@ -36,16 +37,27 @@ func TestClaimPlanUsesTheClaimIndexInEveryState(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
+	var explainFrom func(state string, floor pgtype.Timestamptz)
 	explain := func(state string) {
+		t.Helper()
+		// A sweep (no floor) and a claim from a floor (floor.go).
+		for _, floor := range []pgtype.Timestamptz{noFloor, {Time: time.Now().Add(-time.Second), Valid: true}} {
+			explainFrom(state, floor)
+		}
+	}
+	explainFrom = func(state string, floor pgtype.Timestamptz) {
 		t.Helper()
 		var plan string
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
-				return err
+			for _, set := range []string{"SET LOCAL plan_cache_mode = force_custom_plan", "SET LOCAL enable_bitmapscan = off"} {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					return err
+				}
 			}
 			// The same statement and parameters the driver sends.
 			return tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+d.q.claim,
-				[]string{"mine"}, 100, int64(1), 30*time.Second, []bool{false}, "", int64(0)).Scan(&plan)
+				[]string{"mine"}, 100, int64(1), 30*time.Second, []bool{false}, "", int64(0),
+				[]pgtype.Timestamptz{floor}, []int64{0}).Scan(&plan)
 		})
 		if err != nil {
 			t.Fatalf("%s: explain: %v", state, err)
@@ -71,6 +83,10 @@ func TestClaimPlanUsesTheClaimIndexInEveryState(t *testing.T) {
 		}
 		if claimScans != 1 {
 			t.Errorf("%s: want one scan of outbox_claim_idx, got scans %v", state, scans)
+		}
+		// The walk starts at the floor, and LIMIT stops it: no sort.
+		if !strings.Contains(plan, `ROW(available_at, id) >= ROW(t.floor_at, t.floor_id)`) || strings.Contains(plan, `"Sort Key": ["o.available_at"`) {
+			t.Errorf("%s, floor %v: the floor is not where the index scan starts, or the scan is sorted; plan:\n%s", state, floor, plan)
 		}
 	}
 	own(t, d, "claim-test", "mine", "theirs.0", "theirs.1", "theirs.2", "theirs.3", "theirs.4")

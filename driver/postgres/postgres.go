@@ -54,6 +54,8 @@ type Driver struct {
 
 	insertMu  sync.Mutex
 	insertSQL map[int]string
+
+	floors *floors // where each type's claim scan starts (floor.go)
 }
 
 type queries struct {
@@ -82,7 +84,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("mensageria/postgres: schema %q must be a lower-case SQL identifier (a-z, 0-9, _)", schema)
 	}
-	d := &Driver{pool: pool, schema: schema, channel: schema + "_outbox", insertSQL: map[int]string{}}
+	d := &Driver{pool: pool, schema: schema, channel: schema + "_outbox", insertSQL: map[int]string{}, floors: newFloors()}
 	load := func(name string) string {
 		b, err := files.ReadFile("queries/" + name + ".sql")
 		if err != nil {

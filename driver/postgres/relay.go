@@ -50,12 +50,18 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	if p.Fence != nil {
 		app, epoch = p.Fence.App, p.Fence.Epoch
 	}
+	began := time.Now()
+	floorAt, floorID, sweep := d.floors.plan(p.Types, ordered, began)
 	b := relayTx(func(b *pgx.Batch) {
-		b.Queue(d.q.claim, p.Types, p.Limit, p.Token, p.Lease, ordered, app, epoch)
+		// The estimate of a range between a floor and now() is so narrow
+		// that a bitmap scan and a sort look cheaper than the ordered walk
+		// that LIMIT stops early; the claim must be that walk.
+		b.Queue("SET LOCAL enable_bitmapscan = off")
+		b.Queue(d.q.claim, p.Types, p.Limit, p.Token, p.Lease, ordered, app, epoch, floorAt, floorID)
 	})
 	br := d.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range relayTxPrologue {
+	for range relayTxPrologue + 1 {
 		if _, err := br.Exec(); err != nil {
 			return nil, fmt.Errorf("mensageria/postgres: claim: %w", err)
 		}
@@ -64,9 +70,10 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	if err != nil {
 		return nil, fmt.Errorf("mensageria/postgres: claim: %w", err)
 	}
+	var claimNow time.Time
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
 		var j driver.Job
-		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &j.Attempt, &j.CreatedAt, &j.AvailableAt)
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &claimNow)
 		j.State = driver.StatePending
 		return j, err
 	})
@@ -78,6 +85,11 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	}
 	// RETURNING comes in no particular order; deliver in claim order.
 	sortJobs(jobs)
+	var last *driver.Job
+	if len(jobs) > 0 {
+		last = &jobs[len(jobs)-1]
+	}
+	d.floors.claimed(p.Types, ordered, sweep, began, time.Since(began), len(jobs), p.Limit, last, claimNow)
 	return jobs, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -82,6 +83,10 @@ type StressConfig struct {
 	// SendDelay makes the relay process's every Send last this long (see
 	// StressRelaySpec); for the harness's own test only.
 	SendDelay time.Duration
+	// OutboxSettings are storage parameters set on the outbox before the
+	// run ("autovacuum_vacuum_scale_factor=0", ...), to measure a table
+	// setting before a migration makes it the default. PostgreSQL only.
+	OutboxSettings []string
 	// RelayCommand returns the command that starts the relay child: this
 	// executable, which hands over to RunStressRelay when StressRelayEnv is
 	// set. Required where a phase crashes, and on PostgreSQL, where every
@@ -123,6 +128,9 @@ func (c StressConfig) withDefaults() (StressConfig, error) {
 		return c, fmt.Errorf("%w: reader sessions, reader transaction and sample interval must be positive", ErrStressConfig)
 	case c.Lease < 0 || c.BatchSize < 0 || c.PollInterval < 0 || c.SendDelay < 0:
 		return c, fmt.Errorf("%w: negative lease, batch size, poll interval or send delay", ErrStressConfig)
+	}
+	if _, err := outboxSettingsSQL(c.OutboxSettings); err != nil {
+		return c, err
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Phases {
@@ -191,6 +199,7 @@ func (s *schedule) offered(i int) float64 {
 // gauges (dead tuples, sizes), whose maximum and last value per phase are
 // kept, and counters, whose growth over a phase is.
 type dbSample struct {
+	at       time.Time
 	gauges   map[string]float64
 	counters map[string]float64
 }
@@ -216,7 +225,7 @@ type stressDB struct {
 	pin    func(ctx context.Context) (release func() error, err error)
 	reader func(ctx context.Context, tx, pause time.Duration, scans *atomic.Int64) error
 	// derive adds metrics computed from a phase's counter growth.
-	derive func(prefix string, growth map[string]float64, r *Result)
+	derive func(prefix string, secs float64, growth map[string]float64, r *Result)
 }
 
 // phaseBook is what one phase saw.
@@ -442,6 +451,7 @@ func (s *stressRun) run(ctx context.Context, prefix string) (Result, error) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if smp, err := s.db.sample(sctx); err == nil {
+			smp.at = time.Now()
 			s.book.record(i, smp)
 		}
 	}
@@ -701,7 +711,7 @@ func (s *stressRun) report(prefix string, sched *schedule, r *Result) {
 			for k, v := range p.last.counters {
 				growth[k] = v - p.first.counters[k]
 			}
-			s.db.derive(pre, growth, r)
+			s.db.derive(pre, p.last.at.Sub(p.first.at).Seconds(), growth, r)
 		}
 		if i == 0 {
 			warmP99 = p.pickup.PercentileMs(99)
@@ -723,7 +733,7 @@ func stressTable(prefix string, phases []StressPhase, r Result) string {
 		{"offered/s", "offered/s", "%9.0f"}, {"enqueued/s", "enqueued/s", "%10.0f"}, {"delivered/s", "delivered/s", "%11.0f"},
 		{"p50ms", "p50-ms", "%7.2f"}, {"p95ms", "p95-ms", "%7.2f"}, {"p99ms", "p99-ms", "%7.2f"}, {"maxms", "max-ms", "%8.1f"},
 		{"depth", "max-depth", "%6.0f"}, {"dead-max", "dead-tuples-max", "%9.0f"}, {"outbox-mb", "outbox-mb-max", "%9.1f"},
-		{"idx-mb", "indexes-mb-max", "%7.1f"}, {"walk", "claim-walk", "%8.1f"}, {"autovac", "autovacuums", "%7.0f"},
+		{"idx-mb", "indexes-mb-max", "%7.1f"}, {"walk", "claim-walk", "%8.1f"}, {"blocks", "claim-blocks", "%7.1f"}, {"claims/s", "claims/s", "%8.0f"}, {"autovac", "autovacuums", "%7.0f"},
 		{"db-mb", "db-mb-max", "%6.1f"}, {"wal-mb", "wal-mb-max", "%6.1f"},
 	}
 	var b strings.Builder
@@ -750,6 +760,29 @@ func stressTable(prefix string, phases []StressPhase, r Result) string {
 		}
 	}
 	return b.String()
+}
+
+var storageParam = regexp.MustCompile(`^[a-z_]{1,63}=[a-z0-9_.]{1,32}$`)
+
+// CheckOutboxSettings reports the first setting StressConfig.OutboxSettings
+// would refuse.
+func CheckOutboxSettings(settings []string) error {
+	_, err := outboxSettingsSQL(settings)
+	return err
+}
+
+// outboxSettingsSQL is the SET list of an ALTER TABLE for settings
+// ("name=value" each), or "" for none.
+func outboxSettingsSQL(settings []string) (string, error) {
+	var parts []string
+	for _, kv := range settings {
+		kv = strings.TrimSpace(kv)
+		if !storageParam.MatchString(kv) {
+			return "", fmt.Errorf("%w: outbox setting %q: want name=value (lower-case name, a number or a word)", ErrStressConfig, kv)
+		}
+		parts = append(parts, kv)
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

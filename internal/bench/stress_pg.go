@@ -46,6 +46,11 @@ func Stress(ctx context.Context, e Env, cfg StressConfig) (Result, error) {
 	if _, err := e.driver(); err != nil { // migrates
 		return r, err
 	}
+	if set, _ := outboxSettingsSQL(cfg.OutboxSettings); set != "" {
+		if err := e.exec(ctx, "ALTER TABLE "+e.Schema+".outbox SET ("+set+")"); err != nil {
+			return r, fmt.Errorf("%w: outbox settings: %v", ErrStressConfig, err)
+		}
+	}
 	pcfg := e.Pool.Config()
 	pcfg.MaxConns = int32(cfg.Producers + cfg.ReaderSessions + 4)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -115,17 +120,22 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 			return err
 		})
 	}
-	// The table's dead tuples and sizes, and the claim index's scans and
-	// the entries they returned: their ratio is how far a claim walks.
+	// The table's dead tuples and sizes, and the claim index's scans, the
+	// entries they returned and the index blocks they read: per scan, how
+	// far a claim walks (entries a pinned horizon keeps are returned to be
+	// checked against the heap; entries marked dead are skipped, but their
+	// blocks are still read).
 	sampleSQL := `SELECT s.n_dead_tup, s.n_live_tup, s.autovacuum_count, s.vacuum_count, s.n_tup_upd, s.n_tup_hot_upd,
 		pg_relation_size(s.relid), pg_indexes_size(s.relid),
-		coalesce(pg_relation_size(i.indexrelid), 0), coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0)
+		coalesce(pg_relation_size(i.indexrelid), 0), coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0),
+		coalesce(b.idx_blks_hit + b.idx_blks_read, 0)
 		FROM pg_stat_user_tables s
 		LEFT JOIN pg_stat_user_indexes i ON i.relid = s.relid AND i.indexrelname = 'outbox_claim_idx'
+		LEFT JOIN pg_statio_user_indexes b ON b.indexrelid = i.indexrelid
 		WHERE s.schemaname = $1 AND s.relname = 'outbox'`
 	db.sample = func(ctx context.Context) (dbSample, error) {
-		var dead, live, av, vac, upd, hot, table, indexes, claimIdx, scans, read int64
-		err := e.Pool.QueryRow(ctx, sampleSQL, e.Schema).Scan(&dead, &live, &av, &vac, &upd, &hot, &table, &indexes, &claimIdx, &scans, &read)
+		var dead, live, av, vac, upd, hot, table, indexes, claimIdx, scans, read, blocks int64
+		err := e.Pool.QueryRow(ctx, sampleSQL, e.Schema).Scan(&dead, &live, &av, &vac, &upd, &hot, &table, &indexes, &claimIdx, &scans, &read, &blocks)
 		if err != nil {
 			return dbSample{}, err
 		}
@@ -134,13 +144,16 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 			gauges: map[string]float64{"dead-tuples": float64(dead), "live-tuples": float64(live),
 				"outbox-mb": float64(table) / mb, "indexes-mb": float64(indexes) / mb, "claim-idx-mb": float64(claimIdx) / mb},
 			counters: map[string]float64{"autovacuums": float64(av), "vacuums": float64(vac), "updates": float64(upd),
-				"hot-updates": float64(hot), "claim-scans": float64(scans), "claim-entries": float64(read)},
+				"hot-updates": float64(hot), "claim-scans": float64(scans), "claim-entries": float64(read),
+				"claim-blocks": float64(blocks)},
 		}, nil
 	}
-	db.derive = func(pre string, g map[string]float64, r *Result) {
+	db.derive = func(pre string, secs float64, g map[string]float64, r *Result) {
 		r.Set(pre+"autovacuums", g["autovacuums"])
 		if g["claim-scans"] > 0 {
 			r.Set(pre+"claim-walk", g["claim-entries"]/g["claim-scans"])
+			r.Set(pre+"claim-blocks", g["claim-blocks"]/g["claim-scans"])
+			r.Set(pre+"claims/s", g["claim-scans"]/secs)
 		}
 		if g["updates"] > 0 {
 			r.Set(pre+"hot-ratio", g["hot-updates"]/g["updates"])

@@ -192,7 +192,7 @@ func parseStressRecord(line string) (seq int64, at time.Time, err error) {
 		return 0, time.Time{}, err
 	}
 	ns, err := strconv.ParseInt(f[2], 10, 64)
-	if err != nil || ns <= 0 {
+	if err != nil || ns <= 0 || strconv.FormatInt(ns, 10) != f[2] {
 		return 0, time.Time{}, fmt.Errorf("%w: %q: bad time %q", ErrStressRecord, line, f[2])
 	}
 	return seq, time.Unix(0, ns), nil

@@ -41,6 +41,9 @@ func StressSQLite(ctx context.Context, dir string, cfg StressConfig) (Result, er
 	if err != nil {
 		return r, err
 	}
+	if len(cfg.OutboxSettings) > 0 {
+		return r, fmt.Errorf("%w: outbox settings are PostgreSQL storage parameters", ErrStressConfig)
+	}
 	var embedded, crashes []StressPhase
 	for _, p := range cfg.Phases {
 		switch {

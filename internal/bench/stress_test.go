@@ -197,13 +197,15 @@ func TestStressRelaySpecDecoding(t *testing.T) {
 
 func TestStressConfigRefusals(t *testing.T) {
 	for name, c := range map[string]StressConfig{
-		"duplicate phase": {Phases: []StressPhase{{Name: "a", For: time.Second, Load: 1}, {Name: "a", For: time.Second, Load: 1}}},
-		"slash in name":   {Phases: []StressPhase{{Name: "a/b", For: time.Second, Load: 1}}},
-		"short phase":     {Phases: []StressPhase{{Name: "a", For: time.Millisecond, Load: 1}}},
-		"no load":         {Phases: []StressPhase{{Name: "a", For: time.Second}}},
-		"crash, no child": {Phases: []StressPhase{{Name: "a", For: time.Second, Load: 1, Crash: true}}},
-		"negative rate":   {Rate: -1},
-		"empty phases":    {Phases: []StressPhase{}},
+		"duplicate phase":  {Phases: []StressPhase{{Name: "a", For: time.Second, Load: 1}, {Name: "a", For: time.Second, Load: 1}}},
+		"slash in name":    {Phases: []StressPhase{{Name: "a/b", For: time.Second, Load: 1}}},
+		"short phase":      {Phases: []StressPhase{{Name: "a", For: time.Millisecond, Load: 1}}},
+		"no load":          {Phases: []StressPhase{{Name: "a", For: time.Second}}},
+		"crash, no child":  {Phases: []StressPhase{{Name: "a", For: time.Second, Load: 1, Crash: true}}},
+		"negative rate":    {Rate: -1},
+		"empty phases":     {Phases: []StressPhase{}},
+		"bad setting":      {OutboxSettings: []string{"fillfactor=50); DROP TABLE x; --"}},
+		"setting no value": {OutboxSettings: []string{"fillfactor"}},
 	} {
 		if _, err := c.withDefaults(); !errors.Is(err, ErrStressConfig) {
 			t.Errorf("%s: err %v, want ErrStressConfig", name, err)
@@ -226,6 +228,31 @@ func FuzzStressRecord(f *testing.F) {
 		// What parses prints back to the same line.
 		if back := "d " + stressKey(seq) + " " + fmt.Sprint(at.UnixNano()); back != line {
 			t.Fatalf("%q parsed as %d %d, which prints %q", line, seq, at.UnixNano(), back)
+		}
+	})
+}
+
+func TestOutboxSettingsSQL(t *testing.T) {
+	got, err := outboxSettingsSQL([]string{"autovacuum_vacuum_scale_factor=0", " autovacuum_vacuum_threshold=1000"})
+	if err != nil || got != "autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}
+
+func FuzzOutboxSettings(f *testing.F) {
+	f.Add("autovacuum_vacuum_scale_factor=0")
+	f.Add("fillfactor=50); DROP TABLE x; --")
+	f.Fuzz(func(t *testing.T, kv string) {
+		set, err := outboxSettingsSQL([]string{kv})
+		if err != nil {
+			if !errors.Is(err, ErrStressConfig) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		// What is accepted is one name=value of safe characters only.
+		if strings.ContainsAny(set, "();'\" -,") || strings.Count(set, "=") != 1 {
+			t.Fatalf("accepted %q as %q", kv, set)
 		}
 	})
 }
@@ -357,6 +384,7 @@ var (
 	flagTaxRounds     = flag.Int("tax.rounds", 3, "outbox tax: rounds")
 	flagTaxPaced      = flag.Duration("tax.paced", 30*time.Second, "outbox tax: the paced run at 80%")
 	flagStressSetting = flag.String("stress.pg-set", "", "private server: extra settings, name=value,name=value (experiments only)")
+	flagStressOutbox  = flag.String("stress.outbox-set", "", "storage parameters set on the outbox first, name=value,name=value (experiments only)")
 )
 
 // stressEnv is a fresh schema on the benchmarks' server.
@@ -407,7 +435,11 @@ func reportStress(b *testing.B, r Result, err error) {
 
 func BenchmarkStress(b *testing.B) {
 	e := stressEnv(b)
-	r, err := Stress(context.Background(), e, StressConfig{Rate: *flagStressRate, Lease: *flagStressLease,
+	var outbox []string
+	if *flagStressOutbox != "" {
+		outbox = strings.Split(*flagStressOutbox, ",")
+	}
+	r, err := Stress(context.Background(), e, StressConfig{Rate: *flagStressRate, Lease: *flagStressLease, OutboxSettings: outbox,
 		Phases: StandardStressPhases(*flagStressWarmup, *flagStressPhase, *flagStressPinned), RelayCommand: testRelayCommand})
 	reportStress(b, r, err)
 }

@@ -56,6 +56,7 @@ type benchOptions struct {
 	taxPaced      time.Duration
 	private       bool
 	stressRelay   bool
+	stressOutbox  []string
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -170,6 +171,9 @@ server's settings and say when autovacuum is off.
 			case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
 				return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
 			}
+			if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
+				return usageErr("--stress-outbox-set: %v", err)
+			}
 			if o.private || onlyPrivate(o.scenarios) {
 				return a.runBenchPrivate(cmd.Context(), o)
 			}
@@ -206,6 +210,7 @@ server's settings and say when autovacuum is off.
 	f.DurationVar(&o.stressPinned, "stress-pinned", 2*time.Minute, "stress: how long idle-in-tx holds the xmin horizon")
 	f.DurationVar(&o.stressLease, "stress-lease", 0, "stress: the relay's lease (0: its default, 30s)")
 	f.IntVar(&o.stressReaders, "stress-readers", 3, "stress: REPEATABLE READ sessions of the active-readers phase")
+	f.StringSliceVar(&o.stressOutbox, "stress-outbox-set", nil, "stress: storage parameters set on the scratch outbox first (name=value,...), to measure a table setting")
 	f.DurationVar(&o.taxRun, "tax-run", 10*time.Second, "tax: each mode's run per round")
 	f.DurationVar(&o.taxPaced, "tax-paced", 30*time.Second, "tax: the paced run at 80% of the outbox rate")
 	f.BoolVar(&o.private, "private-server", false, "run the PostgreSQL scenarios on a private server with production defaults, started and removed by bench")
@@ -322,7 +327,7 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		case "nats":
 			r, err = benchNats(ctx, env, o)
 		case "stress":
-			r, err = bench.Stress(ctx, env, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders,
+			r, err = bench.Stress(ctx, env, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
 				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand})
 		case "tax":
 			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})

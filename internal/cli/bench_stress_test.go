@@ -69,7 +69,7 @@ func TestBenchStressCommand(t *testing.T) {
 	})
 
 	t.Run("usage", func(t *testing.T) {
-		for _, bad := range [][]string{{"--stress-rate", "0"}, {"--stress-phase", "1ms"}, {"--stress-lease", "10ms"}, {"--stress-readers", "0"}, {"--tax-run", "1ms"}} {
+		for _, bad := range [][]string{{"--stress-rate", "0"}, {"--stress-phase", "1ms"}, {"--stress-lease", "10ms"}, {"--stress-readers", "0"}, {"--tax-run", "1ms"}, {"--stress-outbox-set", "fillfactor=1);--"}} {
 			if r := run(t, "", nil, append([]string{"bench", "--scenario", "stress-sqlite"}, bad...)...); r.code != ExitUsage {
 				t.Errorf("bench %v: %+v, want a usage error", bad, r)
 			}

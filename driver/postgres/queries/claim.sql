@@ -3,18 +3,28 @@
 -- key may go). $6/$7 are the fence (app, epoch); app '' means no fence.
 -- One LATERAL scan per type keeps each on the (type, available_at, id)
 -- index, whatever the other apps have queued in the same table.
+-- $8/$9 are each type's floor, (available_at, id): the scan starts there
+-- instead of at the index's oldest entries, which are the entries of rows
+-- already delivered. A pinned xmin horizon keeps those entries (a deleted
+-- row's entry goes only when no snapshot can see the row), and a walk from
+-- the start steps over every one of them on every claim. The driver keeps
+-- the floors (floor.go) and sends '-infinity' for a full claim: the
+-- periodic sweep that finds rows committed late below a floor.
+-- Every row also returns the claim's now(), which the next floor is
+-- measured from.
 WITH fence AS (
     SELECT $6::text = '' OR EXISTS (
         SELECT 1 FROM {{schema}}.leader WHERE app = $6::text AND epoch = $7::bigint) AS ok
 ), due AS (
     SELECT c.id, c.available_at
-    FROM fence, unnest($1::text[], $5::bool[]) AS t(type, ordered)
+    FROM fence, unnest($1::text[], $5::bool[], $8::timestamptz[], $9::bigint[]) AS t(type, ordered, floor_at, floor_id)
     CROSS JOIN LATERAL (
         SELECT o.id, o.available_at
         FROM {{schema}}.outbox o
         WHERE o.state = 'pending'
           AND o.type = t.type
           AND o.available_at <= now()
+          AND (o.available_at, o.id) >= (t.floor_at, t.floor_id)
           AND (o.lease_until IS NULL OR o.lease_until <= now())
           AND (NOT t.ordered OR NOT EXISTS (
                 SELECT 1 FROM {{schema}}.outbox p
@@ -33,4 +43,4 @@ SET attempts = o.attempts + 1,
     lease_until = now() + $4::interval
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.message_id, o.type, o.key, o.payload, o.headers, o.attempts, o.created_at, o.available_at;
+RETURNING o.id, o.message_id, o.type, o.key, o.payload, o.headers, o.attempts, o.created_at, o.available_at, now();

@@ -1,0 +1,14 @@
+-- mensageria schema, version 6: a row's place in the claim order is the
+-- moment it was inserted, not the moment its transaction began.
+-- {{schema}} is replaced by the configured schema name.
+--
+-- The claim starts each type's index walk at a floor a second behind the
+-- previous claim (queries/claim.sql, docs/adr/0009-claim-floor.md). A row
+-- whose available_at is older than that floor when it commits waits for the
+-- next sweep. now() is the enqueueing transaction's start: a transaction
+-- that runs a few seconds of business work before its enqueue would commit
+-- every message below the floor. clock_timestamp() is the INSERT's own
+-- clock, so only the time between the enqueue and the commit counts.
+-- Changing a default rewrites nothing and holds the table's lock for an
+-- instant.
+ALTER TABLE {{schema}}.outbox ALTER COLUMN available_at SET DEFAULT clock_timestamp();
