@@ -20,7 +20,7 @@ import (
 //
 // in must run on a backend whose transactions hold the queue
 // (driver.InboxQueueTx: the PostgreSQL and SQLite drivers, at schema
-// version 3 and 4 respectively); on any other, every delivery fails with a
+// version 4 and 5 respectively); on any other, every delivery fails with a
 // retryable error naming the backend.
 func QueueHandler(in *mensageria.Inbox) (Handler, error) {
 	if in == nil {
