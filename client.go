@@ -167,6 +167,37 @@ func (c *Client) ensureRegistered(ctx context.Context) error {
 	return err
 }
 
+// ensureRegisteredIn is ensureRegistered for EnqueueTx: on a TxRegisterer
+// backend a missing registration is recorded inside tx. It is not taken as
+// done until a later call reads it back committed: the caller may still
+// roll tx back.
+func (c *Client) ensureRegisteredIn(ctx context.Context, tx any) error {
+	tr, ok := c.drv.(driver.TxRegisterer)
+	if !ok {
+		return c.ensureRegistered(ctx)
+	}
+	gen := c.cfg.Registry.generation()
+	if c.registered.Load() == gen+1 {
+		return nil
+	}
+	res, err := c.resources()
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 || c.ownsAll(ctx, res) {
+		c.registered.Store(gen + 1)
+		return nil
+	}
+	if _, err := tr.RegisterTx(ctx, tx, driver.RegisterParams{App: c.cfg.App, Resources: res}); err != nil {
+		var oce *OwnerConflictError
+		if errors.As(err, &oce) {
+			return err
+		}
+		return fmt.Errorf("mensageria: app %q: recording its ownership: %w", c.cfg.App, err)
+	}
+	return nil
+}
+
 // ownsAll reports whether the catalog gives every one of res to this app,
 // consumers with the same window. An error reads as false: Register then
 // decides.
@@ -271,22 +302,16 @@ func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, err
 // writes nothing, so the caller's transaction stays usable.
 //
 // The first enqueue of a Client makes sure the app's ownership is
-// recorded, as Enqueue does, on a connection of its own: outside tx. An
-// SQLite transaction holds the database's one write lock, so an app whose
-// ownership was never recorded must call Register (or Start, or Enqueue)
-// before opening its first transaction there; once recorded, by any
-// replica, this step only reads.
+// recorded, as Enqueue does: on a connection of its own, or, on a backend
+// whose open transaction holds the database's one write lock (SQLite,
+// driver.TxRegisterer), inside tx, committing or rolling back with it.
 func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid.UUID, error) {
 	p, ids, err := c.prepare(msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
-	if err := c.ensureRegistered(ctx); err != nil {
-		var oce *OwnerConflictError
-		if errors.As(err, &oce) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w (EnqueueTx records the app's ownership on a connection of its own, outside the caller's transaction; where that transaction holds the database's write lock, as on SQLite, call Client.Register before opening it)", err)
+	if err := c.ensureRegisteredIn(ctx, tx); err != nil {
+		return nil, err
 	}
 	if err := c.drv.InsertTx(ctx, tx, p); err != nil {
 		return nil, c.insertFailed(err)

@@ -3,8 +3,8 @@ package mensageria_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/xadm/mensageria"
@@ -57,12 +57,14 @@ func sqliteBackend(t *testing.T) *backend {
 }
 
 // On SQLite the caller's transaction holds the database's write lock, so
-// an app whose ownership was never recorded cannot record it from inside
-// EnqueueTx: the call fails saying what to do, writes nothing, and leaves
-// the transaction usable. After Register it works.
-func TestSQLiteEnqueueTxBeforeAnyRegistrationSaysWhatToDo(t *testing.T) {
+// the first EnqueueTx of an app whose ownership was never recorded records
+// it inside that transaction: rolled back, nothing is owned; committed, the
+// row and the ownership land together. Another app's type is refused and
+// the transaction stays usable.
+func TestSQLiteFirstEnqueueTxRecordsOwnershipInTheCallersTransaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.db")
-	// A short busy timeout, so the blocked registration gives up quickly.
+	// A short busy timeout: a registration that waited for the caller's
+	// own write lock would fail quickly instead of passing slowly.
 	db, err := sql.Open("sqlite", path+"?_txlock=immediate&_pragma=busy_timeout(200)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
@@ -76,36 +78,65 @@ func TestSQLiteEnqueueTxBeforeAnyRegistrationSaysWhatToDo(t *testing.T) {
 	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, drv, fastConfig(uniqueApp("sqlitetx"), mensageria.NewRegistry().MustRegister("t", &recorder{})))
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
+	app := uniqueApp("sqlitetx")
+	c := newClient(t, drv, fastConfig(app, mensageria.NewRegistry().MustRegister("t", &recorder{})))
+	rows := func() int {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM mensageria_outbox").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	_, err = c.EnqueueTx(ctx, tx, mensageria.Message{Type: "t", Key: "k"})
-	if err == nil || !strings.Contains(err.Error(), "call Client.Register before opening it") {
-		t.Fatalf("EnqueueTx before any registration: %v", err)
+	owner := func() string {
+		list, err := drv.Owners(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range list {
+			if o.Kind == driver.ResourceType && o.Name == "t" {
+				return o.App
+			}
+		}
+		return ""
 	}
-	if _, err := tx.ExecContext(ctx, "SELECT 1"); err != nil {
-		t.Fatalf("the caller's transaction is no longer usable: %v", err)
+	enqueueIn := func(c *mensageria.Client, commit bool) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.EnqueueTx(ctx, tx, mensageria.Message{Type: "t", Key: "k"})
+		if _, xerr := tx.ExecContext(ctx, "SELECT 1"); xerr != nil {
+			t.Fatalf("the caller's transaction is no longer usable: %v", xerr)
+		}
+		if commit && err == nil {
+			if cerr := tx.Commit(); cerr != nil {
+				t.Fatal(cerr)
+			}
+		} else if rerr := tx.Rollback(); rerr != nil {
+			t.Fatal(rerr)
+		}
+		return err
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
+	if err := enqueueIn(c, false); err != nil {
+		t.Fatalf("first EnqueueTx: %v", err)
 	}
-	if _, err := c.Register(ctx); err != nil {
-		t.Fatal(err)
+	if n, o := rows(), owner(); n != 0 || o != "" {
+		t.Fatalf("after a rollback: %d rows, type owned by %q; want nothing of either", n, o)
 	}
-	tx, err = db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
+	if err := enqueueIn(c, true); err != nil {
+		t.Fatalf("EnqueueTx after the rollback: %v", err)
 	}
-	if _, err := c.EnqueueTx(ctx, tx, mensageria.Message{Type: "t", Key: "k"}); err != nil {
-		t.Fatalf("EnqueueTx after Register: %v", err)
+	if n, o := rows(), owner(); n != 1 || o != app {
+		t.Fatalf("after a commit: %d rows, type owned by %q; want 1 and %q", n, o, app)
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
+	if err := enqueueIn(c, true); err != nil || rows() != 2 {
+		t.Fatalf("a later EnqueueTx: %v, %d rows", err, rows())
 	}
-	var n int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM mensageria_outbox").Scan(&n); err != nil || n != 1 {
-		t.Fatalf("outbox rows: %d %v; want the one enqueued after Register", n, err)
+	intruder := newClient(t, drv, fastConfig(uniqueApp("intruder"), mensageria.NewRegistry().MustRegister("t", &recorder{})))
+	if err := enqueueIn(intruder, true); !errors.Is(err, mensageria.ErrOwnerConflict) {
+		t.Fatalf("another app's EnqueueTx of the type = %v, want an ownership conflict", err)
+	}
+	if n := rows(); n != 2 {
+		t.Fatalf("%d rows after the refused enqueue, want 2", n)
 	}
 }

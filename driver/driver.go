@@ -127,6 +127,16 @@ type Driver interface {
 	Close() error
 }
 
+// TxRegisterer is implemented by backends on which the caller's open
+// transaction holds the database's one write lock (SQLite): there a first
+// EnqueueTx records its app's ownership inside that transaction, where a
+// registration on a connection of its own would wait for the lock. What it
+// records commits or rolls back with the caller's transaction; a refusal
+// leaves that transaction as it was.
+type TxRegisterer interface {
+	RegisterTx(ctx context.Context, tx any, p RegisterParams) (RegisterResult, error)
+}
+
 // Tx is a transaction opened by Driver.InTx.
 type Tx interface {
 	// Raw is the backend's transaction (pgx.Tx, *sql.Tx) so the effect can
@@ -312,6 +322,33 @@ type Failure struct {
 	ID    int64
 	Error string
 	Route string // as Retry.Route
+}
+
+// IDs returns every row of p once, in the order Delivered, Retry, Dead,
+// Release: the order a backend applies the outcomes in, so a row listed
+// twice takes (and is reported with) its first.
+func (p *SettleParams) IDs() []int64 {
+	out := make([]int64, 0, len(p.Delivered)+len(p.Retry)+len(p.Dead)+len(p.Release))
+	seen := make(map[int64]bool, cap(out))
+	add := func(id int64) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range p.Delivered {
+		add(id)
+	}
+	for _, r := range p.Retry {
+		add(r.ID)
+	}
+	for _, f := range p.Dead {
+		add(f.ID)
+	}
+	for _, id := range p.Release {
+		add(id)
+	}
+	return out
 }
 
 // SettleResult sorts the rows of one settle by what happened to them.

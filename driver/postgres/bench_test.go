@@ -19,7 +19,7 @@ import (
 // The -ratio metrics are checked/unchecked (target: at least 0.95).
 func BenchmarkEnqueueCheck(b *testing.B) {
 	e := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
-	r, err := bench.EnqueueCheck(context.Background(), e, bench.EnqueueCheckConfig{Rounds: 7, Run: 2 * time.Second})
+	r, err := bench.EnqueueCheck(context.Background(), e, bench.EnqueueCheckConfig{Rounds: 10, Run: 2 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

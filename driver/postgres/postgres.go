@@ -4,6 +4,13 @@
 // *sql.Tx (database/sql, sqlx, GORM, ent and bun all expose one), so the
 // outbox row commits or rolls back with their business write.
 //
+// The schema holds an ownership catalog (the owners table, migration 2):
+// the outbox refuses, from any client, a row whose type no app owns, a key
+// or type of the wrong length and headers that are not an object of
+// strings, each with its own SQLSTATE (MS001 to MS004, listed in
+// migrations/002_catalog.sql). Insert and InsertTx turn them into the
+// driver's errors; EnqueueError does it for a batch sent with QueueInsert.
+//
 // The relay's claim runs with a fresh plan every time (pgx's exec mode, an
 // unnamed statement): a plan cached while the outbox was empty keeps a
 // sequential scan once it is full, which drains a few hundred rows a second

@@ -136,29 +136,12 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	var res driver.SettleResult
 	var left []int64
-	seen := make(map[int64]bool, len(changed))
-	each := func(id int64) {
-		if seen[id] {
-			return // listed twice: its first outcome stands
-		}
-		seen[id] = true
+	for _, id := range p.IDs() {
 		if changed[id] {
 			res.Settled = append(res.Settled, id)
 		} else {
 			left = append(left, id)
 		}
-	}
-	for _, id := range p.Delivered {
-		each(id)
-	}
-	for _, r := range p.Retry {
-		each(r.ID)
-	}
-	for _, f := range p.Dead {
-		each(f.ID)
-	}
-	for _, id := range p.Release {
-		each(id)
 	}
 	if len(left) > 0 {
 		res.Fenced, res.Expired = d.sortUnsettled(ctx, p.Token, left)

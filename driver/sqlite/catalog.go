@@ -65,76 +65,126 @@ type resourceKey struct {
 // SQLite's write lock: the second sees the first's entry and gets the
 // conflict. See driver.Driver.
 func (d *Driver) Register(ctx context.Context, p driver.RegisterParams) (driver.RegisterResult, error) {
-	if p.App == "" {
-		return driver.RegisterResult{}, &ConfigError{Field: "app", Reason: "empty app name: every catalog entry names the app that owns it"}
+	want, listed, err := checkRegistration(p)
+	if err != nil {
+		return driver.RegisterResult{}, err
 	}
-	listed := map[resourceKey]driver.Resource{}
-	var want []driver.Resource
-	for _, r := range p.Resources {
-		if err := checkResource(r.Kind, r.Name); err != nil {
-			return driver.RegisterResult{}, err
-		}
-		if r.Window < 0 {
-			return driver.RegisterResult{}, &ResourceError{Kind: r.Kind, Name: r.Name, Reason: fmt.Sprintf("negative window %s (zero keeps records forever)", r.Window)}
-		}
-		k := resourceKey{r.Kind, r.Name}
-		if prev, ok := listed[k]; ok {
-			if windowUS(prev) != windowUS(r) {
-				return driver.RegisterResult{}, &ResourceError{Kind: r.Kind, Name: r.Name, Reason: fmt.Sprintf("listed twice, with windows %s and %s", prev.Window, r.Window)}
-			}
-			continue
-		}
-		listed[k] = r
-		want = append(want, r)
-	}
-	owners := d.prefix + "owners"
 	var res driver.RegisterResult
-	err := d.write(ctx, func(w writer, now int64) error {
-		res = driver.RegisterResult{}
-		var conflicts []driver.Ownership
-		for _, r := range want {
-			var app sql.NullString
-			var win sql.NullInt64
-			var since int64
-			err := w.QueryRowContext(ctx, "SELECT app, dedup_window_us, since FROM "+owners+" WHERE kind = ? AND name = ?", string(r.Kind), r.Name).Scan(&app, &win, &since)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-				_, err = w.ExecContext(ctx, "INSERT INTO "+owners+" (kind, name, app, dedup_window_us, since) VALUES (?, ?, ?, ?, ?)",
-					string(r.Kind), r.Name, p.App, windowUS(r), now)
-			case err != nil:
-			case !app.Valid: // unclaimed: the first app to register it adopts it
-				_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET app = ?, dedup_window_us = ?, since = ? WHERE kind = ? AND name = ?",
-					p.App, windowUS(r), now, string(r.Kind), r.Name)
-			case app.String != p.App:
-				conflicts = append(conflicts, ownership(r.Kind, r.Name, app, win, since))
-			case r.Kind == driver.ResourceConsumer:
-				// The owner's inbox is the one source of its window.
-				_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET dedup_window_us = ? WHERE kind = ? AND name = ? AND dedup_window_us IS NOT ?",
-					windowUS(r), string(r.Kind), r.Name, windowUS(r))
-			}
-			if err != nil {
-				return wrap("register", err)
-			}
-		}
-		if len(conflicts) > 0 {
-			return &driver.OwnerConflictError{App: p.App, Conflicts: conflicts}
-		}
-		mine, err := d.owners(ctx, w, p.App)
-		if err != nil {
-			return err
-		}
-		for _, o := range mine {
-			if _, ok := listed[resourceKey{o.Kind, o.Name}]; !ok {
-				res.Unlisted = append(res.Unlisted, o)
-			}
-		}
-		res.OutboxID, err = d.outboxID(ctx, w)
+	err = d.write(ctx, func(w writer, now int64) error {
+		var err error
+		res, err = d.register(ctx, w, now, p, want, listed)
 		return err
 	})
 	if err != nil {
 		return driver.RegisterResult{}, err
 	}
 	return res, nil
+}
+
+// RegisterTx is Register inside the caller's *sql.Tx, for a first enqueue
+// in a transaction that already holds SQLite's one write lock (where
+// Register, on a connection of its own, would wait for it). A savepoint
+// keeps a refused registration from touching the caller's transaction;
+// what it records commits or rolls back with that transaction.
+func (d *Driver) RegisterTx(ctx context.Context, tx any, p driver.RegisterParams) (driver.RegisterResult, error) {
+	stx, ok := tx.(*sql.Tx)
+	if !ok || stx == nil {
+		return driver.RegisterResult{}, &driver.TxTypeError{Driver: "sqlite", Got: fmt.Sprintf("%T", tx), Want: []string{"*sql.Tx"}}
+	}
+	want, listed, err := checkRegistration(p)
+	if err != nil {
+		return driver.RegisterResult{}, err
+	}
+	var now int64
+	if err := stx.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now); err != nil {
+		return driver.RegisterResult{}, wrap("register", err)
+	}
+	if _, err := stx.ExecContext(ctx, "SAVEPOINT mensageria_register"); err != nil {
+		return driver.RegisterResult{}, wrap("register", err)
+	}
+	res, err := d.register(ctx, stx, now, p, want, listed)
+	if err != nil {
+		bg := context.WithoutCancel(ctx)
+		_, _ = stx.ExecContext(bg, "ROLLBACK TO mensageria_register")
+		_, _ = stx.ExecContext(bg, "RELEASE mensageria_register")
+		return driver.RegisterResult{}, err
+	}
+	if _, err := stx.ExecContext(ctx, "RELEASE mensageria_register"); err != nil {
+		return driver.RegisterResult{}, wrap("register", err)
+	}
+	return res, nil
+}
+
+// checkRegistration validates p's resources and lists each once.
+func checkRegistration(p driver.RegisterParams) ([]driver.Resource, map[resourceKey]driver.Resource, error) {
+	if p.App == "" {
+		return nil, nil, &ConfigError{Field: "app", Reason: "empty app name: every catalog entry names the app that owns it"}
+	}
+	listed := map[resourceKey]driver.Resource{}
+	var want []driver.Resource
+	for _, r := range p.Resources {
+		if err := checkResource(r.Kind, r.Name); err != nil {
+			return nil, nil, err
+		}
+		if r.Window < 0 {
+			return nil, nil, &ResourceError{Kind: r.Kind, Name: r.Name, Reason: fmt.Sprintf("negative window %s (zero keeps records forever)", r.Window)}
+		}
+		k := resourceKey{r.Kind, r.Name}
+		if prev, ok := listed[k]; ok {
+			if windowUS(prev) != windowUS(r) {
+				return nil, nil, &ResourceError{Kind: r.Kind, Name: r.Name, Reason: fmt.Sprintf("listed twice, with windows %s and %s", prev.Window, r.Window)}
+			}
+			continue
+		}
+		listed[k] = r
+		want = append(want, r)
+	}
+	return want, listed, nil
+}
+
+// register records p in w, the body of Register and RegisterTx.
+func (d *Driver) register(ctx context.Context, w writer, now int64, p driver.RegisterParams, want []driver.Resource, listed map[resourceKey]driver.Resource) (driver.RegisterResult, error) {
+	owners := d.prefix + "owners"
+	var res driver.RegisterResult
+	var conflicts []driver.Ownership
+	for _, r := range want {
+		var app sql.NullString
+		var win sql.NullInt64
+		var since int64
+		err := w.QueryRowContext(ctx, "SELECT app, dedup_window_us, since FROM "+owners+" WHERE kind = ? AND name = ?", string(r.Kind), r.Name).Scan(&app, &win, &since)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = w.ExecContext(ctx, "INSERT INTO "+owners+" (kind, name, app, dedup_window_us, since) VALUES (?, ?, ?, ?, ?)",
+				string(r.Kind), r.Name, p.App, windowUS(r), now)
+		case err != nil:
+		case !app.Valid: // unclaimed: the first app to register it adopts it
+			_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET app = ?, dedup_window_us = ?, since = ? WHERE kind = ? AND name = ?",
+				p.App, windowUS(r), now, string(r.Kind), r.Name)
+		case app.String != p.App:
+			conflicts = append(conflicts, ownership(r.Kind, r.Name, app, win, since))
+		case r.Kind == driver.ResourceConsumer:
+			// The owner's inbox is the one source of its window.
+			_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET dedup_window_us = ? WHERE kind = ? AND name = ? AND dedup_window_us IS NOT ?",
+				windowUS(r), string(r.Kind), r.Name, windowUS(r))
+		}
+		if err != nil {
+			return res, wrap("register", err)
+		}
+	}
+	if len(conflicts) > 0 {
+		return res, &driver.OwnerConflictError{App: p.App, Conflicts: conflicts}
+	}
+	mine, err := d.owners(ctx, w, p.App)
+	if err != nil {
+		return res, err
+	}
+	for _, o := range mine {
+		if _, ok := listed[resourceKey{o.Kind, o.Name}]; !ok {
+			res.Unlisted = append(res.Unlisted, o)
+		}
+	}
+	res.OutboxID, err = d.outboxID(ctx, w)
+	return res, err
 }
 
 func ownership(kind driver.ResourceKind, name string, app sql.NullString, win sql.NullInt64, since int64) driver.Ownership {

@@ -446,28 +446,7 @@ func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 // are sorted by one more read in the same transaction: gone or leased to
 // another token is Fenced, still ours but past the lease is Expired.
 func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
-	// Every row of p once, in p's order: a row listed twice takes its first
-	// outcome and is reported once.
-	var all []int64
-	seen := map[int64]bool{}
-	add := func(id int64) {
-		if !seen[id] {
-			seen[id] = true
-			all = append(all, id)
-		}
-	}
-	for _, id := range p.Delivered {
-		add(id)
-	}
-	for _, id := range p.Release {
-		add(id)
-	}
-	for _, r := range p.Retry {
-		add(r.ID)
-	}
-	for _, f := range p.Dead {
-		add(f.ID)
-	}
+	all := p.IDs()
 	if len(all) == 0 {
 		return driver.SettleResult{}, nil
 	}

@@ -89,10 +89,10 @@ DROP INDEX {{schema}}.outbox_delivered_idx;
 -- once instead of waiting forever for a relay that will never claim it.
 --
 -- One check per statement, over the rows it inserted: a row trigger in
--- PL/pgSQL costs tens of microseconds a row (an owners lookup each), which a
--- 100-row enqueue felt as half its rate; this is one join for the whole
--- statement and a few expressions a row (docs/benchmarks.md, enqueue
--- check). Not a foreign key to owners either: that would take a KEY SHARE
+-- PL/pgSQL costs tens of microseconds a row (an owners lookup each), a third
+-- of the rate of a 100-row enqueue; this is one lookup per type for the
+-- whole statement and a few expressions a row (the enqueue-check benchmark,
+-- internal/bench/enqueuecheck.go). Not a foreign key to owners either: that would take a KEY SHARE
 -- lock on the type's one owners row for each insert, and concurrent
 -- enqueues of one type would contend on a MultiXact; this only reads it.
 --
