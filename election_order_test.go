@@ -177,10 +177,16 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 		bb := newClient(t, b.open(), cfgB)
 		start(t, bb)
 		eventually(t, 15*time.Second, "b takes over and delivers", func() bool { return recB.keys()["x"] == 1 })
+		// b's Sender has the message before b settles it: wait for the
+		// settle, so what follows tests the zombie and not b's pace.
+		delivered := func() int {
+			return b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'x' AND state = 'delivered'")
+		}
+		eventually(t, 15*time.Second, "b's settle recorded", func() bool { return delivered() == 1 })
 
 		wake() // the zombie wakes
 		eventually(t, 10*time.Second, "the zombie's settle is fenced", func() bool { return seen.has(mensageria.OutcomeFenced) })
-		if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'x' AND state = 'delivered'"); n != 1 {
+		if n := delivered(); n != 1 {
 			t.Fatalf("the zombie overwrote the new leader's outcome")
 		}
 		eventually(t, 10*time.Second, "the zombie steps down", func() bool { return !a.IsLeader() })

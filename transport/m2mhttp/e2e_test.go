@@ -90,6 +90,8 @@ func startRelayWith(t *testing.T, drv *postgres.Driver, routes map[string]string
 		// Small batches inside a roomy lease: a batch of slow deliveries
 		// should not outlive its lease on a loaded machine.
 		BatchSize: 20, Lease: 5 * time.Second, PollInterval: 50 * time.Millisecond, MaxAttempts: 50,
+		// A route paused by a run of failures probes on the same scale.
+		RoutePause: 20 * time.Millisecond, RoutePauseMax: 200 * time.Millisecond,
 		// Keep delivered rows so the test can read their attempt counts.
 		DeliveredRetention: time.Hour,
 		Logger:             quietLogger(),
