@@ -483,6 +483,10 @@ func demoClientConfig(app string, election mensageria.Election, reg *mensageria.
 		BatchSize: 50, Concurrency: 16, Lease: 3 * time.Second, MaxAttempts: 25,
 		BackoffBase: 20 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, PurgeInterval: time.Hour,
+		// The demo's receivers fail on purpose (503s, answers past the
+		// timeout): a route they pause must come back on the demo's scale,
+		// not after the production default's minute.
+		RoutePause: 200 * time.Millisecond, RoutePauseMax: 2 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: hooks,
 	}
 }

@@ -320,8 +320,10 @@ func TestPrismProxyBetweenSenderAndReceiver(t *testing.T) {
 	}
 
 	bad, _ := newSenders(t, base+"/", "wrong-token", rec)
-	if err := bad.Send(ctx, delivery("pedido.criado", "k-auth", `{}`, nil)); !mensageria.IsPermanent(err) {
-		t.Errorf("a wrong token: %v, want a permanent refusal", err)
+	// A refused token is the destination's problem (a rotated secret), not
+	// the message's: the route pauses, the message keeps its attempt.
+	if err := bad.Send(ctx, delivery("pedido.criado", "k-auth", `{}`, nil)); !mensageria.IsUnavailable(err) || mensageria.IsPermanent(err) {
+		t.Errorf("a wrong token: %v, want a destination-level failure (Unavailable), not a permanent one", err)
 	}
 	conforming("a wrong token", http.StatusUnauthorized)
 
