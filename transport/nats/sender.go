@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/internal/outage"
 	"github.com/xadm/mensageria/internal/wire"
 )
 
@@ -52,8 +51,7 @@ type SenderConfig struct {
 	// WithoutMsgID publishes without Nats-Msg-Id: every redelivery is
 	// stored. For measuring what the header costs; never in production.
 	WithoutMsgID bool
-	// Logger receives the duplicate window's warning and each outage of
-	// the destination: once when it starts, once when it ends. Default
+	// Logger receives the duplicate window's warning. Default
 	// slog.Default().
 	Logger *slog.Logger
 }
@@ -64,7 +62,6 @@ type Sender struct {
 	cfg        SenderConfig
 	js         jetstream.JetStream
 	subjectFor func(*mensageria.Delivery) string
-	health     *outage.Log
 	// horizon starts as cfg.Horizon and becomes the relay's retry horizon
 	// at Start; Check may run meanwhile.
 	horizon atomic.Int64
@@ -93,7 +90,7 @@ func NewSender(ctx context.Context, cfg SenderConfig) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mensageria/nats: jetstream: %w", err)
 	}
-	s := &Sender{cfg: cfg, js: js, subjectFor: subjectFor, health: outage.New(cfg.Logger)}
+	s := &Sender{cfg: cfg, js: js, subjectFor: subjectFor}
 	s.horizon.Store(int64(cfg.Horizon))
 	if cfg.Stream != "" {
 		if _, err := s.Check(ctx); err != nil {
@@ -118,10 +115,7 @@ type WindowReport struct {
 // Check reads the stream's duplicate window and warns (through the
 // Logger) when the retry horizon is longer: past the window the server
 // stores a redelivery as a new message. The stream is Stream, or the one
-// that holds Subject when Stream is not set. A stream that does not
-// exist, a subject no stream holds, or a server without JetStream is a
-// *StreamError naming it; a server that does not answer within ctx, the
-// client's error.
+// that holds Subject when Stream is not set.
 func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
 	name, err := s.streamName(ctx)
 	if err != nil {
@@ -129,9 +123,6 @@ func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
 	}
 	st, err := s.js.Stream(ctx, name)
 	if err != nil {
-		if missing(err) {
-			return WindowReport{}, &StreamError{Stream: name, Subject: s.cfg.Subject, Err: err}
-		}
 		return WindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", name, err)
 	}
 	info := st.CachedInfo()
@@ -155,24 +146,9 @@ func (s *Sender) streamName(ctx context.Context) (string, error) {
 	}
 	name, err := s.js.StreamNameBySubject(ctx, s.cfg.Subject)
 	if err != nil {
-		if missing(err) {
-			return "", &StreamError{Subject: s.cfg.Subject, Err: err}
-		}
-		if errors.Is(err, natsgo.ErrNoResponders) {
-			// Nothing answers JetStream's API on this connection.
-			return "", &StreamError{Subject: s.cfg.Subject, Err: jetstream.ErrJetStreamNotEnabled}
-		}
 		return "", fmt.Errorf("mensageria/nats: the stream of subject %q: %w", s.cfg.Subject, err)
 	}
 	return name, nil
-}
-
-// missing reports the server's answers that a stream is not there to
-// publish to: it does not exist, or JetStream is off.
-func missing(err error) bool {
-	return errors.Is(err, jetstream.ErrStreamNotFound) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
 }
 
 // checkTimeout bounds the window check at Start.
@@ -180,31 +156,25 @@ const checkTimeout = 10 * time.Second
 
 // UseRelaySettings implements mensageria.RelayAware: Client.Start calls
 // it with the relay's effective timing. The relay's retry horizon
-// replaces SenderConfig.Horizon, and the stream (Stream, or the one that
-// holds Subject) is checked: one that does not exist, a subject no stream
-// holds, or a server without JetStream fails Start with a *StreamError
-// naming it, and a duplicate window shorter than the horizon is warned
-// about, naming both figures. A server that does not answer now does not
-// fail Start: it starts an outage of the destination (logged once, ended
-// by the first publish it acknowledges), and the messages wait in the
-// outbox.
+// replaces SenderConfig.Horizon, and the stream's duplicate window is
+// checked against it, with a warning naming both figures when the window
+// is shorter. A stream that cannot be read now (the server unreachable)
+// is logged and does not fail Start: publishing would fail just the same
+// and be retried.
 func (s *Sender) UseRelaySettings(rs mensageria.RelaySettings) error {
-	if rs.RetryHorizon > 0 {
-		s.horizon.Store(int64(rs.RetryHorizon))
+	if rs.RetryHorizon <= 0 {
+		return nil
 	}
+	s.horizon.Store(int64(rs.RetryHorizon))
 	if s.cfg.Stream == "" && s.cfg.SubjectFor != nil {
-		s.cfg.Logger.Info("the stream is not checked, nor its duplicate window: the subject is picked per delivery and SenderConfig.Stream is not set",
+		s.cfg.Logger.Info("the stream's duplicate window is not checked: the subject is picked per delivery and SenderConfig.Stream is not set",
 			"retry_horizon", rs.RetryHorizon)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	if _, err := s.Check(ctx); err != nil {
-		var se *StreamError
-		if errors.As(err, &se) {
-			return err
-		}
-		s.health.Failed(s.Destination(), 0, fmt.Errorf("checking the stream at start: %w", err))
+		s.cfg.Logger.Warn("could not check the stream's duplicate window against the relay's retry horizon", "retry_horizon", rs.RetryHorizon, "err", err)
 	}
 	return nil
 }
@@ -259,28 +229,25 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 }
 
 // SendBatch publishes every message asynchronously and waits for each
-// acknowledgement, or for ctx to end. A duplicate acknowledgement (the
-// server had the message id already) is a success: the stream has the
-// message. A message JetStream refuses for good (larger than the server
-// allows) comes back Permanent; a failure of the destination (no stream
-// for the subject, the stream missing or full, the server unreachable, no
-// acknowledgement before ctx's deadline) comes back mensageria.Unavailable;
-// the others are plain errors the relay retries.
+// acknowledgement. A duplicate acknowledgement (the server had the message
+// id already) is a success: the stream has the message.
 func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
-	start := time.Now()
-	errs := make([]error, len(ds))
-	subjects := make([]string, len(ds))
+	var errs []error
+	set := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(ds))
+		}
+		errs[i] = err
+	}
 	futs := make([]jetstream.PubAckFuture, len(ds))
 	var opts []jetstream.PublishOpt
 	if s.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(s.cfg.Stream))
 	}
 	for i, d := range ds {
-		m := s.toMsg(d)
-		subjects[i] = m.Subject
-		f, err := s.js.PublishMsgAsync(m, opts...)
+		f, err := s.js.PublishMsgAsync(s.toMsg(d), opts...)
 		if err != nil {
-			errs[i] = err
+			set(i, err)
 			continue
 		}
 		futs[i] = f
@@ -292,49 +259,12 @@ func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []err
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = err
+			set(i, classify(err))
 		case <-ctx.Done():
-			errs[i] = &NoAckError{Subject: subjects[i], Waited: time.Since(start), Cause: s.connState(), ctxErr: ctx.Err()}
+			set(i, ctx.Err())
 		}
 	}
-	var out []error
-	down, ok := 0, 0
-	var first error
-	for i, err := range errs {
-		if err == nil {
-			ok++
-			continue
-		}
-		if out == nil {
-			out = make([]error, len(ds))
-		}
-		out[i] = classify(s.cfg.Stream, subjects[i], err)
-		if mensageria.IsUnavailable(out[i]) {
-			down++
-			if first == nil {
-				first = out[i]
-			}
-		}
-	}
-	switch {
-	case down > 0:
-		s.health.Failed(s.Destination(), down, first)
-	case ok > 0:
-		s.health.Succeeded(s.Destination())
-	}
-	return out
-}
-
-// connState describes a connection that is not connected, nil otherwise.
-func (s *Sender) connState() error {
-	nc := s.cfg.Conn
-	if nc.IsConnected() {
-		return nil
-	}
-	if last := nc.LastError(); last != nil {
-		return fmt.Errorf("mensageria/nats: not connected to the server (%s; last error: %w)", nc.Status(), last)
-	}
-	return fmt.Errorf("mensageria/nats: not connected to the server (%s)", nc.Status())
+	return errs
 }
 
 func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
@@ -353,6 +283,14 @@ func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
 		m.Header.Set(HeaderCreatedAt, string(wire.AppendTime(nil, d.CreatedAt)))
 	}
 	return m
+}
+
+// classify marks errors no retry can fix as permanent.
+func classify(err error) error {
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		return mensageria.Permanent(err)
+	}
+	return err
 }
 
 var (
