@@ -107,6 +107,15 @@ func TestOutboxRefusalsHaveTheirSQLSTATE(t *testing.T) {
 		{"a number header", `('ok', 'k', '{"a": "x", "n": 1}')`, "MS004", "headers", []string{`header "n"`, "got a JSON number", "quote"}},
 		{"a header with an empty name", `('ok', 'k', '{"": "x"}')`, "MS004", "headers", []string{`header ""`, "non-empty name"}},
 		{"one bad row among good ones", `('ok', 'k1', '{}'), ('nobody', 'k2', '{}'), ('ok', 'k3', '{}')`, "MS001", "type", []string{`"nobody"`}},
+		// The rows after a statement's first of a type are checked too,
+		// though the type itself is looked up once.
+		{"an empty key after a good row", `('ok', 'k1', '{}'), ('ok', '', '{}')`, "MS002", "key", []string{"got 0 bytes"}},
+		{"a long key after a good row", `('ok', 'k1', '{}'), ('ok', repeat('x', 1001), '{}')`, "MS002", "key", []string{"got 1001 bytes"}},
+		{"a number header after a good row", `('ok', 'k1', '{"a":"x"}'), ('ok', 'k2', '{"a":"x","n":1}')`, "MS004", "headers", []string{`header "n"`, "got a JSON number"}},
+		{"an object header after a good row", `('ok', 'k1', '{}'), ('ok', 'k2', '{"o":{"a":"b"}}')`, "MS004", "headers", []string{`header "o"`, "got a JSON object"}},
+		{"a string for headers after a good row", `('ok', 'k1', '{}'), ('ok', 'k2', '"a:b"')`, "MS004", "headers", []string{"got a JSON string"}},
+		{"an empty header name after a good row", `('ok', 'k1', '{}'), ('ok', 'k2', '{"":"x"}')`, "MS004", "headers", []string{`header ""`}},
+		{"a null header hidden by a colon in a value", `('ok', 'k1', '{}'), ('ok', 'k2', '{"u":"http://h:1","n":null}')`, "MS004", "headers", []string{`header "n"`, "got a JSON null"}},
 	}
 	for _, c := range cases {
 		_, err := e.pool.Exec(e.ctx, "INSERT INTO "+e.table("outbox")+" (type, key, headers) VALUES "+c.values)
@@ -123,16 +132,19 @@ func TestOutboxRefusalsHaveTheirSQLSTATE(t *testing.T) {
 			}
 		}
 	}
-	// A header value may be any string, and the check leaves it as written.
-	e.exec("INSERT INTO " + e.table("outbox") + ` (type, key, headers) VALUES ('ok', 'fine', '{"a": "1", "b": "", "c": "say \"hi\""}')`)
+	// A header value may be any string, and the check leaves it as written:
+	// whitespace, colons and empty strings, which the trigger's quick test
+	// sends on to the full rule, included.
+	e.exec("INSERT INTO " + e.table("outbox") + ` (type, key, headers) VALUES ('ok', 'fine', '{"a": "1", "b": "", "c": "say \"hi\""}'),
+		('ok', 'fine2', '{"url":"http://h:80/p","at":"12:30"}'), ('ok', 'fine3', ' { "x" : "y" } ')`)
 	_, err := e.pool.CopyFrom(e.ctx, pgx.Identifier{e.schema, "outbox"}, []string{"type", "key"},
 		pgx.CopyFromRows([][]any{{"ok", "c1"}, {"nobody.copies", "c2"}}))
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "MS001" {
 		t.Fatalf("COPY of an unowned type = %v, want SQLSTATE MS001", err)
 	}
-	if n := e.count("true"); n != 1 {
-		t.Fatalf("%d rows stored, want only the valid one", n)
+	if n := e.count("true"); n != 3 {
+		t.Fatalf("%d rows stored, want only the 3 valid ones", n)
 	}
 }
 
@@ -618,5 +630,75 @@ func TestProducerWithOnlyInsertEnqueues(t *testing.T) {
 	var pe *pgconn.PgError
 	if err := as("nobody"); !errors.As(err, &pe) || pe.Code != "MS001" {
 		t.Fatalf("unowned enqueue by a role with INSERT only = %v, want SQLSTATE MS001", err)
+	}
+}
+
+// A connection remembers that a type has an owner, so that its enqueues do
+// not read the catalog each time; a release must still be obeyed at once by
+// every connection, including one that remembered the type, and one
+// enqueueing while the release is being made.
+func TestReleasedTypeIsRefusedOnEveryConnection(t *testing.T) {
+	e := newCatalogEnv(t, true)
+	e.own("a", "kept", "released", "moved")
+	conn, err := e.pool.Acquire(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	n := 0
+	enqueue := func(typ string) error {
+		n++
+		_, err := conn.Exec(e.ctx, "INSERT INTO "+e.table("outbox")+" (type, key) VALUES ($1, $2)", typ, fmt.Sprint("k", n))
+		return err
+	}
+	refused := func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "MS001"
+	}
+	for _, typ := range []string{"kept", "released", "moved", "kept", "released", "moved"} {
+		if err := enqueue(typ); err != nil {
+			t.Fatalf("enqueue %s: %v", typ, err)
+		}
+	}
+
+	// A release open in another transaction: the enqueue neither waits for
+	// it nor remembers what it read meanwhile.
+	other, err := e.pool.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(e.ctx) }()
+	if _, err := other.Exec(e.ctx, "DELETE FROM "+e.table("owners")+" WHERE kind = 'type' AND name = 'released'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueue("released"); err != nil {
+		t.Fatalf("enqueue while the release is uncommitted: %v", err)
+	}
+	if err := other.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueue("released"); !refused(err) {
+		t.Fatalf("enqueue of a released type on a connection that had enqueued it = %v, want SQLSTATE MS001", err)
+	}
+	// The release through the driver, on a type this connection remembers.
+	if err := e.d.Transfer(e.ctx, driver.TransferParams{Kind: driver.ResourceType, Name: "kept", From: "a", To: ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueue("kept"); !refused(err) {
+		t.Fatalf("enqueue after the driver released the type = %v, want SQLSTATE MS001", err)
+	}
+	// A type moved to another app still has an owner.
+	if err := e.d.Transfer(e.ctx, driver.TransferParams{Kind: driver.ResourceType, Name: "moved", From: "a", To: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueue("moved"); err != nil {
+		t.Fatalf("enqueue of a type moved to another app: %v", err)
+	}
+	// Registered again, the released types are accepted again.
+	e.own("c", "kept", "released")
+	for _, typ := range []string{"kept", "released"} {
+		if err := enqueue(typ); err != nil {
+			t.Fatalf("enqueue of %s after it was registered again: %v", typ, err)
+		}
 	}
 }

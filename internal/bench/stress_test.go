@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria/internal/testdb"
@@ -491,9 +492,10 @@ func TestOutboxTaxHarness(t *testing.T) {
 		t.Errorf("paced run lost %v (present %v)", v, ok)
 	}
 	// The check is back on for whoever uses the schema next.
-	var enabled string
-	if err := e.Pool.QueryRow(context.Background(), "SELECT tgenabled FROM pg_trigger WHERE tgname = 'outbox_check' AND tgrelid = to_regclass($1)", e.Schema+".outbox").Scan(&enabled); err != nil || enabled != "O" {
-		t.Errorf("outbox_check trigger state %q, %v", enabled, err)
+	_, err = e.Pool.Exec(context.Background(), "INSERT INTO "+e.Schema+".outbox (type, key) VALUES ('bench.nobody', 'k')")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "MS001" {
+		t.Errorf("after the tax scenario an unowned type's enqueue = %v, want the MS001 refusal", err)
 	}
 	if t.Failed() {
 		t.Log(formatStress(r))

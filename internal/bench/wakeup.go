@@ -55,14 +55,14 @@ func (c *WakeupConfig) defaults() {
 
 // The outboxes of Wakeup, one schema each:
 //
-//	wakeup  as migrated: migration 5's trigger, whose WHEN (built-in
-//	        functions only) lets the first row of a transaction fire it
-//	        when no transaction chose to notify in the last 10 ms;
-//	off     the same schema with that trigger disabled: what a plain SQL
-//	        enqueue did before (no notification at all);
-//	every   the trigger disabled and a plain one in its place that
-//	        notifies on every INSERT statement: the obvious design;
-//	commit  the trigger disabled and, in its place, the same debounce
+//	wakeup  as migrated: migration 7's enqueue trigger, whose function
+//	        runs at the first row of each type in a transaction and
+//	        notifies when no transaction chose to in the last 10 ms;
+//	off     the same trigger with its wake-up taken out (its rules stay):
+//	        what a plain SQL enqueue did before (no notification at all);
+//	every   the wake-up taken out and a plain trigger added that notifies
+//	        on every INSERT statement: the obvious design;
+//	commit  the wake-up taken out and, in its place, the same debounce
 //	        decided at commit: a deferred constraint trigger whose WHEN
 //	        passes the first row of each transaction, whose PL/pgSQL
 //	        function then checks the debounce and notifies. It spares a
@@ -74,13 +74,11 @@ var wakeupVariants = []string{"wakeup", "off", "every", "commit"}
 // migration's trigger in their schemas (%[1]s is the schema).
 var wakeupAlternatives = map[string]string{
 	"every": `
-		ALTER TABLE %[1]s.outbox DISABLE TRIGGER outbox_wakeup;
 		CREATE FUNCTION %[1]s.outbox_notify_every() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', ''); RETURN NULL; END $$;
 		CREATE TRIGGER outbox_notify_every AFTER INSERT ON %[1]s.outbox
 			FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.outbox_notify_every();`,
 	"commit": `
-		ALTER TABLE %[1]s.outbox DISABLE TRIGGER outbox_wakeup;
 		CREATE FUNCTION %[1]s.outbox_notify_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 		DECLARE
 			now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -115,8 +113,8 @@ func wakeupKinds(producers int) []string {
 	return []string{"sql-1", "sql-1-async", "sql-" + n, "go-100", "go-" + n}
 }
 
-// Wakeup measures what migration 5's enqueue wake-up costs the enqueue
-// rate and what it buys in latency:
+// Wakeup measures what the enqueue wake-up (migration 5's, in migration
+// 7's trigger) costs the enqueue rate and what it buys in latency:
 //
 //   - the rate of each enqueue kind into each variant's outbox, rounds
 //     alternating with a rotated order, each run from an empty table;
@@ -156,8 +154,12 @@ func Wakeup(ctx context.Context, e Env, cfg WakeupConfig) (Result, error) {
 			return r, err
 		}
 	}
-	if err := envs["off"].exec(ctx, "ALTER TABLE "+envs["off"].Schema+".outbox DISABLE TRIGGER outbox_wakeup"); err != nil {
-		return r, err
+	// Every variant but the migration's own takes the wake-up out of the
+	// enqueue trigger (its rules stay); the alternatives then add theirs.
+	for _, v := range wakeupVariants[1:] {
+		if err := installEnqueueTriggerWithout(ctx, envs[v], drivers[v], triggerWakeup); err != nil {
+			return r, err
+		}
 	}
 	for v, sql := range wakeupAlternatives {
 		if err := envs[v].exec(ctx, fmt.Sprintf(sql, envs[v].Schema)); err != nil {

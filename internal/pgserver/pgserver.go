@@ -314,8 +314,22 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 	if s.cmd == nil {
 		return nil, ErrDown
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("pgserver: stop the walwriter: %w", err)
+	// A writer stopped in the middle of a write still holds the WAL write
+	// lock, and every synchronous commit would then wait for it forever (an
+	// LWLock wait no timeout interrupts). So a synchronous commit is tried
+	// once it is stopped; if it does not get through, the writer resumes,
+	// lets it finish, and is stopped again.
+	for try := 0; ; try++ {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("pgserver: stop the walwriter: %w", err)
+		}
+		if s.flushes(ctx) {
+			break
+		}
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		if try == 20 {
+			return nil, errors.New("pgserver: no synchronous commit got through with the walwriter stopped, in 20 tries")
+		}
 	}
 	s.walw = pid
 	return func() {
@@ -326,6 +340,29 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 			s.walw = 0
 		}
 	}, nil
+}
+
+// flushes reports whether a synchronous commit completes within a few
+// seconds. It waits for the commit to end either way, resuming the stopped
+// walwriter to let a commit it holds up finish.
+func (s *Server) flushes(ctx context.Context) bool {
+	done := make(chan error, 1)
+	go func() {
+		conn, err := pgx.Connect(ctx, s.URL)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+		_, err = conn.Exec(ctx, "SET synchronous_commit = on; BEGIN; SELECT pg_current_xact_id(); COMMIT")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err == nil
+	case <-time.After(3 * time.Second):
+		return false
+	}
 }
 
 // Stop shuts the server down and removes its directory. The server cannot
