@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,8 @@ import (
 type Client struct {
 	drv driver.Driver
 	cfg Config
+	// onEnqueue are Config.Hooks' OnEnqueue hooks, in order.
+	onEnqueue []OnEnqueue
 
 	lastNotify atomic.Int64 // unix nanos of the last enqueue that notified
 
@@ -63,7 +66,7 @@ func New(drv driver.Driver, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{drv: drv, cfg: c}, nil
+	return &Client{drv: drv, cfg: c, onEnqueue: splitHooks(c.Hooks).enqueue}, nil
 }
 
 // Register records in the ownership catalog what this app owns: its
@@ -282,7 +285,7 @@ func (c *Client) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.M
 // longer gives any app (an operator released it) fails with an
 // *UnownedTypeError, and the next call registers again.
 func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, error) {
-	p, ids, err := c.prepare(msgs)
+	p, ids, err := c.prepare(ctx, msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
@@ -306,7 +309,7 @@ func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, err
 // whose open transaction holds the database's one write lock (SQLite,
 // driver.TxRegisterer), inside tx, committing or rolling back with it.
 func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid.UUID, error) {
-	p, ids, err := c.prepare(msgs)
+	p, ids, err := c.prepare(ctx, msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
@@ -339,7 +342,7 @@ func (c *Client) insertFailed(err error) error {
 // Register (or Start, or one Enqueue) must have run before the rows are
 // sent, or the database refuses them as rows of an unowned type.
 func (c *Client) PrepareEnqueue(msgs ...Message) (driver.InsertParams, []uuid.UUID, error) {
-	return c.prepare(msgs)
+	return c.prepare(nil, msgs)
 }
 
 const (
@@ -347,15 +350,14 @@ const (
 	maxPayloadLen = 16 << 20
 )
 
-func (c *Client) prepare(msgs []Message) (driver.InsertParams, []uuid.UUID, error) {
+// prepare validates msgs and makes their rows; a nil ctx (PrepareEnqueue)
+// calls no OnEnqueue hook.
+func (c *Client) prepare(ctx context.Context, msgs []Message) (driver.InsertParams, []uuid.UUID, error) {
 	rows := make([]driver.InsertRow, len(msgs))
 	ids := make([]uuid.UUID, len(msgs))
 	for i, m := range msgs {
 		if _, ok := c.cfg.Registry.Route(m.Type); !ok {
 			return driver.InsertParams{}, nil, &NoSenderError{Type: m.Type, App: c.cfg.App}
-		}
-		if err := validateMessage(i, &m); err != nil {
-			return driver.InsertParams{}, nil, err
 		}
 		id := m.ID
 		if id == uuid.Nil {
@@ -363,6 +365,22 @@ func (c *Client) prepare(msgs []Message) (driver.InsertParams, []uuid.UUID, erro
 			if id, err = uuid.NewV7(); err != nil {
 				return driver.InsertParams{}, nil, fmt.Errorf("mensageria: message id: %w", err)
 			}
+		}
+		if ctx != nil && len(c.onEnqueue) > 0 {
+			// The hooks get a copy whose headers are the client's own, so
+			// the caller's map is never written.
+			m.ID = id
+			m.Headers = maps.Clone(m.Headers)
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			for _, h := range c.onEnqueue {
+				h.OnEnqueue(ctx, &m)
+			}
+			id = m.ID
+		}
+		if err := validateMessage(i, &m); err != nil {
+			return driver.InsertParams{}, nil, err
 		}
 		payload := []byte(m.Payload)
 		if len(payload) == 0 {
