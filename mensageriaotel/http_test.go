@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/transport/m2mhttp"
@@ -41,7 +42,12 @@ func traceAcrossHTTP(t *testing.T, batch bool) {
 	if batch {
 		failures = 2
 	}
+	var unnamed atomic.Int64 // effects whose delivery's traceparent is not their process span
 	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+		sc := trace.SpanContextFromContext(ctx)
+		if d.Headers["traceparent"] != "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01" {
+			unnamed.Add(1)
+		}
 		if err := s.applyEffect(tr, ctx, tx.Raw().(pgx.Tx), d.Key); err != nil {
 			return err
 		}
@@ -84,6 +90,9 @@ func traceAcrossHTTP(t *testing.T, batch bool) {
 	waitFor(t, 30*time.Second, "the second attempt's span to end", func() bool { return len(tr.named("send order.placed")) == 2 })
 	if n := s.effects(t); n != 1 {
 		t.Fatalf("%d effects applied, want 1", n)
+	}
+	if n := unnamed.Load(); n > 0 {
+		t.Errorf("%d effects got a traceparent other than their process span's", n)
 	}
 	// A receiver's failure is its destination's (a 500): the first attempt
 	// is postponed, uncounted, and the second, attempt 1 again, applies.

@@ -23,6 +23,7 @@ package mensageriaotel
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -217,11 +218,21 @@ func errorType(err error) string {
 }
 
 // Effect wraps an inbox effect (an m2mhttp.Handler's, or any
-// Inbox.Apply's) so it runs in the message's "process" span.
+// Inbox.Apply's) so it runs in the message's "process" span. The effect
+// gets a copy of the delivery whose headers carry the process span's
+// context: what it stores or sends on with them (m2mhttp.QueueHandler
+// keeps them in the inbox queue row, for the app that applies it by SQL)
+// continues the trace from the receipt.
 func (t *Tracer) Effect(eff mensageria.Effect) mensageria.Effect {
 	return func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 		r := Received{Type: d.Type, Key: d.Key, ID: d.ID.String(), Headers: d.Headers}
-		return t.Process(ctx, r, func(ctx context.Context) error { return eff(ctx, tx, d) })
+		return t.Process(ctx, r, func(ctx context.Context) error {
+			cp := *d
+			cp.Headers = make(map[string]string, len(d.Headers)+1)
+			maps.Copy(cp.Headers, d.Headers)
+			t.prop.Inject(ctx, carrier(cp.Headers))
+			return eff(ctx, tx, &cp)
+		})
 	}
 }
 
