@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -255,4 +256,81 @@ func TestTraceRefusesOTLPSettingsItCannotFollow(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want a usage error naming %s", tc.env, r.code, r.err, tc.want)
 		}
 	}
+}
+
+// TestReceiveContinuesTracesOverOTLP: 'mensageria relay --trace' into
+// 'mensageria receive --trace', both exporting to one collector. The
+// message enqueued by SQL with a business transaction's traceparent is one
+// trace: the relay's "send" span under it, the receive daemon's "process"
+// span under the send, and the inbox queue row keeps the process span's
+// traceparent for the app that applies it by SQL.
+func TestReceiveContinuesTracesOverOTLP(t *testing.T) {
+	pool := testdb.Pool(t)
+	sender, receiverSchema := testdb.Schema(t), testdb.Schema(t)
+	bin := binary(t)
+	col := newOTLPCollector(t)
+	addr := freeAddr(t)
+	relayCfg := writeFile(t, fmt.Sprintf(`database: %s
+schema: %s
+app: pedidos
+routes:
+  - type: pedido.criado
+    http: {url: http://%s/m2m, token: ${TEST_TOKEN}, timeout: 2s}
+relay: {batch: 10, lease: 2s, poll_interval: 50ms, backoff_base: 20ms, backoff_max: 200ms}
+`, testdb.URL(), sender, addr))
+	receiveCfg := writeFile(t, fmt.Sprintf(`database: %s
+schema: %s
+app: faturamento
+receive:
+  listen: %s
+  path: /m2m
+  tokens: ["${TEST_TOKEN}"]
+consumers:
+  - name: fat
+    types: [pedido.criado]
+    window: 1h
+`, testdb.URL(), receiverSchema, addr))
+	env := []string{"TEST_TOKEN=tok-e2e", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + col.srv.URL + "/v1/traces", "OTEL_BSP_SCHEDULE_DELAY=50"}
+	must(t, "migrate up", runBin(t, bin, env, "", "migrate", "up", "--config", relayCfg), 0)
+	must(t, "owners register", runBin(t, bin, env, "", "owners", "register", "--config", relayCfg), 0)
+	const traceID, parentID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	if _, err := pool.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s.outbox (type, key, payload, headers)
+		VALUES ('pedido.criado', 'sql-traced', '{"order":1}', '{"traceparent":"00-%s-%s-01"}')`, sender, traceID, parentID)); err != nil {
+		t.Fatal(err)
+	}
+	rcv := startProc(t, bin, env, "receive", "--trace", "--config", receiveCfg, "--migrate", "--log-format", "json")
+	waitReceiving(t, rcv)
+	relay := startProc(t, bin, env, "relay", "--trace", "--config", relayCfg, "--listen", "127.0.0.1:0", "--log-format", "json")
+	waitAddr(t, relay.stderr, relay.done)
+	waitFor(t, "the send and process spans at the collector", 30*time.Second, func() bool {
+		return len(col.named("send pedido.criado")) == 1 && len(col.named("process pedido.criado")) == 1
+	})
+	send, proc := col.named("send pedido.criado")[0], col.named("process pedido.criado")[0]
+	if send.service != "mensageria-relay" || proc.service != "mensageria-receive" {
+		t.Errorf("services %q and %q, want each daemon's default", send.service, proc.service)
+	}
+	for _, s := range []otlpSpan{send, proc} {
+		if got := fmt.Sprintf("%x", s.span.TraceId); got != traceID {
+			t.Errorf("%s: trace %s, want the enqueued %s", s.span.Name, got, traceID)
+		}
+	}
+	if got := fmt.Sprintf("%x", send.span.ParentSpanId); got != parentID {
+		t.Errorf("send span's parent %s, want %s", got, parentID)
+	}
+	if !bytes.Equal(proc.span.ParentSpanId, send.span.SpanId) || proc.span.Kind != tracepb.Span_SPAN_KIND_CONSUMER {
+		t.Errorf("process span: parent %x kind %v, want the send span %x, consumer", proc.span.ParentSpanId, proc.span.Kind, send.span.SpanId)
+	}
+	if got := spanAttr(proc.span, "messaging.mensageria.message.key"); got != "sql-traced" {
+		t.Errorf("process span key %q", got)
+	}
+	var stored string
+	if err := pool.QueryRow(context.Background(), "SELECT headers->>'traceparent' FROM "+receiverSchema+".inbox_queue WHERE key = 'sql-traced'").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("00-%s-%x-01", traceID, proc.span.SpanId); stored != want {
+		t.Errorf("the inbox queue row's traceparent %q, want the process span's %q", stored, want)
+	}
+	stopProc(t, relay)
+	_ = rcv.cmd.Process.Signal(syscall.SIGTERM)
+	<-rcv.done
 }

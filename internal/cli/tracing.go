@@ -105,4 +105,3 @@ func otlpEndpoint(env func(string) string) string {
 	}
 	return "http://localhost:4318/v1/traces"
 }
-
