@@ -158,3 +158,61 @@ func (r *batchRecorder) SendBatch(_ context.Context, ds []*mensageria.Delivery) 
 	r.mu.Unlock()
 	return nil
 }
+
+// An attempt cut short by Stop ends released, and no OnDelivery is told
+// of it: the row goes back untried.
+func TestAttemptCutShortByStopEndsReleased(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		h := &attemptHook{}
+		var delivered []mensageria.DeliveryEvent
+		var mu sync.Mutex
+		inSend := make(chan struct{}, 1)
+		blocking := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+			select {
+			case inSend <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		reg := mensageria.NewRegistry().MustRegister("hook.stop", blocking)
+		cfg := fastConfig(uniqueApp("hookstop"), reg)
+		cfg.Lease = 10 * time.Second
+		cfg.Hooks = []mensageria.Hook{h, deliveryFunc(func(ev mensageria.DeliveryEvent) {
+			mu.Lock()
+			delivered = append(delivered, ev)
+			mu.Unlock()
+		})}
+		c := newClient(t, b.open(), cfg)
+		if _, err := c.Enqueue(context.Background(), mensageria.Message{Type: "hook.stop", Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-inSend:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the attempt never started")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_ = c.Stop(ctx) // cut short: the Sender sees its context cancelled
+		ends := h.ended()
+		if len(ends) != 1 || ends[0].Outcome != mensageria.OutcomeReleased {
+			t.Fatalf("ends = %+v, want one released", ends)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(delivered) != 0 {
+			t.Fatalf("OnDelivery told of a released attempt: %+v", delivered)
+		}
+		if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE state = 'pending' AND attempts = 0"); n != 1 {
+			t.Fatalf("%d rows pending untried, want the one released", n)
+		}
+	})
+}
+
+type deliveryFunc func(mensageria.DeliveryEvent)
+
+func (f deliveryFunc) OnDelivery(ev mensageria.DeliveryEvent) { f(ev) }
