@@ -196,7 +196,7 @@ func (c *Config) withDefaults() (Config, error) {
 	for i, h := range out.Hooks {
 		if !isHook(h) {
 			return out, &ConfigError{Field: fmt.Sprintf("Hooks[%d]", i),
-				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim, OnElection and OnRouteState, so it would never be called", h)}
+				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt and OnEnqueue, so it would never be called", h)}
 		}
 	}
 	return out, nil
