@@ -366,19 +366,6 @@ func (c *Client) prepare(ctx context.Context, msgs []Message) (driver.InsertPara
 				return driver.InsertParams{}, nil, fmt.Errorf("mensageria: message id: %w", err)
 			}
 		}
-		if ctx != nil && len(c.onEnqueue) > 0 {
-			// The hooks get a copy whose headers are the client's own, so
-			// the caller's map is never written.
-			m.ID = id
-			m.Headers = maps.Clone(m.Headers)
-			if m.Headers == nil {
-				m.Headers = map[string]string{}
-			}
-			for _, h := range c.onEnqueue {
-				h.OnEnqueue(ctx, &m)
-			}
-			id = m.ID
-		}
 		if err := validateMessage(i, &m); err != nil {
 			return driver.InsertParams{}, nil, err
 		}
@@ -393,7 +380,39 @@ func (c *Client) prepare(ctx context.Context, msgs []Message) (driver.InsertPara
 		rows[i] = driver.InsertRow{MessageID: id, Type: m.Type, Key: m.Key, Payload: payload, Headers: headers}
 		ids[i] = id
 	}
+	if ctx != nil && len(c.onEnqueue) > 0 {
+		// Only once every message is valid, so no hook sees (and no span
+		// records) an enqueue that is refused.
+		if err := c.enqueueHooks(ctx, msgs, rows); err != nil {
+			return driver.InsertParams{}, nil, err
+		}
+	}
 	return driver.InsertParams{Rows: rows, Notify: c.shouldNotify()}, ids, nil
+}
+
+// enqueueHooks calls the OnEnqueue hooks on a copy of each message whose
+// headers are the client's own, so the caller's map is never written, and
+// stores the headers they leave. The hooks may change only the headers.
+func (c *Client) enqueueHooks(ctx context.Context, msgs []Message, rows []driver.InsertRow) error {
+	for i := range msgs {
+		m := msgs[i]
+		m.ID = uuid.UUID(rows[i].MessageID)
+		m.Headers = maps.Clone(m.Headers)
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		for _, h := range c.onEnqueue {
+			h.OnEnqueue(ctx, &m)
+		}
+		if err := validateHeaders(i, m.Headers); err != nil {
+			return err
+		}
+		rows[i].Headers = nil
+		if len(m.Headers) > 0 {
+			rows[i].Headers, _ = json.Marshal(m.Headers) // map[string]string always marshals
+		}
+	}
+	return nil
 }
 
 func validateMessage(i int, m *Message) error {
@@ -412,9 +431,13 @@ func validateMessage(i int, m *Message) error {
 	case len(m.Payload) > 0 && !json.Valid(m.Payload):
 		return bad("Payload", "not a valid JSON document")
 	}
-	for k, v := range m.Headers {
+	return validateHeaders(i, m.Headers)
+}
+
+func validateHeaders(i int, headers map[string]string) error {
+	for k, v := range headers {
 		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return bad("Headers", "header names must be non-empty and names and values valid UTF-8")
+			return &InvalidMessageError{Index: i, Field: "Headers", Reason: "header names must be non-empty and names and values valid UTF-8"}
 		}
 	}
 	return nil

@@ -111,12 +111,14 @@ type OnAttempt interface {
 	OnAttempt(ctx context.Context, a Attempt) (actx context.Context, end func(DeliveryEvent))
 }
 
-// OnEnqueue is called by Enqueue and EnqueueTx for every message before it
-// is validated and stored, with the enqueuing code's context: a tracer
-// stores the caller's trace context in m.Headers (traceparent). m is the
-// client's copy, its ID assigned and its Headers a map of its own that the
-// hook may change; the caller's Message is never touched. PrepareEnqueue,
-// which has no context, does not call it.
+// OnEnqueue is called by Enqueue and EnqueueTx for every message once all
+// the call's messages are valid, before they are stored, with the
+// enqueuing code's context: a tracer stores the caller's trace context in
+// m.Headers (traceparent). m is the client's copy, its ID assigned and its
+// Headers a map of its own; only what the hook leaves in Headers is kept
+// (a header it makes invalid fails the call, storing nothing), and the
+// caller's Message is never touched. PrepareEnqueue, which has no context,
+// does not call it.
 type OnEnqueue interface {
 	OnEnqueue(ctx context.Context, m *Message)
 }

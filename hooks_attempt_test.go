@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,3 +217,49 @@ func TestAttemptCutShortByStopEndsReleased(t *testing.T) {
 type deliveryFunc func(mensageria.DeliveryEvent)
 
 func (f deliveryFunc) OnDelivery(ev mensageria.DeliveryEvent) { f(ev) }
+
+type enqueueFunc func(context.Context, *mensageria.Message)
+
+func (f enqueueFunc) OnEnqueue(ctx context.Context, m *mensageria.Message) { f(ctx, m) }
+
+// No OnEnqueue hook runs for a call that validation refuses; a header a
+// hook makes invalid fails the call and stores nothing; only the headers
+// are taken from the hook's copy.
+func TestEnqueueHookSeesOnlyValidCalls(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		var calls atomic.Int64
+		bad := false
+		hook := enqueueFunc(func(_ context.Context, m *mensageria.Message) {
+			calls.Add(1)
+			m.Key = "changed by the hook" // not taken
+			if bad {
+				m.Headers[""] = "x"
+			}
+		})
+		reg := mensageria.NewRegistry().MustRegister("hook.v", &recorder{})
+		cfg := fastConfig(uniqueApp("hookv"), reg)
+		cfg.Hooks = []mensageria.Hook{hook}
+		c := newClient(t, b.open(), cfg)
+		ctx := context.Background()
+		_, err := c.Enqueue(ctx, mensageria.Message{Type: "hook.v", Key: "ok"}, mensageria.Message{Type: "hook.v", Key: ""})
+		var ime *mensageria.InvalidMessageError
+		if !errors.As(err, &ime) || ime.Index != 1 || calls.Load() != 0 {
+			t.Fatalf("err %v, %d hook calls; want message 1 refused before any hook", err, calls.Load())
+		}
+		bad = true
+		_, err = c.Enqueue(ctx, mensageria.Message{Type: "hook.v", Key: "k"})
+		if !errors.As(err, &ime) || ime.Field != "Headers" {
+			t.Fatalf("err %v, want the hook's invalid header refused", err)
+		}
+		bad = false
+		if _, err := c.Enqueue(ctx, mensageria.Message{Type: "hook.v", Key: "kept"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := b.count("SELECT count(*) FROM " + b.table("outbox")); n != 1 {
+			t.Fatalf("%d rows stored, want only the valid call's", n)
+		}
+		if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'kept'"); n != 1 {
+			t.Fatal("the hook changed the key")
+		}
+	})
+}
