@@ -50,3 +50,10 @@ func BenchmarkBacklog(b *testing.B) {
 	r, err := bench.Backlog(context.Background(), benchEnv(b), 10_000, 1_000_000, 10_000)
 	report(b, r, err)
 }
+
+// BenchmarkTracedDrain: the relay's drain with the OpenTelemetry hook
+// against without it, alternating (docs/observability.md).
+func BenchmarkTracedDrain(b *testing.B) {
+	r, err := bench.TracedDrain(context.Background(), benchEnv(b), 20_000, 5)
+	report(b, r, err)
+}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,8 @@ import (
 type Client struct {
 	drv driver.Driver
 	cfg Config
+	// onEnqueue are Config.Hooks' OnEnqueue hooks, in order.
+	onEnqueue []OnEnqueue
 
 	lastNotify atomic.Int64 // unix nanos of the last enqueue that notified
 
@@ -63,7 +66,7 @@ func New(drv driver.Driver, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{drv: drv, cfg: c}, nil
+	return &Client{drv: drv, cfg: c, onEnqueue: splitHooks(c.Hooks).enqueue}, nil
 }
 
 // Register records in the ownership catalog what this app owns: its
@@ -282,7 +285,7 @@ func (c *Client) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.M
 // longer gives any app (an operator released it) fails with an
 // *UnownedTypeError, and the next call registers again.
 func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, error) {
-	p, ids, err := c.prepare(msgs)
+	p, ids, err := c.prepare(ctx, msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
@@ -306,7 +309,7 @@ func (c *Client) Enqueue(ctx context.Context, msgs ...Message) ([]uuid.UUID, err
 // whose open transaction holds the database's one write lock (SQLite,
 // driver.TxRegisterer), inside tx, committing or rolling back with it.
 func (c *Client) EnqueueTx(ctx context.Context, tx any, msgs ...Message) ([]uuid.UUID, error) {
-	p, ids, err := c.prepare(msgs)
+	p, ids, err := c.prepare(ctx, msgs)
 	if err != nil || len(p.Rows) == 0 {
 		return nil, err
 	}
@@ -339,7 +342,7 @@ func (c *Client) insertFailed(err error) error {
 // Register (or Start, or one Enqueue) must have run before the rows are
 // sent, or the database refuses them as rows of an unowned type.
 func (c *Client) PrepareEnqueue(msgs ...Message) (driver.InsertParams, []uuid.UUID, error) {
-	return c.prepare(msgs)
+	return c.prepare(nil, msgs)
 }
 
 const (
@@ -347,15 +350,14 @@ const (
 	maxPayloadLen = 16 << 20
 )
 
-func (c *Client) prepare(msgs []Message) (driver.InsertParams, []uuid.UUID, error) {
+// prepare validates msgs and makes their rows; a nil ctx (PrepareEnqueue)
+// calls no OnEnqueue hook.
+func (c *Client) prepare(ctx context.Context, msgs []Message) (driver.InsertParams, []uuid.UUID, error) {
 	rows := make([]driver.InsertRow, len(msgs))
 	ids := make([]uuid.UUID, len(msgs))
 	for i, m := range msgs {
 		if _, ok := c.cfg.Registry.Route(m.Type); !ok {
 			return driver.InsertParams{}, nil, &NoSenderError{Type: m.Type, App: c.cfg.App}
-		}
-		if err := validateMessage(i, &m); err != nil {
-			return driver.InsertParams{}, nil, err
 		}
 		id := m.ID
 		if id == uuid.Nil {
@@ -363,6 +365,9 @@ func (c *Client) prepare(msgs []Message) (driver.InsertParams, []uuid.UUID, erro
 			if id, err = uuid.NewV7(); err != nil {
 				return driver.InsertParams{}, nil, fmt.Errorf("mensageria: message id: %w", err)
 			}
+		}
+		if err := validateMessage(i, &m); err != nil {
+			return driver.InsertParams{}, nil, err
 		}
 		payload := []byte(m.Payload)
 		if len(payload) == 0 {
@@ -375,7 +380,39 @@ func (c *Client) prepare(msgs []Message) (driver.InsertParams, []uuid.UUID, erro
 		rows[i] = driver.InsertRow{MessageID: id, Type: m.Type, Key: m.Key, Payload: payload, Headers: headers}
 		ids[i] = id
 	}
+	if ctx != nil && len(c.onEnqueue) > 0 {
+		// Only once every message is valid, so no hook sees (and no span
+		// records) an enqueue that is refused.
+		if err := c.enqueueHooks(ctx, msgs, rows); err != nil {
+			return driver.InsertParams{}, nil, err
+		}
+	}
 	return driver.InsertParams{Rows: rows, Notify: c.shouldNotify()}, ids, nil
+}
+
+// enqueueHooks calls the OnEnqueue hooks on a copy of each message whose
+// headers are the client's own, so the caller's map is never written, and
+// stores the headers they leave. The hooks may change only the headers.
+func (c *Client) enqueueHooks(ctx context.Context, msgs []Message, rows []driver.InsertRow) error {
+	for i := range msgs {
+		m := msgs[i]
+		m.ID = uuid.UUID(rows[i].MessageID)
+		m.Headers = maps.Clone(m.Headers)
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		for _, h := range c.onEnqueue {
+			h.OnEnqueue(ctx, &m)
+		}
+		if err := validateHeaders(i, m.Headers); err != nil {
+			return err
+		}
+		rows[i].Headers = nil
+		if len(m.Headers) > 0 {
+			rows[i].Headers, _ = json.Marshal(m.Headers) // map[string]string always marshals
+		}
+	}
+	return nil
 }
 
 func validateMessage(i int, m *Message) error {
@@ -394,9 +431,13 @@ func validateMessage(i int, m *Message) error {
 	case len(m.Payload) > 0 && !json.Valid(m.Payload):
 		return bad("Payload", "not a valid JSON document")
 	}
-	for k, v := range m.Headers {
+	return validateHeaders(i, m.Headers)
+}
+
+func validateHeaders(i int, headers map[string]string) error {
+	for k, v := range headers {
 		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return bad("Headers", "header names must be non-empty and names and values valid UTF-8")
+			return &InvalidMessageError{Index: i, Field: "Headers", Reason: "header names must be non-empty and names and values valid UTF-8"}
 		}
 	}
 	return nil

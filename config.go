@@ -110,10 +110,11 @@ type Config struct {
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Hooks are optional observers (see Hook); a value that implements
-	// none of OnDelivery, OnClaim, OnElection and OnRouteState is refused. Senders in the
-	// Registry that implement them are hooked without being listed here,
-	// and a value both here and in the Registry is called once. Default
-	// none.
+	// none of OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt and
+	// OnEnqueue is refused. Senders in the Registry that implement them are
+	// hooked into the relay without being listed here, and a value both here
+	// and in the Registry is called once; OnEnqueue is called only for the
+	// values listed here. Default none.
 	Hooks []Hook
 }
 
@@ -195,7 +196,7 @@ func (c *Config) withDefaults() (Config, error) {
 	for i, h := range out.Hooks {
 		if !isHook(h) {
 			return out, &ConfigError{Field: fmt.Sprintf("Hooks[%d]", i),
-				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim, OnElection and OnRouteState, so it would never be called", h)}
+				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt and OnEnqueue, so it would never be called", h)}
 		}
 	}
 	return out, nil

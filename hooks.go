@@ -1,6 +1,9 @@
 package mensageria
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Hook is any value implementing one or more of the On* interfaces below;
 // the client calls the ones it implements. Hooks run on the relay's
@@ -27,6 +30,10 @@ const (
 	// Unavailable) while its route delivered nothing else: the message
 	// waits for its route without counting the attempt.
 	OutcomePostponed Outcome = "postponed"
+	// OutcomeReleased: the attempt was cut short by the relay stopping;
+	// the row was handed back untried for the next relay. Only an
+	// OnAttempt's end function sees it: OnDelivery is not called for it.
+	OutcomeReleased Outcome = "released"
 	// OutcomeUnsettled: the database refused the settle (an error, not a
 	// fence) for as long as the lease lasted; the outcome was not recorded
 	// and the row will be delivered again after its lease. The event's Err
@@ -45,6 +52,14 @@ type DeliveryEvent struct {
 	// Duration is the Sender's own time.
 	Duration time.Duration
 	Err      error
+	// Key and Route name the message's natural key and who answers it
+	// (the app and its Sender's destination, as the route states name it).
+	Key   string
+	Route string
+	// Context is the attempt's context as its Sender got it, carrying
+	// what the OnAttempt hooks put in it (a span): a metrics hook takes a
+	// trace id from it for an exemplar. Never nil.
+	Context context.Context
 }
 
 // OnDelivery is called after every delivery attempt is settled.
@@ -70,10 +85,48 @@ type ElectionEvent struct {
 // OnElection is called when this process gains or loses leadership.
 type OnElection interface{ OnElection(ElectionEvent) }
 
+// Attempt is a delivery attempt about to be handed to its Sender.
+type Attempt struct {
+	App   string
+	Route string
+	// Delivery is this attempt's own copy: a hook may change its Headers
+	// (a tracer replaces the traceparent with its attempt span's, so the
+	// destination continues the trace from the attempt), and the Sender
+	// gets what the hooks left.
+	Delivery *Delivery
+	// Batch is true when the Sender is a BatchSender: the context the hook
+	// returns is not the Send's (one exchange carries many deliveries,
+	// under the batch's own context), so only Delivery.Headers reach the
+	// destination.
+	Batch bool
+}
+
+// OnAttempt is called as each delivery attempt begins, on the goroutine
+// that sends it, before the Sender gets it. The context it returns is the
+// one Send gets (a tracer puts its span in it); end is called once with
+// the attempt's DeliveryEvent when its outcome is known, after the settle
+// (OutcomeReleased when the relay stopped under it); end may be nil.
+// Messages held back unsent (their route paused) start no attempt.
+type OnAttempt interface {
+	OnAttempt(ctx context.Context, a Attempt) (actx context.Context, end func(DeliveryEvent))
+}
+
+// OnEnqueue is called by Enqueue and EnqueueTx for every message once all
+// the call's messages are valid, before they are stored, with the
+// enqueuing code's context: a tracer stores the caller's trace context in
+// m.Headers (traceparent). m is the client's copy, its ID assigned and its
+// Headers a map of its own; only what the hook leaves in Headers is kept
+// (a header it makes invalid fails the call, storing nothing), and the
+// caller's Message is never touched. PrepareEnqueue, which has no context,
+// does not call it.
+type OnEnqueue interface {
+	OnEnqueue(ctx context.Context, m *Message)
+}
+
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case OnDelivery, OnClaim, OnElection, OnRouteState:
+	case OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt, OnEnqueue:
 		return true
 	}
 	return false
@@ -121,6 +174,8 @@ type hooks struct {
 	claim    []OnClaim
 	election []OnElection
 	route    []OnRouteState
+	attempt  []OnAttempt
+	enqueue  []OnEnqueue
 }
 
 func splitHooks(hs []Hook) hooks {
@@ -137,6 +192,12 @@ func splitHooks(hs []Hook) hooks {
 		}
 		if v, ok := x.(OnRouteState); ok {
 			h.route = append(h.route, v)
+		}
+		if v, ok := x.(OnAttempt); ok {
+			h.attempt = append(h.attempt, v)
+		}
+		if v, ok := x.(OnEnqueue); ok {
+			h.enqueue = append(h.enqueue, v)
 		}
 	}
 	return h

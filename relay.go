@@ -628,6 +628,42 @@ type outcome struct {
 	// unsent: the route was not flowing, so the message was postponed
 	// without being sent; no delivery event is reported for it.
 	unsent bool
+	// actx is the attempt's context as the Sender got it, and ends the
+	// OnAttempt hooks' end functions (nil ones left out).
+	actx context.Context
+	ends []func(DeliveryEvent)
+}
+
+// started carries what startAttempt put in from onto o.
+func (o outcome) started(from outcome) outcome {
+	o.actx, o.ends = from.actx, from.ends
+	return o
+}
+
+// startAttempt calls the OnAttempt hooks for d, keeping their end
+// functions in out, and returns the context Send gets.
+func (r *relay) startAttempt(ctx context.Context, out *outcome, rt *route, d *Delivery, batch bool) context.Context {
+	out.actx = ctx
+	if len(r.hooks.attempt) == 0 {
+		return ctx
+	}
+	if d.Headers == nil {
+		d.Headers = map[string]string{}
+	}
+	a := Attempt{App: r.cfg.App, Route: rt.name, Delivery: d, Batch: batch}
+	for _, h := range r.hooks.attempt {
+		next, end := h.OnAttempt(out.actx, a)
+		if next != nil {
+			out.actx = next
+		}
+		if end != nil {
+			out.ends = append(out.ends, end)
+		}
+	}
+	if batch {
+		return ctx
+	}
+	return out.actx
 }
 
 func (r *relay) deliver(b *claimed) {
@@ -680,9 +716,10 @@ func (r *relay) deliver(b *claimed) {
 			defer wg.Done()
 			defer func() { <-r.sem }()
 			seen := route.answers()
+			actx := r.startAttempt(ctx, &outs[i], route, ds[i], false)
 			start := time.Now()
-			err := safeSend(ctx, rt.Sender, ds[i])
-			outs[i] = r.classify(ctx, route, seen, ds[i], err)
+			err := safeSend(actx, rt.Sender, ds[i])
+			outs[i] = r.classify(ctx, route, seen, ds[i], err).started(outs[i])
 			outs[i].elapsed = time.Since(start)
 		}(i)
 	}
@@ -712,6 +749,7 @@ func (r *relay) deliver(b *claimed) {
 			batch := make([]*Delivery, len(idx))
 			for k, i := range idx {
 				batch[k] = ds[i]
+				r.startAttempt(ctx, &outs[i], route, ds[i], true)
 			}
 			seen := route.answers()
 			start := time.Now()
@@ -721,7 +759,7 @@ func (r *relay) deliver(b *claimed) {
 				if errs != nil {
 					err = errs[k]
 				}
-				outs[i] = r.classify(ctx, route, seen, ds[i], err)
+				outs[i] = r.classify(ctx, route, seen, ds[i], err).started(outs[i])
 				outs[i].elapsed = time.Since(start)
 			}
 		}()
@@ -899,12 +937,22 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 			r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows will be delivered again", n), "app", r.cfg.App, "rows", n, "lease", r.cfg.Lease)
 		}
 	}
-	if len(r.hooks.delivery) == 0 {
+	if len(r.hooks.delivery) == 0 && len(r.hooks.attempt) == 0 {
 		return
 	}
 	now := time.Now()
 	for i, o := range outs {
-		if o.kind == "" || o.unsent {
+		if o.unsent {
+			continue
+		}
+		if o.kind == "" {
+			// Handed back untried: only an attempt that started ends.
+			if len(o.ends) > 0 {
+				ev := r.event(ds[i], OutcomeReleased, o, now)
+				for _, end := range o.ends {
+					end(ev)
+				}
+			}
 			continue
 		}
 		kind, evErr := o.kind, o.err
@@ -917,11 +965,25 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 		} else if k != "" {
 			kind = k
 		}
-		ev := DeliveryEvent{Type: ds[i].Type, Outcome: kind, Attempt: ds[i].Attempt, Latency: now.Sub(ds[i].CreatedAt), Duration: o.elapsed, Err: evErr}
+		o.err = evErr
+		ev := r.event(ds[i], kind, o, now)
+		for _, end := range o.ends {
+			end(ev)
+		}
 		for _, h := range r.hooks.delivery {
 			h.OnDelivery(ev)
 		}
 	}
+}
+
+// event is the DeliveryEvent of one finished attempt.
+func (r *relay) event(d *Delivery, kind Outcome, o outcome, now time.Time) DeliveryEvent {
+	actx := o.actx
+	if actx == nil {
+		actx = context.Background()
+	}
+	return DeliveryEvent{Type: d.Type, Outcome: kind, Attempt: d.Attempt, Latency: now.Sub(d.CreatedAt), Duration: o.elapsed, Err: o.err,
+		Key: d.Key, Route: r.routes[d.Type], Context: actx}
 }
 
 // settleTimeout bounds one settle statement.

@@ -99,8 +99,13 @@ func relayDrain(ctx context.Context, d driver.Driver, typ string, want int) (flo
 // relayDrainTo is relayDrain with the Sender, and the claim size (0: the
 // default), given.
 func relayDrainTo(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int) (float64, error) {
+	return relayDrainWith(ctx, d, typ, s, batchSize, want)
+}
+
+// relayDrainWith is relayDrainTo with more hooks on the relay.
+func relayDrainWith(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int, hooks ...mensageria.Hook) (float64, error) {
 	counter := &deliveredCounter{done: make(chan struct{}), want: int64(want)}
-	c, err := newRelay(d, typ, s, batchSize, counter)
+	c, err := newRelay(d, typ, s, batchSize, append([]mensageria.Hook{counter}, hooks...)...)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
@@ -85,11 +86,25 @@ func (m *metrics) watchTransactional(s *kafka.TransactionalSender) {
 // OnDelivery implements mensageria.OnDelivery.
 func (m *metrics) OnDelivery(ev mensageria.DeliveryEvent) {
 	m.deliveries.WithLabelValues(ev.Type, string(ev.Outcome)).Inc()
-	m.latency.WithLabelValues(ev.Type, string(ev.Outcome)).Observe(ev.Latency.Seconds())
+	observeWithTrace(m.latency.WithLabelValues(ev.Type, string(ev.Outcome)), ev.Latency.Seconds(), ev.Context)
 	m.duration.WithLabelValues(ev.Type).Observe(ev.Duration.Seconds())
 	if ev.Outcome == mensageria.OutcomeDead {
 		m.deadTotal.WithLabelValues(ev.Type).Inc()
 	}
+}
+
+// observeWithTrace observes v with the trace of ctx's span as its
+// exemplar when the span is sampled (--trace), so a slow delivery on a
+// latency graph leads to its trace; exemplars are served in the OpenMetrics
+// format, to a scraper that asks for it.
+func observeWithTrace(o prometheus.Observer, v float64, ctx context.Context) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		if eo, ok := o.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String()})
+			return
+		}
+	}
+	o.Observe(v)
 }
 
 // OnElection implements mensageria.OnElection.
@@ -239,6 +254,6 @@ func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ready\n" + detail))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	return mux
 }

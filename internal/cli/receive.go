@@ -27,7 +27,7 @@ import (
 
 func (a *app) receiveCommand() *cobra.Command {
 	var listen, logFormat, logLevel string
-	var migrate bool
+	var migrate, traced bool
 	cmd := &cobra.Command{
 		Use:   "receive",
 		Short: "Receive M2M deliveries into the inbox queue of this app's database until SIGTERM or SIGINT",
@@ -56,7 +56,12 @@ Besides deliveries, it serves:
   /healthz   the process is alive
   /readyz    the database answers (503 once a stop begins)
   /metrics   Prometheus: answers by status, messages by type and outcome,
-             conflicts, the inbox queue by consumer, tokens and reloads`,
+             conflicts, the inbox queue by consumer, tokens and reloads
+
+With --trace it exports OpenTelemetry traces over OTLP/HTTP, configured by
+the standard OTEL_EXPORTER_OTLP_* variables: a span per message received,
+continuing its sender's trace, whose context the inbox queue row keeps in
+its traceparent header (docs/observability.md).`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(a.io.Err, logFormat, logLevel)
@@ -70,6 +75,12 @@ Besides deliveries, it serves:
 			if err != nil {
 				return err
 			}
+			tr, err := startTracing(cmd.Context(), traced, "mensageria-receive", c.App, a.io.Env, log)
+			if err != nil {
+				return err
+			}
+			defer tr.stop(c.ShutdownTimeout, log)
+			c.tracer = tr.Tracer
 			return runReceive(cmd.Context(), c, a.configPath, listen, migrate, log)
 		}),
 	}
@@ -78,6 +89,7 @@ Besides deliveries, it serves:
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
+	f.BoolVar(&traced, "trace", false, traceFlagHelp)
 	return cmd
 }
 
@@ -142,6 +154,9 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 		h, err := m2mhttp.QueueHandler(in)
 		if err != nil {
 			return err
+		}
+		if c.tracer != nil {
+			h.Effect = c.tracer.Effect(h.Effect)
 		}
 		for _, t := range k.Types {
 			handlers[t] = h

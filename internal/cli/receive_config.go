@@ -16,11 +16,16 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria"
+
+	"github.com/xadm/mensageria/mensageriaotel"
 )
 
 // ReceiveConfig is a validated config file of `mensageria receive`
 // (docs/config.md, "Receive").
 type ReceiveConfig struct {
+	// tracer, when --trace is on, wraps every consumer's effect; it is
+	// not read from the file.
+	tracer *mensageriaotel.Tracer
 	// Database is a postgres:// (or postgresql://) URL, or sqlite:PATH:
 	// the receiving app's database, where the inbox queue lives.
 	Database string

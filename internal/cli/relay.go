@@ -36,7 +36,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 func (a *app) relayCommand() *cobra.Command {
 	var listen, logFormat, logLevel string
 	var shutdown time.Duration
-	var migrate bool
+	var migrate, traced bool
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Run the relay of this app's routes until SIGTERM or SIGINT",
@@ -69,6 +69,10 @@ It serves, on --listen:
              a Kafka route with a transactional_id, its transactions
              committed and aborted and the deliveries reconciled (found
              already in Kafka after a crash or a lost settle)
+
+With --trace it exports OpenTelemetry traces over OTLP/HTTP, configured by
+the standard OTEL_EXPORTER_OTLP_* variables: a span per delivery attempt,
+continuing the trace each message was enqueued in (docs/observability.md).
 
 The schema must be current ('mensageria migrate up', or --migrate).`,
 		Args: noArgs,
@@ -126,6 +130,14 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 				m.leader.Set(1)
 			}
 			cc.Hooks = append(cc.Hooks, m)
+			tr, err := startTracing(ctx, traced, "mensageria-relay", c.App, a.io.Env, log)
+			if err != nil {
+				return err
+			}
+			defer tr.stop(shutdown, log)
+			if tr.Tracer != nil {
+				cc.Hooks = append(cc.Hooks, tr.Tracer)
+			}
 			for _, s := range senders {
 				if ts, ok := s.(*kafka.TransactionalSender); ok {
 					m.watchTransactional(ts)
@@ -201,5 +213,6 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long a stop waits for deliveries in flight")
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
+	f.BoolVar(&traced, "trace", false, traceFlagHelp)
 	return cmd
 }
