@@ -103,6 +103,9 @@ async function refresh() {
   $("counted").textContent = "counted " + counted.toLocaleTimeString() + (ov.count_error ? " (last recount failed: " + ov.count_error + ")" : "");
   renderApps(ov.apps || []);
   renderTypes(ov.types || []);
+  // An open message follows its row: a retried letter shows pending, then
+  // delivered (or dead again).
+  if (state.detail && !$("detail").hidden) openDetail(state.detail.id, true);
 }
 
 function renderApps(apps) {
@@ -181,12 +184,13 @@ async function openDead(type, more) {
   $("dead-more").hidden = !page.next_after;
 }
 
-async function openDetail(id) {
+async function openDetail(id, quiet) {
   let m;
   try {
     m = await api("GET", "/api/messages/" + id);
   } catch (e) {
-    return notice(e.message, "error");
+    if (quiet && e.status === 404) $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+    return quiet ? undefined : notice(e.message, "error");
   }
   state.detail = m;
   $("detail-id").textContent = String(m.id);
