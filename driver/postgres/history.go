@@ -35,3 +35,14 @@ func (d *Driver) DeliveredPerMinute(ctx context.Context, types []string, since t
 	}
 	return out, nil
 }
+
+// Statement returns the SQL of queries/<name>.sql with the schema filled
+// in, as the driver sends it: for tools that record the driver's plans
+// (internal/bench's console scenario).
+func (d *Driver) Statement(name string) (string, error) {
+	b, err := files.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		return "", fmt.Errorf("mensageria/postgres: no statement %q: %w", name, err)
+	}
+	return d.expand(string(b)), nil
+}
