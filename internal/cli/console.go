@@ -21,7 +21,7 @@ const defaultConsoleListen = "127.0.0.1:9470"
 
 func (a *app) consoleCommand() *cobra.Command {
 	var listen, logFormat, logLevel string
-	var readOnly bool
+	var readOnly, allApps bool
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve the web console: per type counts, route health, elections, dead letters with retry and discard",
@@ -36,7 +36,9 @@ letter of a type, each confirmed.
 It needs the config's console: block, with a token: or a user: and
 password: (${ENV} expanded) that everything it shows is behind. Every
 action carries the session's CSRF token; read_only: true (or --read-only)
-refuses every action. It runs until SIGTERM or SIGINT.
+refuses every action. It shows every app of the schema, and, as the dead
+commands, retries and discards only the config's app's dead letters
+unless all_apps: true (or --all-apps). It runs until SIGTERM or SIGINT.
 
 The per-type counts read every pending row, so the console keeps the last
 ones and counts again in the background at most once a second (longer when
@@ -78,7 +80,12 @@ a count takes long): a page load never waits for a count.`,
 			case err != nil:
 				return fmt.Errorf("schema check: %w", err)
 			}
+			var apps []string // every app's
+			if !cc.AllApps && !allApps {
+				apps = []string{c.App}
+			}
 			con, err := console.New(console.Options{
+				Apps:         apps,
 				Driver:       b.drv,
 				Auth:         console.Auth{Token: cc.Token.Reveal(), User: cc.User, Password: cc.Password.Reveal()},
 				ReadOnly:     cc.ReadOnly || readOnly,
@@ -96,7 +103,11 @@ a count takes long): a page load never waits for a count.`,
 			srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ln) }()
-			log.Info("console serving", "addr", ln.Addr().String(), "schema", c.Schema, "read_only", cc.ReadOnly || readOnly)
+			actsFor := c.App
+			if apps == nil {
+				actsFor = "every app"
+			}
+			log.Info("console serving", "addr", ln.Addr().String(), "schema", c.Schema, "read_only", cc.ReadOnly || readOnly, "acts_for", actsFor)
 			select {
 			case <-ctx.Done():
 			case err := <-done:
@@ -112,6 +123,7 @@ a count takes long): a page load never waits for a count.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "", "address to serve on (default: the config's console.listen, else "+defaultConsoleListen+")")
 	f.BoolVar(&readOnly, "read-only", false, "refuse every action, whatever the config says")
+	f.BoolVar(&allApps, "all-apps", false, "retry and discard every app's dead letters, not only the config's app's (the config's console.all_apps)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

@@ -14,6 +14,10 @@ type ConsoleConfig struct {
 	User     string
 	Password Secret
 	ReadOnly bool
+	// AllApps lets the console retry and discard every app's dead
+	// letters; without it, only the config's app's (as 'dead' without
+	// --all-apps). It shows every app either way.
+	AllApps bool
 	// SecureCookie marks the session cookie Secure, for a console behind
 	// a TLS-terminating proxy.
 	SecureCookie bool
@@ -25,6 +29,7 @@ type rawConsole struct {
 	User         string `yaml:"user"`
 	Password     string `yaml:"password"`
 	ReadOnly     string `yaml:"read_only"`
+	AllApps      string `yaml:"all_apps"`
 	SecureCookie string `yaml:"secure_cookie"`
 }
 
@@ -43,6 +48,9 @@ func (p *parser) console(rc *rawConsole) (*ConsoleConfig, error) {
 	str(&password, rc.Password, "console", "password")
 	if err == nil {
 		out.ReadOnly, err = p.bool(rc.ReadOnly, "console", "read_only")
+	}
+	if err == nil {
+		out.AllApps, err = p.bool(rc.AllApps, "console", "all_apps")
 	}
 	if err == nil {
 		out.SecureCookie, err = p.bool(rc.SecureCookie, "console", "secure_cookie")

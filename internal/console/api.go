@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
@@ -242,15 +243,19 @@ type AppView struct {
 
 // TypeView is one message type's line.
 type TypeView struct {
-	Type             string     `json:"type"`
-	Owner            string     `json:"owner"`
-	Pending          int64      `json:"pending"`
-	InFlight         int64      `json:"in_flight"`
-	Dead             int64      `json:"dead"`
-	DeliveredLastHr  int64      `json:"delivered_last_hour"`
-	OldestPendingSec float64    `json:"oldest_pending_seconds"`
-	PerMinute        []int64    `json:"per_minute"`
-	Route            *RouteView `json:"route,omitempty"`
+	Type             string  `json:"type"`
+	Owner            string  `json:"owner"`
+	Pending          int64   `json:"pending"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	DeliveredLastHr  int64   `json:"delivered_last_hour"`
+	OldestPendingSec float64 `json:"oldest_pending_seconds"`
+	PerMinute        []int64 `json:"per_minute"`
+	// Actionable says whether this console retries and discards the
+	// type's dead letters (not read-only, and its owner among
+	// Options.Apps).
+	Actionable bool       `json:"actionable"`
+	Route      *RouteView `json:"route,omitempty"`
 }
 
 // RouteView is a route's health as its relay last recorded it.
@@ -401,7 +406,9 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	}
 	step("elections", began)
 	for _, t := range order {
-		ov.Types = append(ov.Types, *byType[t])
+		v := byType[t]
+		v.Actionable = !c.opt.ReadOnly && c.mayAct(v.Owner)
+		ov.Types = append(ov.Types, *v)
 	}
 	return ov, nil
 }
@@ -539,6 +546,13 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
+		if refusal, err := c.outOfScope(r.Context(), p); err != nil {
+			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+			return
+		} else if refusal != "" {
+			problem(w, r, http.StatusForbidden, "other_app", refusal)
+			return
+		}
 		n, err := c.opt.Driver.Revive(r.Context(), p)
 		if err != nil {
 			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
@@ -552,4 +566,54 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 		c.opt.Logger.Info("console: dead letters "+verb, "changed", n, "ids", p.IDs, "types", p.Types)
 		writeJSON(w, ActionResult{Changed: n})
 	}
+}
+
+// mayAct reports whether the console acts on dead letters of a type owner
+// owns.
+func (c *Console) mayAct(owner string) bool {
+	return len(c.opt.Apps) == 0 || (owner != "" && slices.Contains(c.opt.Apps, owner))
+}
+
+// outOfScope names the first selected dead letter, or type, that another
+// app owns (Options.Apps), or returns "" when the console may act on all
+// of them. Nothing is changed either way.
+func (c *Console) outOfScope(ctx context.Context, p driver.ReviveParams) (string, error) {
+	if len(c.opt.Apps) == 0 {
+		return "", nil
+	}
+	scope := strings.Join(c.opt.Apps, ", ")
+	owner := func(o string) string {
+		if o == "" {
+			return "no app owns it"
+		}
+		return "it is owned by app " + strconv.Quote(o)
+	}
+	if len(p.IDs) > 0 {
+		jobs, err := c.opt.Driver.ListMessages(ctx, driver.ListFilter{IDs: p.IDs, Limit: len(p.IDs)})
+		if err != nil {
+			return "", err
+		}
+		for _, j := range jobs {
+			if !c.mayAct(j.Owner) {
+				return fmt.Sprintf("message %d (type %s) is not %s's: %s; nothing changed (the owning app's console acts on it, or one with all_apps: true)", j.ID, j.Type, scope, owner(j.Owner)), nil
+			}
+		}
+		return "", nil
+	}
+	catalog, err := c.opt.Driver.Owners(ctx, "")
+	if err != nil {
+		return "", err
+	}
+	for _, t := range p.Types {
+		o := ""
+		for _, e := range catalog {
+			if e.Kind == driver.ResourceType && e.Name == t {
+				o = e.App
+			}
+		}
+		if !c.mayAct(o) {
+			return fmt.Sprintf("message type %q is not %s's: %s; nothing changed (the owning app's console acts on it, or one with all_apps: true)", t, scope, owner(o)), nil
+		}
+	}
+	return "", nil
 }

@@ -69,6 +69,12 @@ type Options struct {
 	// ReadOnly refuses every action (retry, discard): the console only
 	// shows.
 	ReadOnly bool
+	// Apps are the apps whose dead letters the console retries and
+	// discards, as the dead commands act on their config's app only; a
+	// letter of a type another app owns (or none) is refused, naming the
+	// owner. Empty acts on every app's (the dead commands' --all-apps).
+	// The console shows every app either way.
+	Apps []string
 	// SecureCookie marks the session cookie Secure (sent over HTTPS only)
 	// even when the console itself is served over plain HTTP behind a TLS
 	// proxy; a request that arrives over TLS gets it regardless.

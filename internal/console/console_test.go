@@ -517,3 +517,43 @@ func TestPageAndAssetsAreServedWithAStrictPolicy(t *testing.T) {
 		}
 	}
 }
+
+// A console acting for some apps retries and discards only their dead
+// letters, as the dead commands do: another app's are refused, naming the
+// owner, and nothing of the request changes.
+func TestActionsStayWithinTheConsolesApps(t *testing.T) {
+	d := sqliteDriver(t)
+	own(t, d, "shop", "order.placed")
+	own(t, d, "billing", "invoice.issued")
+	insert(t, d, "order.placed", "o1")
+	insert(t, d, "invoice.issued", "i1")
+	mine := kill(t, d, "order.placed", "no")
+	theirs := kill(t, d, "invoice.issued", "no")
+	h := newHarness(t, d, func(o *Options) { o.Apps = []string{"shop"} })
+	cl, csrf := h.client(true)
+	tok := map[string]string{csrfHeader: csrf}
+	for _, c := range []struct{ path, body string }{
+		{"/api/dead/retry", fmt.Sprintf(`{"ids":[%d]}`, theirs[0])},
+		{"/api/dead/discard", fmt.Sprintf(`{"ids":[%d,%d]}`, mine[0], theirs[0])},
+		{"/api/dead/discard", `{"type":"invoice.issued","all":true}`},
+		{"/api/dead/retry", `{"type":"nobodys.type","all":true}`},
+	} {
+		p := wantProblem(t, h.do(cl, "POST", c.path, c.body, tok), 403, "other_app")
+		if !strings.Contains(p.Detail, "nothing changed") || (strings.Contains(c.body, "invoice") || strings.Contains(c.body, fmt.Sprint(theirs[0]))) && !strings.Contains(p.Detail, `"billing"`) {
+			t.Fatalf("%s %s: detail %q", c.path, c.body, p.Detail)
+		}
+	}
+	jobs, _ := d.ListMessages(context.Background(), driver.ListFilter{IDs: []int64{mine[0], theirs[0]}})
+	if len(jobs) != 2 || jobs[0].State != driver.StateDead || jobs[1].State != driver.StateDead {
+		t.Fatalf("refused actions changed rows: %+v", jobs)
+	}
+	var ov Overview
+	_ = json.NewDecoder(h.do(cl, "GET", "/api/overview", "", nil).Body).Decode(&ov)
+	for _, v := range ov.Types {
+		if v.Actionable != (v.Type == "order.placed") {
+			t.Fatalf("%s actionable %v", v.Type, v.Actionable)
+		}
+	}
+	wantStatus(t, h.do(cl, "POST", "/api/dead/discard", fmt.Sprintf(`{"ids":[%d]}`, mine[0]), tok), 200)
+	wantStatus(t, h.do(cl, "POST", "/api/dead/retry", `{"type":"order.placed","all":true}`, tok), 200)
+}

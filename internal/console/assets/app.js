@@ -2,7 +2,7 @@
 // server is set with textContent, never parsed as HTML.
 "use strict";
 
-const state = { csrf: "", readOnly: false, deadType: "", deadAfter: 0, detail: null, timer: 0 };
+const state = { csrf: "", readOnly: false, deadType: "", deadAfter: 0, detail: null, timer: 0, types: {} };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs, text) {
@@ -120,7 +120,17 @@ function renderApps(apps) {
   }));
 }
 
+// actionable says whether this console acts on a type's dead letters: not
+// read-only, and the type's owner among the apps it acts for.
+function actionable(type) {
+  const t = state.types[type];
+  return !!t && t.actionable;
+}
+
 function renderTypes(types) {
+  state.types = Object.fromEntries(types.map((t) => [t.type, t]));
+  if (state.deadType) $("dead").classList.toggle("no-act", !actionable(state.deadType));
+  if (state.detail) $("detail").classList.toggle("no-act", !actionable(state.detail.type));
   const body = $("types").tBodies[0];
   body.replaceChildren(...types.map((t) => {
     const tr = el("tr", { "data-type": t.type });
@@ -159,6 +169,7 @@ async function openDead(type, more) {
     $("select-all").checked = false;
   }
   $("dead-type").textContent = type;
+  $("dead").classList.toggle("no-act", !actionable(type));
   $("dead").hidden = false;
   let page;
   try {
@@ -203,6 +214,7 @@ async function openDetail(id, quiet) {
   $("detail-route").textContent = m.route || "-";
   $("detail-payload").textContent = JSON.stringify(m.payload, null, 2);
   $("detail-headers").textContent = JSON.stringify(m.headers, null, 2);
+  $("detail").classList.toggle("no-act", !actionable(m.type));
   const dead = m.state === "dead";
   $("retry-one").disabled = !dead;
   $("discard-one").disabled = !dead;
