@@ -179,6 +179,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
+	if c.refuseGuessing(w, r) {
+		return
+	}
 	a := c.opt.Auth
 	ok := false
 	if l.Token != "" {
@@ -187,6 +190,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		ok = a.User != "" && equal(l.User, a.User) && equal(l.Password, a.Password)
 	}
 	if !ok {
+		c.guard.failed()
 		problem(w, r, http.StatusUnauthorized, "unauthorized", "wrong credentials")
 		return
 	}

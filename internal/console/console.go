@@ -29,6 +29,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -95,6 +96,7 @@ type Console struct {
 	cop    *http.CrossOriginProtection
 	static fs.FS // the assets directory
 	counts *counter
+	guard  *throttle // failed credentials
 
 	mu       sync.Mutex
 	sessions map[string]time.Time // session id → expiry
@@ -153,6 +155,7 @@ func New(opt Options) (*Console, error) {
 		ctx:      ctx, cancel: cancel,
 	}
 	c.counts = newCounter(ctx, opt.Driver, opt.MinRefresh, opt.Logger)
+	c.guard = newThrottle(20, 2)
 	c.routes()
 	return c, nil
 }
@@ -244,14 +247,32 @@ const cookieName = "mensageria_console"
 // principal on.
 func (c *Console) authed(next func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if h := r.Header.Get("Authorization"); h != "" && c.refuseGuessing(w, r) {
+			return
+		}
 		p, ok := c.identify(r)
 		if !ok {
+			if r.Header.Get("Authorization") != "" {
+				c.guard.failed()
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mensageria console"`)
 			problem(w, r, http.StatusUnauthorized, "unauthorized", "log in with the console's token or user and password")
 			return
 		}
 		next(w, r, p)
 	}
+}
+
+// refuseGuessing answers 429 while the failed credentials throttle is
+// empty.
+func (c *Console) refuseGuessing(w http.ResponseWriter, r *http.Request) bool {
+	wait, blocked := c.guard.blocked()
+	if !blocked {
+		return false
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+	problem(w, r, http.StatusTooManyRequests, "too_many_attempts", "too many wrong credentials: the console refuses credentials for a while")
+	return true
 }
 
 func (c *Console) identify(r *http.Request) (principal, bool) {

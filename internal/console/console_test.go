@@ -557,3 +557,29 @@ func TestActionsStayWithinTheConsolesApps(t *testing.T) {
 	wantStatus(t, h.do(cl, "POST", "/api/dead/discard", fmt.Sprintf(`{"ids":[%d]}`, mine[0]), tok), 200)
 	wantStatus(t, h.do(cl, "POST", "/api/dead/retry", `{"type":"order.placed","all":true}`, tok), 200)
 }
+
+// Guessing is bounded: after a burst of wrong credentials every
+// credential is refused with 429 until the bucket refills, whichever way
+// it is sent.
+func TestWrongCredentialsAreThrottled(t *testing.T) {
+	h := newHarness(t, sqliteDriver(t), nil)
+	clock := time.Unix(1_800_000_000, 0)
+	h.c.guard.now = func() time.Time { return clock }
+	cl, _ := h.client(false)
+	wrong := `{"token":"a-wrong-token-0000000"}`
+	for range 20 {
+		wantProblem(t, h.do(cl, "POST", "/api/login", wrong, nil), 401, "unauthorized")
+	}
+	res := h.do(cl, "POST", "/api/login", `{"token":"`+testToken+`"}`, nil)
+	wantProblem(t, res, 429, "too_many_attempts")
+	if res.Header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+	wantProblem(t, h.do(cl, "GET", "/api/overview", "", map[string]string{"Authorization": "Bearer " + testToken}), 429, "too_many_attempts")
+	// A second later two tries are back: one wrong, one right.
+	clock = clock.Add(time.Second)
+	wantProblem(t, h.do(cl, "GET", "/api/overview", "", map[string]string{"Authorization": "Bearer nope"}), 401, "unauthorized")
+	wantStatus(t, h.do(cl, "POST", "/api/login", `{"token":"`+testToken+`"}`, nil), 200)
+	// A session already made is not throttled.
+	wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
+}
