@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -105,5 +106,35 @@ func TestConsoleConfigRefusals(t *testing.T) {
 	} {
 		cfg := consoleFile(t, c.block)
 		must(t, c.block, run(t, "", env, "console", "--config", cfg), ExitUsage, c.want)
+	}
+}
+
+// The console block of docs/config.md is a valid block that means what
+// its comments say.
+func TestDocumentedConsoleExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, part, ok := strings.Cut(string(doc), "\n## The web console")
+	if !ok {
+		t.Fatal("docs/config.md has no ## The web console")
+	}
+	_, ex, ok := strings.Cut(part, "```yaml\n")
+	if !ok {
+		t.Fatal("no yaml example under ## The web console")
+	}
+	ex, _, _ = strings.Cut(ex, "```")
+	env := envOf("MENSAGERIA_CONSOLE_TOKEN", "a-token-of-24-characters", "MENSAGERIA_CONSOLE_PASSWORD", "a long password")
+	c, err := ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/m2m, token: x}\n"+ex), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.Console
+	if cc == nil || cc.Listen != defaultConsoleListen || cc.Token.Reveal() != "a-token-of-24-characters" || cc.User != "ops" || cc.Password.Reveal() != "a long password" || cc.ReadOnly || cc.AllApps || cc.SecureCookie {
+		t.Fatalf("console block %+v", cc)
+	}
+	if s := fmt.Sprintf("%v %+v", cc, *cc); strings.Contains(s, "a-token-of-24") || strings.Contains(s, "a long password") {
+		t.Fatalf("the block prints its secrets: %s", s)
 	}
 }
