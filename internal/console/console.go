@@ -195,18 +195,19 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	// The mux sends a known path under a wrong method to the catch-all;
 	// answer it as what it is.
-	if methodMismatch(c.mux, r) {
+	if allow := otherMethod(c.mux, r); allow != "" {
+		h.Set("Allow", allow)
 		problem(w, r, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path)
 		return
 	}
 	c.mux.ServeHTTP(w, r)
 }
 
-// methodMismatch reports whether the path is known under another method.
-func methodMismatch(m *http.ServeMux, r *http.Request) bool {
-	_, pattern := m.Handler(r)
-	if pattern != "/" {
-		return false
+// otherMethod returns the method a path the catch-all got is known under,
+// "" when it is unknown under every method.
+func otherMethod(m *http.ServeMux, r *http.Request) string {
+	if _, pattern := m.Handler(r); pattern != "/" {
+		return ""
 	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		if method == r.Method {
@@ -215,10 +216,10 @@ func methodMismatch(m *http.ServeMux, r *http.Request) bool {
 		probe := r.Clone(r.Context())
 		probe.Method = method
 		if _, p := m.Handler(probe); p != "/" && p != "" {
-			return true
+			return method
 		}
 	}
-	return false
+	return ""
 }
 
 func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {

@@ -376,6 +376,9 @@ func TestBadRequestsAreProblems(t *testing.T) {
 		wantProblem(t, h.do(cl, c.method, c.path, c.body, tok), c.status, c.code)
 	}
 	wantProblem(t, h.do(cl, "POST", "/api/dead/retry", `{"ids":[1]}`, map[string]string{csrfHeader: csrf, "Content-Type": "text/plain"}), 415, "unsupported_media_type")
+	if allow := h.do(cl, "DELETE", "/api/overview", "", nil).Header.Get("Allow"); allow != "GET" {
+		t.Fatalf("405 Allow %q, want GET", allow)
+	}
 }
 
 // The overview shows each type's counts, owner and route, and each app's
@@ -582,4 +585,21 @@ func TestWrongCredentialsAreThrottled(t *testing.T) {
 	wantStatus(t, h.do(cl, "POST", "/api/login", `{"token":"`+testToken+`"}`, nil), 200)
 	// A session already made is not throttled.
 	wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
+}
+
+// A database that stops answering is a 503 problem on every page, and the
+// kept counts are not shown as if the rest were known.
+func TestDatabaseDownIsAProblem(t *testing.T) {
+	d := sqliteDriver(t)
+	own(t, d, "shop", "order.placed")
+	h := newHarness(t, d, nil)
+	cl, csrf := h.client(true)
+	wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/api/overview", "/api/dead?type=order.placed", "/api/messages/1"} {
+		wantProblem(t, h.do(cl, "GET", p, "", nil), 503, "database")
+	}
+	wantProblem(t, h.do(cl, "POST", "/api/dead/retry", `{"ids":[1]}`, map[string]string{csrfHeader: csrf}), 503, "database")
 }

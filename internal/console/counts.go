@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -60,6 +61,9 @@ func (c *counter) get(ctx context.Context) (*countSnapshot, error) {
 	c.mu.Unlock()
 	if last != nil {
 		return last, nil
+	}
+	if running == nil {
+		return nil, errors.New("mensageria/console: closed")
 	}
 	select {
 	case <-running:
