@@ -226,13 +226,15 @@ function confirmAction(text) {
   return new Promise((resolve) => {
     const d = $("confirm");
     $("confirm-text").textContent = text;
-    const done = (v) => () => {
-      $("confirm-ok").onclick = $("confirm-cancel").onclick = null;
+    const done = (v) => (ev) => {
+      if (ev) ev.preventDefault();
+      $("confirm-ok").onclick = $("confirm-cancel").onclick = d.oncancel = null;
       d.close();
       resolve(v);
     };
     $("confirm-ok").onclick = done(true);
     $("confirm-cancel").onclick = done(false);
+    d.oncancel = done(false); // Escape is a cancel
     d.showModal();
   });
 }
