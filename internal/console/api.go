@@ -226,15 +226,18 @@ type Overview struct {
 	At time.Time `json:"at"`
 	// CountedAt is when the counts were taken (see the package doc);
 	// CountError is the last recount's failure, when it failed.
-	CountedAt   time.Time          `json:"counted_at"`
-	CountTookMs float64            `json:"count_took_ms"`
-	CountError  string             `json:"count_error,omitempty"`
-	ReadOnly    bool               `json:"read_only"`
-	Apps        []AppView          `json:"apps"`
-	Types       []TypeView         `json:"types"`
-	Minutes     []time.Time        `json:"minutes"` // the start of each PerMinute bucket, oldest first
-	Errors      []string           `json:"errors,omitempty"`
-	Timings     map[string]float64 `json:"timings_ms"`
+	CountedAt   time.Time  `json:"counted_at"`
+	CountTookMs float64    `json:"count_took_ms"`
+	CountError  string     `json:"count_error,omitempty"`
+	ReadOnly    bool       `json:"read_only"`
+	Apps        []AppView  `json:"apps"`
+	Types       []TypeView `json:"types"`
+	// Inbox is the receive daemon's inbox queue per consumer (absent on a
+	// schema without one).
+	Inbox   []InboxView        `json:"inbox,omitempty"`
+	Minutes []time.Time        `json:"minutes"` // the start of each PerMinute bucket, oldest first
+	Errors  []string           `json:"errors,omitempty"`
+	Timings map[string]float64 `json:"timings_ms"`
 }
 
 // AppView is one app and its election.
@@ -260,6 +263,17 @@ type TypeView struct {
 	// Options.Apps).
 	Actionable bool       `json:"actionable"`
 	Route      *RouteView `json:"route,omitempty"`
+}
+
+// InboxView is one consumer's inbox queue: deliveries accepted by
+// 'mensageria receive' that its app has not applied yet, and the ones it
+// parked as dead.
+type InboxView struct {
+	Consumer         string  `json:"consumer"`
+	Owner            string  `json:"owner"`
+	Pending          int64   `json:"pending"`
+	Dead             int64   `json:"dead"`
+	OldestPendingSec float64 `json:"oldest_pending_seconds"`
 }
 
 // RouteView is a route's health as its relay last recorded it.
@@ -409,6 +423,15 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 		ov.Apps = append(ov.Apps, av)
 	}
 	step("elections", began)
+	for _, q := range snap.inbox {
+		iv := InboxView{Consumer: q.Consumer, Pending: q.Pending, Dead: q.Dead, OldestPendingSec: q.OldestPending.Seconds()}
+		for _, o := range catalog {
+			if o.Kind == driver.ResourceConsumer && o.Name == q.Consumer {
+				iv.Owner = o.App
+			}
+		}
+		ov.Inbox = append(ov.Inbox, iv)
+	}
 	for _, t := range order {
 		v := byType[t]
 		v.Actionable = !c.opt.ReadOnly && c.mayAct(v.Owner)

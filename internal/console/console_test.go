@@ -603,3 +603,39 @@ func TestDatabaseDownIsAProblem(t *testing.T) {
 	}
 	wantProblem(t, h.do(cl, "POST", "/api/dead/retry", `{"ids":[1]}`, map[string]string{csrfHeader: csrf}), 503, "database")
 }
+
+// The receive daemon's inbox queue shows per consumer, with its owner.
+func TestOverviewShowsTheInboxQueue(t *testing.T) {
+	d := sqliteDriver(t)
+	ctx := context.Background()
+	if _, err := d.Register(ctx, driver.RegisterParams{App: "billing", Resources: []driver.Resource{{Kind: driver.ResourceConsumer, Name: "billing-orders", Window: time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, k := range []string{"a", "b"} {
+		err := d.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+			var mid [16]byte
+			_, _ = rand.Read(mid[:])
+			id, err := tx.(driver.InboxQueueTx).QueueInbox(ctx, driver.QueuedDelivery{Consumer: "billing-orders", Type: "order.placed", Key: k, MessageID: mid, Payload: []byte(`{}`)})
+			ids = append(ids, id)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		return tx.(driver.InboxQueueTx).InboxDead(ctx, ids[0], "no such customer")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, d, nil)
+	cl, _ := h.client(true)
+	var ov Overview
+	if err := json.NewDecoder(h.do(cl, "GET", "/api/overview", "", nil).Body).Decode(&ov); err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.Inbox) != 1 || ov.Inbox[0] != (InboxView{Consumer: "billing-orders", Owner: "billing", Pending: 1, Dead: 1, OldestPendingSec: ov.Inbox[0].OldestPendingSec}) {
+		t.Fatalf("inbox %+v", ov.Inbox)
+	}
+}

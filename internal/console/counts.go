@@ -34,6 +34,10 @@ type countSnapshot struct {
 	at    time.Time // when the count began
 	took  time.Duration
 	stats []driver.TypeStats
+	// inbox is the receive daemon's inbox queue per consumer, on a
+	// backend whose schema holds it (nil otherwise): counted with the
+	// outbox, for the same reason.
+	inbox []driver.InboxQueueStats
 	err   error
 }
 
@@ -95,14 +99,21 @@ func (c *counter) startLocked() {
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 		stats, err := c.drv.Stats(ctx)
+		var inbox []driver.InboxQueueStats
+		if q, ok := c.drv.(driver.InboxQueueReader); ok && err == nil {
+			inbox, err = q.InboxQueueStats(ctx)
+		}
 		cancel()
-		s := &countSnapshot{at: began, took: time.Since(began), stats: stats, err: err}
+		s := &countSnapshot{at: began, took: time.Since(began), stats: stats, inbox: inbox, err: err}
 		if err != nil {
 			c.log.Warn("console: counting the outbox failed", "err", err)
 		}
 		c.mu.Lock()
 		// A failed recount keeps showing the last good counts (their age
 		// says how old they are) rather than none.
+		if err != nil {
+			s.stats, s.inbox = nil, nil // a count is whole or not at all
+		}
 		if err == nil || c.last == nil || c.last.err != nil {
 			c.last = s
 		} else {

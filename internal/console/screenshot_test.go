@@ -55,6 +55,25 @@ func seedShowcase(t *testing.T, d *sqlite.Driver) {
 			t.Fatal(err)
 		}
 	}
+	// The receive daemon's queue of billing's consumer: a backlog and one
+	// it parked.
+	if _, err := d.Register(ctx, driver.RegisterParams{App: "billing", Resources: []driver.Resource{{Kind: driver.ResourceConsumer, Name: "billing.pedidos", Window: 24 * time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		err := d.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+			var mid [16]byte
+			copy(mid[:], fmt.Sprintf("showcase-%07d", i))
+			id, err := tx.(driver.InboxQueueTx).QueueInbox(ctx, driver.QueuedDelivery{Consumer: "billing.pedidos", Type: "pedido.criado", Key: fmt.Sprint("p-", i), MessageID: mid, Payload: []byte(`{}`)})
+			if err == nil && i == 0 {
+				err = tx.(driver.InboxQueueTx).InboxDead(ctx, id, "customer unknown")
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	now := time.Now().Truncate(time.Minute)
 	for i, typ := range []string{"pedido.criado", "pedido.pago", "fatura.emitida", "envio.despachado", "envio.entregue"} {
 		for m := range 60 {

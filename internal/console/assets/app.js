@@ -103,6 +103,7 @@ async function refresh() {
   $("counted").textContent = "counted " + counted.toLocaleTimeString() + (ov.count_error ? " (last recount failed: " + ov.count_error + ")" : "");
   renderApps(ov.apps || []);
   renderTypes(ov.types || []);
+  renderInbox(ov.inbox || []);
   // An open message follows its row: a retried letter shows pending, then
   // delivered (or dead again).
   if (state.detail && !$("detail").hidden) openDetail(state.detail.id, true);
@@ -157,6 +158,17 @@ function renderTypes(types) {
       el("td", { class: "n delivered" }, String(t.delivered_last_hour)),
       el("td", { class: "chart" }), route);
     tr.querySelector(".chart").append(spark(t.per_minute));
+    return tr;
+  }));
+}
+
+function renderInbox(queues) {
+  $("inbox").hidden = queues.length === 0;
+  $("queues").tBodies[0].replaceChildren(...queues.map((q) => {
+    const tr = el("tr", { "data-consumer": q.consumer });
+    tr.append(el("td", {}, q.consumer), el("td", { class: q.owner ? "owner" : "owner warn" }, q.owner || "no owner"),
+      el("td", { class: "n pending" }, String(q.pending)), el("td", { class: q.dead > 0 ? "n dead bad" : "n dead" }, String(q.dead)),
+      el("td", { class: "n oldest" }, age(q.oldest_pending_seconds)));
     return tr;
   }));
 }
