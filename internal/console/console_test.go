@@ -639,3 +639,35 @@ func TestOverviewShowsTheInboxQueue(t *testing.T) {
 		t.Fatalf("inbox %+v", ov.Inbox)
 	}
 }
+
+// The session cookie is out of scripts' reach and never sent cross-site;
+// Secure when asked (behind a TLS proxy); and a session ends at its TTL.
+func TestSessionCookie(t *testing.T) {
+	h := newHarness(t, sqliteDriver(t), func(o *Options) { o.SecureCookie = true; o.SessionTTL = time.Millisecond })
+	cl, _ := h.client(false)
+	res := h.do(cl, "POST", "/api/login", `{"token":"`+testToken+`"}`, nil)
+	wantStatus(t, res, 200)
+	var ck *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == cookieName {
+			ck = c
+		}
+	}
+	if ck == nil || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteStrictMode || len(ck.Value) != 64 || ck.Path != "/" {
+		t.Fatalf("cookie %+v", ck)
+	}
+	// The cookie is Secure, so the jar keeps it off plain HTTP: send it by
+	// hand, until the session's millisecond has passed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := h.do(cl, "GET", "/api/session", "", map[string]string{"Cookie": cookieName + "=" + ck.Value})
+		if r.StatusCode == 401 {
+			wantProblem(t, r, 401, "unauthorized")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session outlived its TTL: %d", r.StatusCode)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
