@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -669,5 +670,65 @@ func TestSessionCookie(t *testing.T) {
 			t.Fatalf("the session outlived its TTL: %d", r.StatusCode)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// countingDriver counts the calls of Stats, the one statement that reads
+// every pending row.
+type countingDriver struct {
+	driver.Driver
+	mu    sync.Mutex
+	stats int
+}
+
+func (c *countingDriver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
+	c.mu.Lock()
+	c.stats++
+	c.mu.Unlock()
+	return c.Driver.Stats(ctx)
+}
+
+func (c *countingDriver) calls() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// A page load never counts the outbox: many loads within the refresh
+// interval cost one count, and an action costs one more at the next look.
+func TestPageLoadsDoNotCount(t *testing.T) {
+	base := sqliteDriver(t)
+	own(t, base, "shop", "order.placed")
+	insert(t, base, "order.placed", "a")
+	kill(t, base, "order.placed", "no")
+	d := &countingDriver{Driver: base}
+	h := newHarness(t, d, func(o *Options) { o.MinRefresh = time.Hour })
+	cl, csrf := h.client(true)
+	for range 25 {
+		wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
+	}
+	if n := d.calls(); n != 1 {
+		t.Fatalf("25 page loads counted %d times, want the one count of the start", n)
+	}
+	wantStatus(t, h.do(cl, "POST", "/api/dead/retry", `{"type":"order.placed","all":true}`, map[string]string{csrfHeader: csrf}), 200)
+	// The next look starts one recount and answers with the kept counts;
+	// the recount lands for a later look.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ov Overview
+		_ = json.NewDecoder(h.do(cl, "GET", "/api/overview", "", nil).Body).Decode(&ov)
+		if len(ov.Types) == 1 && ov.Types[0].Pending == 1 && ov.Types[0].Dead == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry never showed: %+v", ov.Types)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range 10 {
+		wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
+	}
+	if n := d.calls(); n != 2 {
+		t.Fatalf("an action and the loads after it counted %d times in all, want 2", n)
 	}
 }
