@@ -739,3 +739,21 @@ func (e *InboxRowError) Error() string {
 
 // Is makes errors.Is(err, ErrInboxRowNotPending) true.
 func (e *InboxRowError) Is(target error) bool { return target == ErrInboxRowNotPending }
+
+// DeliveryHistory is implemented by a Driver that keeps the per-minute
+// delivered counts behind Stats' DeliveredLastHr: the console's
+// delivered-per-minute chart reads them.
+type DeliveryHistory interface {
+	// DeliveredPerMinute returns the counts of the minutes that began less
+	// than since ago (on the database clock) of each of types, sorted by
+	// type and minute; a minute with no delivery has no entry.
+	DeliveredPerMinute(ctx context.Context, types []string, since time.Duration) ([]DeliveredMinute, error)
+}
+
+// DeliveredMinute is the number of rows of one type settled delivered in
+// one minute.
+type DeliveredMinute struct {
+	Type   string
+	Minute time.Time // the minute's start
+	N      int64
+}

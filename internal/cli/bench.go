@@ -22,7 +22,7 @@ import (
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.
-var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite"}
+var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite", "console"}
 
 // privateScenarios need no database of the config: with --private-server
 // (or on SQLite, in a temporary directory) they bring their own.
@@ -126,6 +126,11 @@ dropped afterwards: it never touches the configured schema's rows.
              the stress scenario's warmup, clean and crash phases on the
              embedded SQLite, in a temporary directory (not run unless
              asked for)
+  console    the web console's main page over 1,000,000 pending rows of 50
+             types: its server time (page-p50-ms, page-p99-ms; target at
+             most 200) against the per-type count it keeps out of page
+             loads (count-ms), a dead-letter page and a detail (not run
+             unless asked for)
 
 kafka, nats, enqueue-check, wakeup and tax run each mode once per round (--rounds),
 rotating which goes first, and report medians and ratios.
@@ -333,6 +338,8 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})
 		case "stress-sqlite":
 			r, err = benchStressSQLite(ctx, o)
+		case "console":
+			r, err = bench.Console(ctx, env, bench.ConsoleConfig{})
 		}
 		if err != nil {
 			failed++

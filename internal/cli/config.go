@@ -34,6 +34,8 @@ type Config struct {
 	App      string
 	Routes   []Route
 	Relay    RelayConfig
+	// Console is the console: block, nil when the file has none.
+	Console *ConsoleConfig
 }
 
 // Route is one message type this app sends, and how.
@@ -244,11 +246,12 @@ func (e *ConfigError) Error() string {
 // value (a number or a duration too); the strings are parsed after the
 // expansion, each error located through the node tree.
 type rawConfig struct {
-	Database string     `yaml:"database"`
-	Schema   string     `yaml:"schema"`
-	App      string     `yaml:"app"`
-	Routes   []rawRoute `yaml:"routes"`
-	Relay    *rawRelay  `yaml:"relay"`
+	Database string      `yaml:"database"`
+	Schema   string      `yaml:"schema"`
+	App      string      `yaml:"app"`
+	Routes   []rawRoute  `yaml:"routes"`
+	Relay    *rawRelay   `yaml:"relay"`
+	Console  *rawConsole `yaml:"console"`
 }
 
 type rawRoute struct {
@@ -321,14 +324,15 @@ type rawRelay struct {
 
 // sections names each block type for unknown-key messages.
 var sections = map[string]reflect.Type{
-	"rawConfig": reflect.TypeFor[rawConfig](),
-	"rawRoute":  reflect.TypeFor[rawRoute](),
-	"rawHTTP":   reflect.TypeFor[rawHTTP](),
-	"rawKafka":  reflect.TypeFor[rawKafka](),
-	"rawNATS":   reflect.TypeFor[rawNATS](),
-	"rawRelay":  reflect.TypeFor[rawRelay](),
-	"rawTLS":    reflect.TypeFor[rawTLS](),
-	"rawSASL":   reflect.TypeFor[rawSASL](),
+	"rawConfig":  reflect.TypeFor[rawConfig](),
+	"rawRoute":   reflect.TypeFor[rawRoute](),
+	"rawHTTP":    reflect.TypeFor[rawHTTP](),
+	"rawKafka":   reflect.TypeFor[rawKafka](),
+	"rawNATS":    reflect.TypeFor[rawNATS](),
+	"rawRelay":   reflect.TypeFor[rawRelay](),
+	"rawTLS":     reflect.TypeFor[rawTLS](),
+	"rawSASL":    reflect.TypeFor[rawSASL](),
+	"rawConsole": reflect.TypeFor[rawConsole](),
 }
 
 // LoadConfig reads and validates a config file; env looks variables up
@@ -730,6 +734,11 @@ func (p *parser) build(raw *rawConfig) (*Config, error) {
 	}
 	if c.Relay.Election == "" {
 		c.Relay.Election = mensageria.ElectionLeader
+	}
+	if raw.Console != nil {
+		if c.Console, err = p.console(raw.Console); err != nil {
+			return nil, err
+		}
 	}
 	// A transactional id is a fence: two routes sharing one would fence
 	// each other, and relays that are not elected would fence the leader.

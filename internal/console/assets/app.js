@@ -1,0 +1,308 @@
+// The mensageria console: plain DOM, no build step. Every value from the
+// server is set with textContent, never parsed as HTML.
+"use strict";
+
+const state = { csrf: "", readOnly: false, deadType: "", deadAfter: 0, detail: null, timer: 0, types: {} };
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+async function api(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  if (method !== "GET" && state.csrf) opts.headers["X-CSRF-Token"] = state.csrf;
+  const res = await fetch(path, opts);
+  const type = res.headers.get("Content-Type") || "";
+  const data = type.includes("json") ? await res.json() : null;
+  if (!res.ok) {
+    const err = new Error((data && (data.detail || data.title)) || res.statusText);
+    err.status = res.status;
+    err.problem = data;
+    throw err;
+  }
+  return data;
+}
+
+function notice(text, cls) {
+  const n = $("notice");
+  n.textContent = text;
+  n.className = cls || "";
+}
+
+function age(sec) {
+  if (!sec) return "-";
+  if (sec < 60) return sec.toFixed(1) + "s";
+  if (sec < 3600) return Math.floor(sec / 60) + "m" + Math.floor(sec % 60) + "s";
+  if (sec < 86400) return Math.floor(sec / 3600) + "h" + Math.floor((sec % 3600) / 60) + "m";
+  return Math.floor(sec / 86400) + "d" + Math.floor((sec % 86400) / 3600) + "h";
+}
+
+function spark(values) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 120 24");
+  const top = Math.max(1, ...values);
+  const pts = values.map((v, i) => (i * 120 / (values.length - 1)).toFixed(1) + "," + (23 - v * 22 / top).toFixed(1));
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", pts.join(" "));
+  svg.appendChild(line);
+  const title = document.createElementNS(ns, "title");
+  title.textContent = "last minute " + values[values.length - 1] + ", peak " + Math.max(...values) + " per minute";
+  svg.appendChild(title);
+  return svg;
+}
+
+function showLogin(message) {
+  clearInterval(state.timer);
+  $("main").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+}
+
+async function start() {
+  try {
+    const s = await api("GET", "/api/session");
+    enter(s);
+  } catch (e) {
+    showLogin(e.status === 401 ? "" : e.message);
+  }
+}
+
+function enter(s) {
+  state.csrf = s.csrf;
+  state.readOnly = s.read_only;
+  document.body.classList.toggle("read-only", s.read_only);
+  $("mode").textContent = s.read_only ? "read-only" : "";
+  $("login").hidden = true;
+  $("main").hidden = false;
+  $("logout").hidden = false;
+  refresh();
+  clearInterval(state.timer);
+  state.timer = setInterval(refresh, 2000);
+}
+
+async function refresh() {
+  let ov;
+  try {
+    ov = await api("GET", "/api/overview");
+  } catch (e) {
+    if (e.status === 401) return showLogin("the session ended; log in again");
+    return notice(e.message, "error");
+  }
+  const counted = new Date(ov.counted_at);
+  $("counted").textContent = "counted " + counted.toLocaleTimeString() + (ov.count_error ? " (last recount failed: " + ov.count_error + ")" : "");
+  renderApps(ov.apps || []);
+  renderTypes(ov.types || []);
+  renderInbox(ov.inbox || []);
+  // An open message follows its row: a retried letter shows pending, then
+  // delivered (or dead again).
+  if (state.detail && !$("detail").hidden) openDetail(state.detail.id, true);
+}
+
+function renderApps(apps) {
+  const body = $("apps").tBodies[0];
+  body.replaceChildren(...apps.map((a) => {
+    const tr = el("tr", { "data-app": a.app });
+    tr.append(el("td", {}, a.app),
+      el("td", { class: a.holder ? "holder ok" : "holder warn" }, a.holder || "no holder"),
+      el("td", { class: "n" }, a.holder ? String(a.epoch) : "-"),
+      el("td", {}, a.since ? new Date(a.since).toLocaleString() : "-"));
+    return tr;
+  }));
+}
+
+// actionable says whether this console acts on a type's dead letters: not
+// read-only, and the type's owner among the apps it acts for.
+function actionable(type) {
+  const t = state.types[type];
+  return !!t && t.actionable;
+}
+
+function renderTypes(types) {
+  state.types = Object.fromEntries(types.map((t) => [t.type, t]));
+  if (state.deadType) $("dead").classList.toggle("no-act", !actionable(state.deadType));
+  if (state.detail) $("detail").classList.toggle("no-act", !actionable(state.detail.type));
+  const body = $("types").tBodies[0];
+  body.replaceChildren(...types.map((t) => {
+    const tr = el("tr", { "data-type": t.type });
+    if (t.pending > 0) tr.classList.add("hot");
+    const dead = el("td", { class: "n dead" });
+    if (t.dead > 0) {
+      const b = el("button", { class: "open-dead" }, String(t.dead));
+      b.addEventListener("click", () => openDead(t.type));
+      dead.append(b);
+    } else dead.textContent = "0";
+    const route = el("td", { class: "route" });
+    if (t.route) {
+      route.append(el("span", { class: t.route.state === "flowing" ? "ok" : "bad" }, t.route.state));
+      route.title = t.route.name + (t.route.last_error ? "\n" + t.route.last_error : "") +
+        (t.route.until ? "\nnext probe " + new Date(t.route.until).toLocaleTimeString() : "");
+      if (t.route.state !== "flowing") route.append(" (" + t.route.failures + " failures)");
+    } else route.textContent = "-";
+    tr.append(el("td", { class: "type" }, t.type),
+      el("td", { class: t.owner ? "owner" : "owner warn" }, t.owner || "no owner"),
+      el("td", { class: "n pending" }, String(t.pending)),
+      el("td", { class: "n in-flight" }, String(t.in_flight)),
+      dead,
+      el("td", { class: "n oldest" }, age(t.oldest_pending_seconds)),
+      el("td", { class: "n delivered" }, String(t.delivered_last_hour)),
+      el("td", { class: "chart" }), route);
+    tr.querySelector(".chart").append(spark(t.per_minute));
+    return tr;
+  }));
+}
+
+function renderInbox(queues) {
+  $("inbox").hidden = queues.length === 0;
+  $("queues").tBodies[0].replaceChildren(...queues.map((q) => {
+    const tr = el("tr", { "data-consumer": q.consumer });
+    tr.append(el("td", {}, q.consumer), el("td", { class: q.owner ? "owner" : "owner warn" }, q.owner || "no owner"),
+      el("td", { class: "n pending" }, String(q.pending)), el("td", { class: q.dead > 0 ? "n dead bad" : "n dead" }, String(q.dead)),
+      el("td", { class: "n oldest" }, age(q.oldest_pending_seconds)));
+    return tr;
+  }));
+}
+
+async function openDead(type, more) {
+  if (!more) {
+    state.deadType = type;
+    state.deadAfter = 0;
+    $("letters").tBodies[0].replaceChildren();
+    $("select-all").checked = false;
+  }
+  $("dead-type").textContent = type;
+  $("dead").classList.toggle("no-act", !actionable(type));
+  $("dead").hidden = false;
+  let page;
+  try {
+    page = await api("GET", "/api/dead?type=" + encodeURIComponent(type) + "&after=" + state.deadAfter + "&limit=50");
+  } catch (e) {
+    return notice(e.message, "error");
+  }
+  const body = $("letters").tBodies[0];
+  for (const l of page.letters) {
+    const tr = el("tr", { "data-id": String(l.id) });
+    const box = el("input", { type: "checkbox", class: "pick act", "aria-label": "select " + l.id });
+    const open = el("button", { class: "open" }, "Open");
+    open.addEventListener("click", () => openDetail(l.id));
+    tr.append(el("td"), el("td", { class: "n" }, String(l.id)), el("td", {}, l.key),
+      el("td", { class: "n" }, String(l.attempts)), el("td", {}, new Date(l.created_at).toLocaleString()),
+      el("td", { class: "reason" }, l.reason), el("td"));
+    tr.cells[0].append(box);
+    tr.cells[6].append(open);
+    body.append(tr);
+  }
+  if (body.rows.length === 0) body.append(el("tr", { class: "empty" }, "no dead letters"));
+  state.deadAfter = page.next_after || 0;
+  $("dead-more").hidden = !page.next_after;
+}
+
+async function openDetail(id, quiet) {
+  let m;
+  try {
+    m = await api("GET", "/api/messages/" + id);
+  } catch (e) {
+    if (quiet && e.status === 404) $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+    return quiet ? undefined : notice(e.message, "error");
+  }
+  state.detail = m;
+  $("detail-id").textContent = String(m.id);
+  $("detail-message-id").textContent = m.message_id;
+  $("detail-type").textContent = m.type;
+  $("detail-key").textContent = m.key;
+  $("detail-state").textContent = m.state;
+  $("detail-attempts").textContent = String(m.attempts);
+  $("detail-reason").textContent = m.reason || "-";
+  $("detail-route").textContent = m.route || "-";
+  $("detail-payload").textContent = JSON.stringify(m.payload, null, 2);
+  $("detail-headers").textContent = JSON.stringify(m.headers, null, 2);
+  $("detail").classList.toggle("no-act", !actionable(m.type));
+  const dead = m.state === "dead";
+  $("retry-one").disabled = !dead;
+  $("discard-one").disabled = !dead;
+  $("detail").hidden = false;
+}
+
+// confirm shows the in-page confirmation and resolves true on Confirm.
+function confirmAction(text) {
+  return new Promise((resolve) => {
+    const d = $("confirm");
+    $("confirm-text").textContent = text;
+    const done = (v) => (ev) => {
+      if (ev) ev.preventDefault();
+      $("confirm-ok").onclick = $("confirm-cancel").onclick = d.oncancel = null;
+      d.close();
+      resolve(v);
+    };
+    $("confirm-ok").onclick = done(true);
+    $("confirm-cancel").onclick = done(false);
+    d.oncancel = done(false); // Escape is a cancel
+    d.showModal();
+  });
+}
+
+async function act(verb, body, what) {
+  if (!(await confirmAction(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?"))) return;
+  try {
+    const r = await api("POST", "/api/dead/" + verb, body);
+    notice((verb === "retry" ? "retried " : "discarded ") + r.changed + " dead letter" + (r.changed === 1 ? "" : "s"), "ok");
+  } catch (e) {
+    notice(verb + " refused: " + e.message, "error");
+  }
+  if (state.deadType) openDead(state.deadType);
+  if (state.detail) openDetail(state.detail.id);
+  refresh();
+}
+
+function selected() {
+  return [...document.querySelectorAll("#letters input.pick:checked")].map((b) => Number(b.closest("tr").dataset.id));
+}
+
+function wire() {
+  $("login-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const token = $("token").value;
+    const body = token ? { token } : { user: $("user").value, password: $("password").value };
+    try {
+      enter(await api("POST", "/api/login", body));
+      $("token").value = $("password").value = "";
+    } catch (e) {
+      $("login-error").textContent = e.message;
+    }
+  });
+  $("logout").addEventListener("click", async () => {
+    try { await api("POST", "/api/logout"); } catch (e) { /* the session is gone either way */ }
+    state.csrf = "";
+    showLogin("logged out");
+  });
+  $("dead-close").addEventListener("click", () => { $("dead").hidden = true; state.deadType = ""; });
+  $("detail-close").addEventListener("click", () => { $("detail").hidden = true; state.detail = null; });
+  $("dead-more").addEventListener("click", () => openDead(state.deadType, true));
+  $("select-all").addEventListener("change", (ev) => {
+    for (const b of document.querySelectorAll("#letters input.pick")) b.checked = ev.target.checked;
+  });
+  $("retry-one").addEventListener("click", () => act("retry", { ids: [state.detail.id] }, "message " + state.detail.id));
+  $("discard-one").addEventListener("click", () => act("discard", { ids: [state.detail.id] }, "message " + state.detail.id + " for good"));
+  for (const verb of ["retry", "discard"]) {
+    $(verb + "-selected").addEventListener("click", () => {
+      const ids = selected();
+      if (ids.length === 0) return notice("select dead letters first", "warn");
+      act(verb, { ids }, ids.length + " selected dead letter" + (ids.length === 1 ? "" : "s"));
+    });
+    $(verb + "-all").addEventListener("click", () =>
+      act(verb, { type: state.deadType, all: true }, "every dead letter of " + state.deadType));
+  }
+}
+
+wire();
+start();

@@ -1,0 +1,247 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/testdb"
+)
+
+// EnvChromium names the browser the console's browser tests drive
+// (default: chromium on the PATH, Debian's package, which
+// scripts/chromium.sh installs).
+const EnvChromium = "MENSAGERIA_CHROMIUM"
+
+// browser starts a headless Chromium with no network beyond the loopback
+// test server, or skips (fails under CI) when there is none.
+func browser(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	path := os.Getenv(EnvChromium)
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath("chromium"); err != nil {
+			testdb.Unavailable(t, "chromium (scripts/chromium.sh installs it)", err)
+		}
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("no-proxy-server", true),
+		// Nothing but the loopback test server resolves: the page must
+		// need nothing from the network.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
+		chromedp.WindowSize(width, height),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first run starts the browser, which lives as long as ctx: no
+	// timeout on this one (chromedp.Run's rule); each wait has its own.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	return ctx
+}
+
+// waitFor polls a JavaScript condition until it holds, and on a timeout
+// fails with what the page shows.
+func waitFor(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("body")))
+		t.Fatalf("waiting for %s: %v\npage:\n%s", what, err, text)
+	}
+}
+
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// fetchJS runs a fetch in the page and returns "status code" of its answer.
+func fetchJS(t *testing.T, ctx context.Context, js string) string {
+	t.Helper()
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("fetch in the page: %v", err)
+	}
+	return out
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("reading %s: %v", sel, err)
+	}
+	return s
+}
+
+const problemOf = `.then(async r => r.status + " " + (await r.json()).code)`
+
+func cellIs(typ, class, want string) string {
+	return fmt.Sprintf(`(() => { const e = document.querySelector('tr[data-type=%q] td.%s'); return !!e && e.textContent === %q; })()`, typ, class, want)
+}
+
+func pgDriver(t *testing.T) *postgres.Driver {
+	t.Helper()
+	d, err := postgres.New(testdb.Pool(t), &postgres.Config{Schema: testdb.Schema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// The operator's path through the console in a real browser: refused
+// without the token, logged in with it, a type's pending count following
+// enqueues, a dead letter opened, retried and delivered, another
+// discarded, and actions refused without the CSRF token.
+func TestBrowserOperatorJourney(t *testing.T) {
+	ctx := context.Background()
+	d := pgDriver(t)
+	var refusing atomic.Bool
+	refusing.Store(true)
+	reg := mensageria.NewRegistry()
+	reg.MustRegister("order.placed", mensageria.SenderFunc(func(_ context.Context, m *mensageria.Delivery) error {
+		if refusing.Load() {
+			return mensageria.Permanent(errors.New("billing refused: customer c-42 unknown"))
+		}
+		return nil
+	}))
+	shop, err := mensageria.New(d, &mensageria.Config{App: "shop", Registry: reg, MaxAttempts: 1, DeliveredRetention: time.Hour, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shop.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shop.Stop(context.Background()) })
+	if _, err := shop.Enqueue(ctx,
+		mensageria.Message{Type: "order.placed", Key: "order-1", Payload: json.RawMessage(`{"order":1,"customer":"c-42"}`)},
+		mensageria.Message{Type: "order.placed", Key: "order-2", Payload: json.RawMessage(`{"order":2,"customer":"c-42"}`)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	// A type of an app whose relay is not running: its rows stay pending.
+	own(t, d, "billing", "invoice.issued")
+
+	deadline := time.Now().Add(30 * time.Second)
+	var dead []driver.Job
+	for len(dead) < 2 {
+		if dead, err = d.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, Types: []string{"order.placed"}}); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the refused messages never went dead: %+v", dead)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	byKey := map[string]int64{}
+	for _, j := range dead {
+		byKey[j.Key] = j.ID
+	}
+
+	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(func() { srv.Close(); _ = c.Close() })
+
+	b := browser(t, 1280, 900)
+	run(t, b, "open the console", chromedp.Navigate(srv.URL), chromedp.WaitVisible(chromedp.CSS("#login-form")))
+
+	// Without the token nothing is shown.
+	if got := fetchJS(t, b, `fetch("/api/overview")`+problemOf); got != "401 unauthorized" {
+		t.Fatalf("overview without logging in: %s", got)
+	}
+	if got := fetchJS(t, b, `fetch("/api/messages/`+fmt.Sprint(byKey["order-1"])+`")`+problemOf); got != "401 unauthorized" {
+		t.Fatalf("a message without logging in: %s", got)
+	}
+	run(t, b, "log in with a wrong token",
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-the-token-at-all"),
+		chromedp.Click(chromedp.CSS("#login-submit")))
+	waitFor(t, b, "the refusal", `document.getElementById("login-error").textContent.includes("wrong credentials")`)
+	run(t, b, "log in", chromedp.SetValue(chromedp.CSS("#token"), testToken), chromedp.Click(chromedp.CSS("#login-submit")))
+	waitFor(t, b, "the main page", `!document.getElementById("main").hidden`)
+
+	// The election and the counts.
+	waitFor(t, b, "shop's election holder", `(() => { const e = document.querySelector('tr[data-app="shop"] td.holder'); return !!e && e.textContent !== "no holder"; })()`)
+	waitFor(t, b, "invoice.issued with nothing pending", cellIs("invoice.issued", "pending", "0"))
+	insert(t, d, "invoice.issued", "inv-1", "inv-2", "inv-3")
+	waitFor(t, b, "3 pending invoices", cellIs("invoice.issued", "pending", "3"))
+	insert(t, d, "invoice.issued", "inv-4", "inv-5")
+	waitFor(t, b, "5 pending invoices", cellIs("invoice.issued", "pending", "5"))
+	waitFor(t, b, "2 dead orders", cellIs("order.placed", "dead", "2"))
+
+	// Actions are refused without the CSRF token, even with the session.
+	retryBody := fmt.Sprintf(`{"ids":[%d]}`, byKey["order-1"])
+	if got := fetchJS(t, b, `fetch("/api/dead/retry", {method: "POST", headers: {"Content-Type": "application/json"}, body: '`+retryBody+`'})`+problemOf); got != "403 csrf_token_missing" {
+		t.Fatalf("retry without the CSRF token: %s", got)
+	}
+	if got := fetchJS(t, b, `fetch("/api/dead/discard", {method: "POST", headers: {"Content-Type": "application/json", "X-CSRF-Token": "f00d"}, body: '`+retryBody+`'})`+problemOf); got != "403 csrf_token_invalid" {
+		t.Fatalf("discard with a wrong CSRF token: %s", got)
+	}
+
+	// Open a dead letter: its reason and payload.
+	run(t, b, "open the dead letters", chromedp.Click(chromedp.CSS(`tr[data-type="order.placed"] button.open-dead`)))
+	row1 := fmt.Sprintf(`tr[data-id="%d"]`, byKey["order-1"])
+	row2 := fmt.Sprintf(`tr[data-id="%d"]`, byKey["order-2"])
+	run(t, b, "open order-1", chromedp.WaitVisible(chromedp.CSS(row1)), chromedp.Click(chromedp.CSS(row1+" button.open")))
+	waitFor(t, b, "order-1's detail", `document.getElementById("detail-key").textContent === "order-1"`)
+	reason := text(t, b, "#detail-reason")
+	payload := text(t, b, "#detail-payload")
+	if !strings.Contains(reason, "billing refused: customer c-42 unknown") || !strings.Contains(payload, `"order": 1`) {
+		t.Fatalf("detail: reason %q payload %q", reason, payload)
+	}
+
+	// Retry it with the destination healthy again: it is delivered.
+	refusing.Store(false)
+	run(t, b, "retry order-1", chromedp.Click(chromedp.CSS("#retry-one")), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")))
+	confirmText := text(t, b, "#confirm-text")
+	run(t, b, "confirm", chromedp.Click(chromedp.CSS("#confirm-ok")))
+	if !strings.Contains(confirmText, fmt.Sprint(byKey["order-1"])) {
+		t.Fatalf("the confirmation does not name the message: %q", confirmText)
+	}
+	waitFor(t, b, "order-1 delivered", `document.getElementById("detail-state").textContent === "delivered"`)
+	waitFor(t, b, "one dead order left", cellIs("order.placed", "dead", "1"))
+
+	// Discard the other: picked in the list, discarded in bulk, confirmed.
+	run(t, b, "pick order-2", chromedp.Click(chromedp.CSS("#detail-close")), chromedp.Click(chromedp.CSS(row2+" input.pick")),
+		chromedp.Click(chromedp.CSS("#discard-selected")), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	waitFor(t, b, "order-2 gone from the list", `document.querySelector('`+row2+`') === null`)
+	waitFor(t, b, "no dead orders", cellIs("order.placed", "dead", "0"))
+	left, err := d.ListMessages(ctx, driver.ListFilter{IDs: []int64{byKey["order-1"], byKey["order-2"]}})
+	if err != nil || len(left) != 1 || left[0].Key != "order-1" || left[0].State != driver.StateDelivered {
+		t.Fatalf("after retry and discard: %+v %v", left, err)
+	}
+
+	// Logged out, the page is refused again.
+	run(t, b, "log out", chromedp.Click(chromedp.CSS("#logout")))
+	waitFor(t, b, "the login form", `!document.getElementById("login").hidden`)
+	if got := fetchJS(t, b, `fetch("/api/overview")`+problemOf); got != "401 unauthorized" {
+		t.Fatalf("overview after logging out: %s", got)
+	}
+}

@@ -1,0 +1,382 @@
+// Package console is the operator's web console (`mensageria console`,
+// docs/adr/0017-web-console.md): per app and type the owner, the counts,
+// the oldest age, deliveries per minute and the route's health; each
+// app's election holder; the dead letters, with retry and discard.
+//
+// Everything it shows is behind authentication (a token or basic auth),
+// every action needs the session's CSRF token and passes the standard
+// library's cross-origin check, a read-only console refuses every action,
+// and every refusal is an RFC 9457 problem response. The page and its
+// script are embedded; nothing is built to run it.
+//
+// It reads through the driver seam only. The one costly statement, the
+// per-type counts (driver.Driver.Stats), is never run by a page load: the
+// console keeps the last counts and recounts in the background, at most
+// once per Options.MinRefresh and never more often than ten times the last
+// count took, so a million pending rows cost the database one scan every
+// few seconds however many operators look.
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// ErrConfig is wrapped by *ConfigError.
+var ErrConfig = errors.New("mensageria/console: invalid options")
+
+// ConfigError names an option New refuses.
+type ConfigError struct {
+	Field, Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "mensageria/console: " + e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// Auth is who may use the console: the holder of Token, or of User and
+// Password (HTTP basic credentials). At least one must be set.
+type Auth struct {
+	Token    string
+	User     string
+	Password string
+}
+
+// Options configure a console.
+type Options struct {
+	Driver driver.Driver
+	Auth   Auth
+	// ReadOnly refuses every action (retry, discard): the console only
+	// shows.
+	ReadOnly bool
+	// Apps are the apps whose dead letters the console retries and
+	// discards, as the dead commands act on their config's app only; a
+	// letter of a type another app owns (or none) is refused, naming the
+	// owner. Empty acts on every app's (the dead commands' --all-apps).
+	// The console shows every app either way.
+	Apps []string
+	// SecureCookie marks the session cookie Secure (sent over HTTPS only)
+	// even when the console itself is served over plain HTTP behind a TLS
+	// proxy; a request that arrives over TLS gets it regardless.
+	SecureCookie bool
+	// MinRefresh is the shortest time between two recounts of the
+	// per-type counts; 0 means one second.
+	MinRefresh time.Duration
+	// SessionTTL is how long a login lasts; 0 means 12 hours.
+	SessionTTL time.Duration
+	Logger     *slog.Logger
+}
+
+// Console is an http.Handler. Close stops its background recount.
+type Console struct {
+	opt    Options
+	mux    *http.ServeMux
+	key    []byte // signs CSRF tokens; random per process
+	cop    *http.CrossOriginProtection
+	static fs.FS // the assets directory
+	counts *counter
+	guard  *throttle // failed credentials
+
+	mu       sync.Mutex
+	sessions map[string]time.Time // session id → expiry
+
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New checks opt and returns a console. It starts the first count at once,
+// so that the first page does not wait for it.
+func New(opt Options) (*Console, error) {
+	if opt.Driver == nil {
+		return nil, &ConfigError{Field: "Driver", Reason: "required"}
+	}
+	a := opt.Auth
+	if a.Token == "" && a.User == "" && a.Password == "" {
+		return nil, &ConfigError{Field: "Auth", Reason: "a token or a user and password is required: the console shows nothing to anonymous clients"}
+	}
+	if (a.User == "") != (a.Password == "") {
+		return nil, &ConfigError{Field: "Auth", Reason: "basic auth needs both a user and a password"}
+	}
+	if strings.Contains(a.User, ":") {
+		return nil, &ConfigError{Field: "Auth.User", Reason: "a basic auth user cannot contain ':'"}
+	}
+	if a.Token != "" && len(a.Token) < 16 {
+		return nil, &ConfigError{Field: "Auth.Token", Reason: "at least 16 characters"}
+	}
+	if a.Password != "" && len(a.Password) < 12 {
+		return nil, &ConfigError{Field: "Auth.Password", Reason: "at least 12 characters"}
+	}
+	if opt.MinRefresh < 0 || opt.SessionTTL < 0 {
+		return nil, &ConfigError{Field: "MinRefresh", Reason: "cannot be negative"}
+	}
+	if opt.MinRefresh == 0 {
+		opt.MinRefresh = time.Second
+	}
+	if opt.SessionTTL == 0 {
+		opt.SessionTTL = 12 * time.Hour
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Console{
+		opt: opt, key: key, cop: http.NewCrossOriginProtection(),
+		static:   sub,
+		sessions: map[string]time.Time{},
+		ctx:      ctx, cancel: cancel,
+	}
+	c.counts = newCounter(ctx, opt.Driver, opt.MinRefresh, opt.Logger)
+	c.guard = newThrottle(20, 2)
+	c.routes()
+	return c, nil
+}
+
+// Close stops the background recount.
+func (c *Console) Close() error {
+	c.cancel()
+	c.counts.wait()
+	return nil
+}
+
+func (c *Console) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", c.serveStatic)
+	m.HandleFunc("GET /assets/", c.serveStatic)
+	m.HandleFunc("POST /api/login", c.login)
+	m.HandleFunc("POST /api/logout", c.authed(c.action(c.logout, false)))
+	m.HandleFunc("GET /api/session", c.authed(c.session))
+	m.HandleFunc("GET /api/overview", c.authed(c.overview))
+	m.HandleFunc("GET /api/dead", c.authed(c.deadList))
+	m.HandleFunc("GET /api/messages/{id}", c.authed(c.message))
+	m.HandleFunc("POST /api/dead/retry", c.authed(c.action(c.revive(false), true)))
+	m.HandleFunc("POST /api/dead/discard", c.authed(c.action(c.revive(true), true)))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, r, http.StatusNotFound, "not_found", "no such page or API: "+r.URL.Path)
+	})
+	c.mux = m
+}
+
+// ServeHTTP sets the headers every answer carries and routes the request.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cache-Control", "no-store")
+	// The mux sends a known path under a wrong method to the catch-all;
+	// answer it as what it is.
+	if allow := otherMethod(c.mux, r); allow != "" {
+		h.Set("Allow", allow)
+		problem(w, r, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path)
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// otherMethod returns the method a path the catch-all got is known under,
+// "" when it is unknown under every method.
+func otherMethod(m *http.ServeMux, r *http.Request) string {
+	if _, pattern := m.Handler(r); pattern != "/" {
+		return ""
+	}
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		if method == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = method
+		if _, p := m.Handler(probe); p != "/" && p != "" {
+			return method
+		}
+	}
+	return ""
+}
+
+func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/assets/")
+	if r.URL.Path == "/" {
+		name = "index.html"
+	}
+	if _, err := fs.Stat(c.static, name); err != nil || name == "" || strings.Contains(name, "/") {
+		problem(w, r, http.StatusNotFound, "not_found", "no such page or API: "+r.URL.Path)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	http.ServeFileFS(w, r, c.static, name)
+}
+
+// principal is who a request is: a session (cookie) or the holder of a
+// credential sent in the Authorization header.
+type principal struct {
+	id      string // "s:<session>" or "h:<digest of the header>"
+	session string // the session id, "" for header credentials
+}
+
+const cookieName = "mensageria_console"
+
+// authed refuses a request without valid credentials and passes the
+// principal on.
+func (c *Console) authed(next func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h := r.Header.Get("Authorization"); h != "" && c.refuseGuessing(w, r) {
+			return
+		}
+		p, ok := c.identify(r)
+		if !ok {
+			if r.Header.Get("Authorization") != "" {
+				c.guard.failed()
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mensageria console"`)
+			problem(w, r, http.StatusUnauthorized, "unauthorized", "log in with the console's token or user and password")
+			return
+		}
+		next(w, r, p)
+	}
+}
+
+// refuseGuessing answers 429 while the failed credentials throttle is
+// empty.
+func (c *Console) refuseGuessing(w http.ResponseWriter, r *http.Request) bool {
+	wait, blocked := c.guard.blocked()
+	if !blocked {
+		return false
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+	problem(w, r, http.StatusTooManyRequests, "too_many_attempts", "too many wrong credentials: the console refuses credentials for a while")
+	return true
+}
+
+func (c *Console) identify(r *http.Request) (principal, bool) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if !c.credentialOK(h) {
+			return principal{}, false
+		}
+		d := sha256.Sum256([]byte(h))
+		return principal{id: "h:" + hex.EncodeToString(d[:])}, true
+	}
+	ck, err := r.Cookie(cookieName)
+	if err != nil || len(ck.Value) != 64 {
+		return principal{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	exp, ok := c.sessions[ck.Value]
+	if !ok {
+		return principal{}, false
+	}
+	if time.Now().After(exp) {
+		delete(c.sessions, ck.Value)
+		return principal{}, false
+	}
+	return principal{id: "s:" + ck.Value, session: ck.Value}, true
+}
+
+// credentialOK checks an Authorization header against the configured
+// credentials, in constant time per credential.
+func (c *Console) credentialOK(h string) bool {
+	scheme, rest, _ := strings.Cut(h, " ")
+	rest = strings.TrimSpace(rest)
+	a := c.opt.Auth
+	switch strings.ToLower(scheme) {
+	case "bearer":
+		return a.Token != "" && equal(rest, a.Token)
+	case "basic":
+		if a.User == "" {
+			return false
+		}
+		r := &http.Request{Header: http.Header{"Authorization": {h}}}
+		u, pw, ok := r.BasicAuth()
+		return ok && equal(u, a.User) && equal(pw, a.Password)
+	}
+	return false
+}
+
+func equal(got, want string) bool {
+	g := sha256.Sum256([]byte(got))
+	w := sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// csrfToken is the token a principal sends with each action: a MAC of who
+// it is under the process's key, so it cannot be guessed, is not the
+// session cookie, and dies with the session.
+func (c *Console) csrfToken(p principal) string {
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte("csrf\x00" + p.id))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+const csrfHeader = "X-CSRF-Token"
+
+// action guards a state-changing request: the cross-origin check, the
+// CSRF token, and (when mutates) the read-only mode.
+func (c *Console) action(next func(http.ResponseWriter, *http.Request, principal), mutates bool) func(http.ResponseWriter, *http.Request, principal) {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		if err := c.cop.Check(r); err != nil {
+			problem(w, r, http.StatusForbidden, "cross_origin", "a cross-origin request cannot act on the console")
+			return
+		}
+		got := r.Header.Get(csrfHeader)
+		if got == "" {
+			problem(w, r, http.StatusForbidden, "csrf_token_missing", "every action needs the "+csrfHeader+" header from GET /api/session")
+			return
+		}
+		if !hmac.Equal([]byte(got), []byte(c.csrfToken(p))) {
+			problem(w, r, http.StatusForbidden, "csrf_token_invalid", "the "+csrfHeader+" header is not this session's token")
+			return
+		}
+		if mutates && c.opt.ReadOnly {
+			problem(w, r, http.StatusForbidden, "read_only", "this console is read-only: retry and discard are refused")
+			return
+		}
+		next(w, r, p)
+	}
+}
+
+func (c *Console) newSession() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b)
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, exp := range c.sessions { // bounded by the logins of one TTL
+		if now.After(exp) {
+			delete(c.sessions, k)
+		}
+	}
+	c.sessions[id] = now.Add(c.opt.SessionTTL)
+	return id, nil
+}

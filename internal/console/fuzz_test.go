@@ -1,0 +1,74 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// An action body never selects nothing, never both ways, never an id that
+// is not a message id, and never a whole type without all: true; anything
+// refused is an ErrBadRequest.
+func FuzzDecodeAction(f *testing.F) {
+	for _, s := range []string{`{"ids":[1,2]}`, `{"type":"t","all":true}`, `{"type":"t"}`, `{}`, `{"ids":[0]}`, `{"ids":[1,1]}`, `{"ids":[1],"all":true}`, `null`, `[1]`, `{"ids":[1]} {}`, `{"ids":[9223372036854775807]}`} {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, discard bool) {
+		p, err := DecodeAction(bytes.NewReader(body), discard)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("%q: error %v is not ErrBadRequest", body, err)
+			}
+			return
+		}
+		if p.Discard != discard {
+			t.Fatalf("%q: discard %v, want %v", body, p.Discard, discard)
+		}
+		switch {
+		case len(p.IDs) > 0 && len(p.Types) > 0, len(p.IDs) == 0 && len(p.Types) != 1:
+			t.Fatalf("%q: selection %+v", body, p)
+		case len(p.Types) == 1:
+			var a Action
+			if json.Unmarshal(body, &a) != nil || !a.All || a.Type != p.Types[0] || p.Types[0] == "" {
+				t.Fatalf("%q: a whole type without all: true: %+v", body, p)
+			}
+		}
+		seen := map[int64]bool{}
+		for _, id := range p.IDs {
+			if id <= 0 || seen[id] {
+				t.Fatalf("%q: ids %v", body, p.IDs)
+			}
+			seen[id] = true
+		}
+		if len(p.IDs) > maxActionIDs {
+			t.Fatalf("%q: %d ids", body, len(p.IDs))
+		}
+	})
+}
+
+// A login body is a token or a user and password, never both, never
+// neither.
+func FuzzDecodeLogin(f *testing.F) {
+	for _, s := range []string{`{"token":"x"}`, `{"user":"u","password":"p"}`, `{"token":"x","user":"u"}`, `{}`, `{"user":"u"}`, `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		l, err := DecodeLogin(bytes.NewReader(body))
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("%q: error %v is not ErrBadRequest", body, err)
+			}
+			return
+		}
+		token := l.Token != ""
+		basic := l.User != "" && l.Password != ""
+		if token == basic || (token && (l.User != "" || l.Password != "")) {
+			t.Fatalf("%q: login %+v", body, l)
+		}
+		if len(body) > maxBody || strings.TrimSpace(string(body)) == "" {
+			t.Fatalf("%q: accepted", body)
+		}
+	})
+}
