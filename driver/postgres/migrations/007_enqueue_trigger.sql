@@ -32,42 +32,56 @@
 -- enqueues a type nobody relays, which the check exists to catch as a
 -- mistake, not to forbid (who may enqueue at all is what GRANT decides).
 
--- The catalog's generation: moved on by every DELETE, UPDATE or TRUNCATE of
--- owners; read by every enqueueing role (no lock, no wait), as the wake-up
--- time is.
-CREATE SEQUENCE {{schema}}.owners_changed MINVALUE 0 START 0;
+-- The catalog's generation: moved on by every change that may leave a type
+-- without an owner (a DELETE, a TRUNCATE, an UPDATE of the key); read by
+-- every enqueueing role (no lock, no wait), as the wake-up time is. A
+-- transfer or a registration changes only who owns a type, which the
+-- enqueue check does not ask, and moves nothing.
+-- It starts at 1 and a generation never read counts as 0, so the first
+-- change is a new generation too (a fresh sequence's first nextval returns
+-- its start, which pg_sequence_last_value reported as NULL until then).
+CREATE SEQUENCE {{schema}}.owners_changed MINVALUE 1 START 1;
 GRANT SELECT ON SEQUENCE {{schema}}.owners_changed TO PUBLIC;
 
+-- The change takes the catalog's advisory lock exclusively, then moves the
+-- generation, after its row is changed (AFTER); a row trigger, so that a
+-- statement that removes nothing (the transfer's DELETE of a release that
+-- is not one) takes nothing.
 CREATE FUNCTION {{schema}}.owners_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('{{schema}}.owners', 0));
     PERFORM pg_catalog.nextval('{{schema}}.owners_changed'::regclass);
     RETURN NULL;
 END
 $$;
 
--- AFTER, so the generation moves once the statement's rows are changed and
--- locked: a session that reads the new generation and then looks a type up
--- waits for this transaction, and sees what it committed.
-CREATE TRIGGER owners_changed AFTER DELETE OR UPDATE OR TRUNCATE ON {{schema}}.owners
+CREATE TRIGGER owners_changed AFTER DELETE OR UPDATE OF kind, name ON {{schema}}.owners
+    FOR EACH ROW EXECUTE FUNCTION {{schema}}.owners_changed();
+CREATE TRIGGER owners_truncated AFTER TRUNCATE ON {{schema}}.owners
     FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.owners_changed();
 
 -- Whether a type has an owner, remembered by the session at the catalog's
--- generation read before the lookup. With the rights of the role that
--- migrated (SECURITY DEFINER): a producer granted only INSERT on outbox, as
--- version 1 asked, needs no grant on owners. It takes no lock (an operator's
--- transfer never waits for an open enqueue). Instead it remembers only an
--- owners row that no transaction has touched since it was written (xmax 0):
--- a transaction removing the type sets xmax before it moves the generation
--- and before it commits, so an answer that may be about to become wrong is
--- used once and never remembered.
+-- generation. With the rights of the role that migrated (SECURITY
+-- DEFINER): a producer granted only INSERT on outbox, as version 1 asked,
+-- needs no grant on owners. It takes no row lock, so a transfer never waits
+-- for an open enqueue. What it remembers cannot be outdated by a removal
+-- about to commit, because it remembers only when it holds the catalog's
+-- advisory lock shared, taken before the generation is read and the type
+-- looked up: a removal takes it exclusively before moving the generation,
+-- so either the removal is in progress (the lock is refused: the answer is
+-- used once, not remembered), or it waits for this transaction (and then
+-- moves the generation past what was remembered), or it committed before
+-- the lookup (which then finds no owner). Only READ COMMITTED remembers: an
+-- older snapshot may still see a row whose removal committed.
 CREATE FUNCTION {{schema}}.outbox_owned(message_type text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    remember boolean := current_setting('transaction_isolation') = 'read committed'
+        AND pg_try_advisory_xact_lock_shared(hashtextextended('{{schema}}.owners', 0));
     generation bigint := coalesce(pg_sequence_last_value('{{schema}}.owners_changed'::regclass), 0);
-    touched xid;
 BEGIN
-    SELECT o.xmax INTO touched FROM {{schema}}.owners o WHERE o.kind = 'type' AND o.name = message_type;
+    PERFORM FROM {{schema}}.owners o WHERE o.kind = 'type' AND o.name = message_type;
     IF NOT FOUND THEN
         -- The type is quoted as a JSON string, which the Go driver reads
         -- back.
@@ -75,7 +89,7 @@ BEGIN
                 to_json(message_type)::text, '{{schema}}'
             USING ERRCODE = 'MS001', SCHEMA = '{{schema}}', TABLE = 'outbox', COLUMN = 'type';
     END IF;
-    IF touched = '0'::xid THEN
+    IF remember THEN
         PERFORM set_config('mensageria.owned_{{schema}}_' || md5(message_type), generation::text, false);
     END IF;
 END
