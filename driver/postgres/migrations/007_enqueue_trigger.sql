@@ -22,12 +22,12 @@
 -- version 5. A transaction of 100 rows of one type runs the function once;
 -- every other row costs the WHEN alone.
 --
--- The owner lookup is remembered by the session, for as long as the
--- catalog does not change: a connection that enqueues the same types all
--- day reads owners once. The catalog's generation is a sequence that every
--- statement removing or changing an owners row moves on, after its rows
--- are written and locked, so a remembered answer is never older than the
--- last change that committed. The session setting that holds the answer
+-- The owner lookup is remembered by the session, for as long as no type
+-- loses its owner: a connection that enqueues the same types all day reads
+-- owners once. The catalog's generation is a sequence that every removal
+-- moves on, under an advisory lock that makes a remembered answer never
+-- older than the last removal that committed (outbox_owned below says how).
+-- The session setting that holds the answer
 -- can be set by the session itself: a role that deliberately forges it
 -- enqueues a type nobody relays, which the check exists to catch as a
 -- mistake, not to forbid (who may enqueue at all is what GRANT decides).
