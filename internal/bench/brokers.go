@@ -115,9 +115,12 @@ func allProduced(s mensageria.BatchSender) error {
 }
 
 // kafkaSender opens the Sender of a mode on topic and warms it up (topic
-// metadata, producer id) outside any measurement.
+// metadata, producer id) outside any measurement. The clients keep
+// franz-go's defaults (a linger of 10ms among them), as the command's
+// routes do: what a user of each mode gets. They create the topic, since
+// each run produces to one of its own.
 func kafkaSender(ctx context.Context, brokers []string, mode, topic string) (mensageria.BatchSender, func(), error) {
-	opts := []kgo.Opt{kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0)}
+	opts := []kgo.Opt{kgo.AllowAutoTopicCreation()}
 	var (
 		s     mensageria.BatchSender
 		close func()
@@ -178,6 +181,49 @@ func KafkaRelayDrain(ctx context.Context, e Env, brokers []string, mode string, 
 	r.Set("msgs/s", rate)
 	r.Set("batch", float64(batchSize))
 	return r, nil
+}
+
+// KafkaModes are the two relay modes, in the order Alternate starts with.
+var KafkaModes = []string{"idempotent", "transactional"}
+
+// KafkaModesCompare runs one measurement per mode over rounds, the modes
+// alternating which goes first (Alternate), and reports each mode's
+// medians ("idempotent-msgs/s", ...) and the ratio of the two throughputs
+// ("idem/tx-ratio": the idempotent path should be at least as fast, so
+// at least 1).
+func KafkaModesCompare(scenario string, batchSize, rounds int, run func(mode string) (Result, error)) (Result, error) {
+	res, err := Alternate(rounds, KafkaModes, run)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Scenario: scenario}
+	r.Set("batch", float64(batchSize))
+	for _, m := range KafkaModes {
+		for name, v := range res[m] {
+			if name != "batch" {
+				r.Set(m+"-"+name, v)
+			}
+		}
+	}
+	r.Set("idem/tx-ratio", res["idempotent"]["msgs/s"]/res["transactional"]["msgs/s"])
+	r.Notes = fmt.Sprintf("medians of %d rounds, the modes alternating which goes first", rounds)
+	return r, nil
+}
+
+// KafkaDrainCompare is KafkaRelayDrain in both modes at claims of
+// batchSize, alternating over rounds (KafkaModesCompare).
+func KafkaDrainCompare(ctx context.Context, e Env, brokers []string, batchSize, n, rounds int) (Result, error) {
+	return KafkaModesCompare("kafka-relay-drain", batchSize, rounds, func(mode string) (Result, error) {
+		return KafkaRelayDrain(ctx, e, brokers, mode, batchSize, n)
+	})
+}
+
+// KafkaSenderCompare is KafkaRelay (the Sender alone) in both modes at
+// batches of batchSize, alternating over rounds (KafkaModesCompare).
+func KafkaSenderCompare(ctx context.Context, brokers []string, batchSize, n, rounds int) (Result, error) {
+	return KafkaModesCompare("kafka-relay", batchSize, rounds, func(mode string) (Result, error) {
+		return KafkaRelay(ctx, brokers, mode, batchSize, n)
+	})
 }
 
 // NatsRelay measures the JetStream Sender with or without Nats-Msg-Id.
