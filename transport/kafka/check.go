@@ -68,12 +68,14 @@ func describeTopic(ctx context.Context, cl *kgo.Client, topic string, create boo
 	return &TopicError{Topic: topic, Partition: -1, Err: kerr.UnknownTopicOrPartition}, nil
 }
 
-// refusedAtStart reports the answers about a topic that make a relay
-// useless until someone changes the cluster or the config: the topic is
-// missing, its name invalid, or this client may not use it. Start fails on
-// them, naming the topic; a partition without a leader is a moment of the
-// cluster's and does not.
-func refusedAtStart(err error) bool {
+// TopicRefused reports whether err (from Check, or Start) is the
+// cluster's answer about a whole topic that makes a relay useless until
+// someone changes the cluster or the config: the topic is missing
+// (UNKNOWN_TOPIC_OR_PARTITION), its name invalid, or this client may not
+// use it (TOPIC_AUTHORIZATION_FAILED). Start fails on those, naming the
+// topic; a partition without a leader is a moment of the cluster's and
+// does not.
+func TopicRefused(err error) bool {
 	var te *TopicError
 	return errors.As(err, &te) && te.Partition < 0 &&
 		(errors.Is(te.Err, kerr.UnknownTopicOrPartition) ||
@@ -94,7 +96,7 @@ func checkAtStart(log *slog.Logger, dest string, timeout time.Duration, check fu
 	switch {
 	case err == nil:
 		return nil
-	case refusedAtStart(err):
+	case TopicRefused(err):
 		return err
 	}
 	log.Warn(dest+" could not be checked at start; the relay starts anyway, its messages wait in the outbox without spending attempts, and its route pauses until the cluster answers",

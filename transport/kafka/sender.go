@@ -254,7 +254,7 @@ func (s *Sender) await(ctx context.Context, b *acks) map[string]error {
 		for _, topic := range b.waiting() {
 			cause := s.diag.topic(ctx, topic)
 			causes[topic] = cause
-			if refusedAtStart(cause) {
+			if TopicRefused(cause) {
 				b.fail(topic, cause)
 			}
 		}

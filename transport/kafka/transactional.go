@@ -1035,7 +1035,7 @@ func (s *TransactionalSender) flush(ctx context.Context, cl *kgo.Client, ds []*m
 	case <-ctx.Done():
 	case <-t.C:
 		cause, checked = s.diag.topic(ctx, topic), true
-		if refusedAtStart(cause) {
+		if TopicRefused(cause) {
 			stop()
 			<-flushed
 			return cause
