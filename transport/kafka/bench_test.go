@@ -5,39 +5,68 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/xadm/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // The figures come from kfake, franz-go's fake cluster: no disk, no
-// replication. By default it runs in this process, sharing its scheduler
-// and heap; MENSAGERIA_BENCH_KAFKA_BROKERS points the benchmarks at one
-// run apart on loopback (go run ./internal/bench/kfake prints the
-// addresses), which shows the network's costs, the producer's linger
-// among them. They compare the two modes' protocol cost; a real cluster
-// adds its round trips to both, more so to the transactional one
+// replication. The mode comparisons run on two clusters: one in this
+// process, sharing its scheduler and heap, and one run apart on loopback
+// (the internal/bench/kfake program, built and started by the benchmark),
+// which shows the network's costs, the producer's linger among them.
+// MENSAGERIA_BENCH_KAFKA_BROKERS points them at a cluster of one's own
+// instead. They compare the two modes' protocol cost; a real cluster adds
+// its round trips to both, more so to the transactional one
 // (AddPartitionsToTxn, EndTxn, markers on every partition).
 
 // EnvBenchKafkaBrokers names a Kafka cluster for the benchmarks, comma
 // separated seed brokers.
 const EnvBenchKafkaBrokers = "MENSAGERIA_BENCH_KAFKA_BROKERS"
 
-// benchBrokers returns the cluster of EnvBenchKafkaBrokers, or a fresh
-// in-process kfake cluster.
-func benchBrokers(b *testing.B) []string {
-	b.Helper()
+// EnvBenchKafkaCluster picks the kfake clusters the mode comparisons run
+// on: "process", "in-process", or both (the default), comma separated.
+const EnvBenchKafkaCluster = "MENSAGERIA_BENCH_KAFKA_CLUSTER"
+
+// benchClusters runs one sub-benchmark per cluster kind, each given its
+// brokers: the named cluster, or kfake in this process and in one of its
+// own.
+func benchClusters(b *testing.B, run func(b *testing.B, brokers []string)) {
 	if v := os.Getenv(EnvBenchKafkaBrokers); v != "" {
-		return strings.Split(v, ",")
+		b.Run("cluster=given", func(b *testing.B) { run(b, strings.Split(v, ",")) })
+		return
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.DefaultNumPartitions(6), kfake.AllowAutoTopicCreation())
+	kinds := []string{bench.KafkaProcess, bench.KafkaInProcess}
+	if v := os.Getenv(EnvBenchKafkaCluster); v != "" {
+		kinds = strings.Split(v, ",")
+	}
+	for _, kind := range kinds {
+		b.Run("cluster="+kind, func(b *testing.B) {
+			switch kind {
+			case bench.KafkaInProcess:
+				run(b, inProcessBrokers(b))
+			case bench.KafkaProcess:
+				run(b, processBrokers(b))
+			default:
+				b.Fatalf("%s=%q: want process, in-process or both", EnvBenchKafkaCluster, kind)
+			}
+		})
+	}
+}
+
+// inProcessBrokers starts a kfake cluster in this process.
+func inProcessBrokers(b *testing.B) []string {
+	b.Helper()
+	c, err := bench.NewKfakeCluster()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,20 +74,62 @@ func benchBrokers(b *testing.B) []string {
 	return c.ListenAddrs()
 }
 
+var kfakeBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// processBrokers builds internal/bench/kfake (once) and starts it as a
+// process of its own.
+func processBrokers(b *testing.B) []string {
+	b.Helper()
+	kfakeBinary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "mensageria-kfake-")
+		if err != nil {
+			kfakeBinary.err = err
+			return
+		}
+		kfakeBinary.path = filepath.Join(dir, "kfake")
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out, err := exec.Command(goBin, "build", "-o", kfakeBinary.path, "github.com/xadm/mensageria/internal/bench/kfake").CombinedOutput()
+		if err != nil {
+			kfakeBinary.err = fmt.Errorf("go build internal/bench/kfake: %v\n%s", err, out)
+		}
+	})
+	if kfakeBinary.err != nil {
+		b.Fatal(kfakeBinary.err)
+	}
+	p, err := bench.StartKfakeProcess(context.Background(), kfakeBinary.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Stop)
+	return p.Brokers
+}
+
+// benchBrokers returns the cluster of EnvBenchKafkaBrokers, or a fresh
+// in-process kfake cluster, for the benchmarks that are not mode
+// comparisons.
+func benchBrokers(b *testing.B) []string {
+	b.Helper()
+	if v := os.Getenv(EnvBenchKafkaBrokers); v != "" {
+		return strings.Split(v, ",")
+	}
+	return inProcessBrokers(b)
+}
+
 // benchBatches are the claim sizes the modes are compared at.
-var benchBatches = []int{1, 20, 100, 500}
+var benchBatches = bench.KafkaClaims
 
 // messagesFor sizes a run to last about a second or more: the relay moves
 // about a thousand messages a second at claims of 1 and tens of thousands
 // at claims of 100, the Sender alone ten times as many.
 func messagesFor(batch int, senderAlone bool) int {
-	n := 20000
-	switch {
-	case batch <= 1:
-		n = 1000
-	case batch <= 20:
-		n = 10000
-	}
+	n := bench.KafkaClaimMessages(batch)
 	if senderAlone && batch >= 20 {
 		n *= 10
 	}
@@ -100,18 +171,19 @@ func BenchmarkKafkaRelayDrain(b *testing.B) {
 	})
 }
 
-// eachBatch runs one sub-benchmark per batch size, each on a cluster of
-// its own unless one is named.
+// eachBatch runs one sub-benchmark per cluster kind and batch size, each
+// on a cluster of its own.
 func eachBatch(b *testing.B, run func(ctx context.Context, brokers []string, batch, rounds int) (bench.Result, error)) {
 	rounds := benchRounds(b)
-	for _, batch := range benchBatches {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			brokers := benchBrokers(b)
-			runScenario(b, func(ctx context.Context) (bench.Result, error) {
-				return run(ctx, brokers, batch, rounds)
+	benchClusters(b, func(b *testing.B, brokers []string) {
+		for _, batch := range benchBatches {
+			b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+				runScenario(b, func(ctx context.Context) (bench.Result, error) {
+					return run(ctx, brokers, batch, rounds)
+				})
 			})
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkKafkaCompare: at claims of 100, commit-to-consumer latency

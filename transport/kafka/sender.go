@@ -35,6 +35,15 @@ type SenderConfig struct {
 	Brokers []string
 	// Opts are extra client options, used when Client is nil.
 	Opts []kgo.Opt
+	// Producers is how many clients the Sender builds from Brokers and
+	// Opts, each batch producing on one of them alone. An idempotent
+	// client keeps one produce request in flight per broker, so the
+	// relay's batches in flight on one client wait for each other's
+	// round trips. Batches in flight never share an ordered key (the
+	// relay claims a key's next message only once the one before is
+	// settled), so order per key holds. Default 2, as the relay's
+	// batches in flight; with Client, that one client is shared.
+	Producers int
 	// Topic receives every message. Required unless TopicFor is set.
 	Topic string
 	// TopicFor picks the topic per delivery, for one Sender shared by
@@ -50,7 +59,9 @@ type SenderConfig struct {
 // key is the natural key, so one key stays in one partition and in order;
 // the message id and type travel in headers; the payload is the value.
 type Sender struct {
-	cl       *kgo.Client
+	cl       *kgo.Client      // the first producer: Client, checks, diagnosis
+	free     chan *kgo.Client // producers not running a batch; nil: cl is shared
+	all      []*kgo.Client
 	own      bool
 	topic    string // cfg.Topic, when every delivery goes there
 	topicFor func(*mensageria.Delivery) string
@@ -96,19 +107,38 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, &ConfigError{Field: "Brokers", Reason: "set Client or Brokers"}
 	}
+	switch {
+	case cfg.Producers < 0 || cfg.Producers > 16:
+		return nil, &ConfigError{Field: "Producers", Reason: "must be 1..16"}
+	case cfg.Producers == 0:
+		cfg.Producers = 2
+	}
 	watch := &connWatch{}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.WithHooks(watch)}, cfg.Opts...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, &ConfigError{Field: "Opts", Reason: err.Error()}
+	s.free = make(chan *kgo.Client, cfg.Producers)
+	for range cfg.Producers {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			s.closeAll()
+			return nil, &ConfigError{Field: "Opts", Reason: err.Error()}
+		}
+		if v, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); v {
+			cl.Close()
+			s.closeAll()
+			return nil, &ConfigError{Field: "Opts", Reason: "idempotent writes are disabled (kgo.DisableIdempotentWrite); the Sender needs them"}
+		}
+		s.all = append(s.all, cl)
+		s.free <- cl
 	}
-	if v, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); v {
-		cl.Close()
-		return nil, &ConfigError{Field: "Opts", Reason: "idempotent writes are disabled (kgo.DisableIdempotentWrite); the Sender needs them"}
-	}
-	s.cl, s.own = cl, true
-	s.diag = newDiagnosis(cl, watch)
+	s.cl, s.own = s.all[0], true
+	s.diag = newDiagnosis(s.cl, watch)
 	return s, nil
+}
+
+func (s *Sender) closeAll() {
+	for _, cl := range s.all {
+		cl.Close()
+	}
 }
 
 func topicFunc(topic string, fn func(*mensageria.Delivery) string) (func(*mensageria.Delivery) string, error) {
@@ -135,14 +165,15 @@ func topicDest(topic string) string { return "kafka topic " + topic }
 // Destination implements mensageria.DestinationNamer: "kafka topic t".
 func (s *Sender) Destination() string { return s.dest }
 
-// Client returns the producing client.
+// Client returns the producing client (the first of them, when the
+// Sender built several).
 func (s *Sender) Client() *kgo.Client { return s.cl }
 
-// Close closes the client if the Sender built it.
+// Close closes the clients if the Sender built them.
 func (s *Sender) Close() {
 	s.closeOnce.Do(func() {
 		if s.own {
-			s.cl.Close()
+			s.closeAll()
 		}
 	})
 }
@@ -206,15 +237,24 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 // topic that is missing or refused at once instead of at the deadline.
 func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
 	start := time.Now()
+	cl := s.cl
+	if s.free != nil {
+		select {
+		case cl = <-s.free:
+			defer func() { s.free <- cl }()
+		case <-ctx.Done():
+			return fill(len(ds), mensageria.Unavailable(&NoAckError{Topic: s.topicFor(ds[0]), Waited: time.Since(start), ctxErr: ctx.Err()}))
+		}
+	}
 	b := newAcks(ctx, ds, s.topicFor)
 	for i, d := range ds {
-		s.cl.Produce(ctx, toRecord(b.topics[i], d), func(r *kgo.Record, err error) { b.answer(i, r.Partition, err) })
+		cl.Produce(ctx, toRecord(b.topics[i], d), func(r *kgo.Record, err error) { b.answer(i, r.Partition, err) })
 	}
 	// The relay claims its next batch only when this one is answered, so
 	// a linger (franz-go's is 10ms) would set its pace; flushing while
 	// the batch waits sends its records now.
 	flushCtx, stopFlush := context.WithCancel(ctx)
-	go func() { _ = s.cl.Flush(flushCtx) }()
+	go func() { _ = cl.Flush(flushCtx) }()
 	causes := s.await(ctx, b)
 	stopFlush()
 	// Records given up for another batch's context (the client fails a
