@@ -188,8 +188,9 @@ func (e *NoAckError) Unwrap() []error {
 	return out
 }
 
-// classify sorts the answer for one record of topic (docs: the table in
-// the package documentation). A record no retry can fix is Permanent: the
+// classify sorts the answer for one record of topic (the table in
+// docs/config.md, "Broker errors", which TestBrokerErrorClassification
+// checks row by row). A record no retry can fix is Permanent: the
 // relay parks it. A failure of the destination (the topic missing, no
 // authorization, no leader, the brokers unreachable or too slow) is
 // mensageria.Unavailable: about the route, never the message's fault.

@@ -23,7 +23,7 @@ import (
 	"github.com/xadm/mensageria"
 )
 
-// The table of the package documentation, answer by answer.
+// The table of docs/config.md ("Broker errors"), answer by answer.
 func TestBrokerErrorClassification(t *testing.T) {
 	const (
 		route   = "route"

@@ -77,7 +77,7 @@ const (
 )
 
 // classify sorts JetStream's answer for one message published to subject
-// (the table in the package documentation). A message no retry can fix is
+// (the table in docs/config.md, "Broker errors"). A message no retry can fix is
 // Permanent; a failure of the destination (no stream for the subject, the
 // stream missing, full or unavailable, the server unreachable, no
 // acknowledgement before the deadline) is mensageria.Unavailable; anything

@@ -20,7 +20,7 @@ import (
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
-// The table of the package documentation, answer by answer.
+// The table of docs/config.md ("Broker errors"), answer by answer.
 func TestPublishErrorClassification(t *testing.T) {
 	const (
 		route   = "route"
