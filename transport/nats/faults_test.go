@@ -426,3 +426,122 @@ func TestServerDownAndBack(t *testing.T) {
 type deliveryFunc func(mensageria.DeliveryEvent)
 
 func (f deliveryFunc) OnDelivery(ev mensageria.DeliveryEvent) { f(ev) }
+
+// The stream is deleted while the relay publishes, and created again: the
+// publishes find no stream, the route's failure naming it, its messages'
+// attempts untouched (MaxAttempts 3); the outage is logged once as the
+// route pauses and once as it resumes; every row is delivered, none dead,
+// and the new stream holds each message once.
+func TestStreamDeletedWhileRelaying(t *testing.T) {
+	srv := startPrivateServer(t)
+	nc, err := natsgo.Connect(srv.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}, Duplicates: time.Hour, Storage: jetstream.FileStorage}
+	if _, err := js.CreateStream(testCtx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	log, relayLog := &logRecords{}, &logRecords{}
+	s, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: "orders", Stream: "ORDERS", Logger: slog.New(log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newPGStore(t)
+	var (
+		mu        sync.Mutex
+		failed    []error
+		postponed int
+		bad       = map[mensageria.Outcome]int{}
+		first     = make(chan struct{})
+		once      sync.Once
+	)
+	hook := deliveryFunc(func(ev mensageria.DeliveryEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Outcome {
+		case mensageria.OutcomeRetry, mensageria.OutcomePostponed:
+			if ev.Outcome == mensageria.OutcomePostponed {
+				postponed++
+			}
+			failed = append(failed, ev.Err)
+			once.Do(func() { close(first) })
+		case mensageria.OutcomeDead, mensageria.OutcomeFenced, mensageria.OutcomeExpired, mensageria.OutcomeUnsettled:
+			bad[ev.Outcome]++
+		}
+	})
+	cl, err := mensageria.New(store.drv, &mensageria.Config{App: "shop", Registry: mensageria.NewRegistry().MustRegister("order", s),
+		Lease: 5 * time.Second, BatchSize: 20, PollInterval: 20 * time.Millisecond,
+		MaxAttempts: 3, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		RoutePause: 100 * time.Millisecond, RoutePauseMax: time.Second,
+		Hooks: []mensageria.Hook{hook}, Logger: slog.New(relayLog)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Stop(context.Background()) })
+	if err := js.DeleteStream(testCtx(t), "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	batch := make([]mensageria.Message, n)
+	for k := range batch {
+		batch[k] = mensageria.Message{Type: "order", Key: fmt.Sprintf("k%d", k), Payload: []byte(fmt.Sprintf(`{"n":%d}`, k))}
+	}
+	if _, err := cl.Enqueue(testCtx(t), batch...); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no delivery failed with the stream deleted")
+	}
+	st, err := js.CreateStream(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "the outbox drained", func() bool {
+		stats, err := store.drv.Stats(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := int64(0)
+		for _, x := range stats {
+			left += x.Pending + x.InFlight
+		}
+		return left == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("deliveries dead, fenced, expired or unsettled: %v", bad)
+	}
+	if postponed == 0 {
+		t.Fatal("no failure was the route's, its attempt left uncounted")
+	}
+	for _, err := range failed {
+		var se *StreamError
+		if !mensageria.IsUnavailable(err) || !errors.As(err, &se) || !strings.Contains(err.Error(), `stream "ORDERS"`) {
+			t.Fatalf("a failed delivery not the route's, naming the stream: %v", err)
+		}
+	}
+	if down := relayLog.lines(slog.LevelWarn, "route paused:"); len(down) != 1 || !strings.Contains(down[0], `stream "ORDERS"`) {
+		t.Fatalf("the outage's start logged %d times, want once, naming the stream: %q", len(down), down)
+	}
+	if up := relayLog.lines(slog.LevelInfo, "route resumed"); len(up) != 1 {
+		t.Fatalf("the outage's end logged %d times, want once: %q", len(up), up)
+	}
+	if warns := log.lines(slog.LevelWarn, ""); len(warns) != 0 {
+		t.Fatalf("the sender logged %q at warning level or above, want nothing", warns)
+	}
+	if got := msgCount(t, st); got != n {
+		t.Fatalf("the stream holds %d messages, want %d", got, n)
+	}
+}
