@@ -236,6 +236,9 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 // Sender asks the cluster about its topics, and answers the records of a
 // topic that is missing or refused at once instead of at the deadline.
 func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
+	if len(ds) == 0 {
+		return nil
+	}
 	start := time.Now()
 	cl := s.cl
 	if s.free != nil {
