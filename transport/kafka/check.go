@@ -84,15 +84,20 @@ func TopicRefused(err error) bool {
 			errors.Is(te.Err, kerr.TopicAuthorizationFailed))
 }
 
-// checkAtStart runs check within timeout for UseRelaySettings: a topic
-// the cluster refuses or lacks fails Start. A cluster that cannot be asked
-// does not: that is logged once, here, and the messages wait in the
-// outbox; the relay's route breaker pauses the route on the batches'
-// failures and logs the outage's start and end (docs/adr/0009).
-func checkAtStart(log *slog.Logger, dest string, timeout time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	err := check(ctx)
+// checkAtStart runs check within timeout for UseRelaySettings, unless
+// Check answered within the last minute (the command checks every topic
+// before it opens the database): a topic the cluster refuses or lacks
+// fails Start. A cluster that cannot be asked does not: that is logged
+// once, here, and the messages wait in the outbox; the relay's route
+// breaker pauses the route on the batches' failures and logs the outage's
+// start and end (docs/adr/0009).
+func checkAtStart(log *slog.Logger, dest string, timeout time.Duration, memo *checkMemo, check func(context.Context) error) error {
+	ok, err := memo.recent(time.Minute)
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		err = check(ctx)
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -102,6 +107,30 @@ func checkAtStart(log *slog.Logger, dest string, timeout time.Duration, check fu
 	log.Warn(dest+" could not be checked at start; the relay starts anyway, its messages wait in the outbox without spending attempts, and its route pauses until the cluster answers",
 		"destination", dest, "err", err)
 	return nil
+}
+
+// checkMemo keeps the latest answer of a Sender's Check.
+type checkMemo struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (m *checkMemo) remember(err error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.at, m.err = time.Now(), err
+	return err
+}
+
+// recent returns the answer remembered, when it is younger than within.
+func (m *checkMemo) recent(within time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at.IsZero() || time.Since(m.at) > within {
+		return false, nil
+	}
+	return true, m.err
 }
 
 // connWatch follows a client's connections (a kgo hook): the last attempt

@@ -73,6 +73,7 @@ type Sender struct {
 	// batch waits before the cluster is asked what is wrong; tests
 	// shorten them.
 	checkTimeout, diagnoseAfter time.Duration
+	memo                        checkMemo // Check's latest answer, for Start
 
 	closeOnce sync.Once
 }
@@ -187,6 +188,10 @@ func (s *Sender) Close() {
 // error when the cluster did not answer within ctx, and nil otherwise. A
 // Sender with TopicFor has no one topic to check: nil.
 func (s *Sender) Check(ctx context.Context) error {
+	return s.memo.remember(s.check(ctx))
+}
+
+func (s *Sender) check(ctx context.Context) error {
 	if s.topic == "" {
 		return nil
 	}
@@ -213,7 +218,7 @@ func (s *Sender) UseRelaySettings(mensageria.RelaySettings) error {
 		s.log.Info("the Kafka topics are not checked at start: the topic is picked per delivery", "destination", s.dest)
 		return nil
 	}
-	return checkAtStart(s.log, s.dest, s.checkTimeout, s.Check)
+	return checkAtStart(s.log, s.dest, s.checkTimeout, &s.memo, s.check)
 }
 
 // Send produces one message and waits for the brokers' acknowledgement.

@@ -123,6 +123,7 @@ type TransactionalSender struct {
 	// transaction's records are waited for before the cluster is asked
 	// what is wrong; tests shorten them.
 	checkTimeout, diagnoseAfter time.Duration
+	memo                        checkMemo // Check's latest answer, for Start
 
 	free chan *lane // lanes not running a transaction
 
@@ -352,7 +353,7 @@ func (s *TransactionalSender) UseRelaySettings(rs mensageria.RelaySettings) erro
 		return nil
 	}
 	// The check registers nothing: a standby replica runs it too.
-	return checkAtStart(s.cfg.Logger, s.Destination(), s.checkTimeout, s.Check)
+	return checkAtStart(s.cfg.Logger, s.Destination(), s.checkTimeout, &s.memo, s.check)
 }
 
 func (s *TransactionalSender) useSettings(rs mensageria.RelaySettings) error {
@@ -390,6 +391,10 @@ func (s *TransactionalSender) useSettings(rs mensageria.RelaySettings) error {
 // within ctx, nil otherwise. It registers no transactional id, so it is
 // safe in a standby replica. With TopicFor: nil.
 func (s *TransactionalSender) Check(ctx context.Context) error {
+	return s.memo.remember(s.check(ctx))
+}
+
+func (s *TransactionalSender) check(ctx context.Context) error {
 	if s.cfg.TopicFor != nil {
 		return nil
 	}
