@@ -355,9 +355,9 @@ func TestBenchBrokerScenarios(t *testing.T) {
 	want := map[string][]string{
 		"kafka-claims-process":    claims,
 		"kafka-claims-in-process": claims,
-		"kafka":      {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio", "paced-idempotent-p50-ms", "paced-transactional-p99-ms"},
-		"kafka-sink": {"sink-db-msgs/s", "sink-plain-msgs/s", "sink-db/plain-ratio"},
-		"nats":       {"relay-msgid-msgs/s", "relay-plain-msgs/s", "relay-msgid/plain-ratio", "sink-db/plain-ratio"},
+		"kafka":                   {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio", "paced-idempotent-p50-ms", "paced-transactional-p99-ms"},
+		"kafka-sink":              {"sink-db-msgs/s", "sink-plain-msgs/s", "sink-db/plain-ratio"},
+		"nats":                    {"relay-msgid-msgs/s", "relay-plain-msgs/s", "relay-msgid/plain-ratio", "sink-db/plain-ratio"},
 	}
 	lines := strings.Split(strings.TrimSpace(r.out), "\n")
 	if len(lines) != len(want) {
