@@ -49,6 +49,13 @@ func TestPublishErrorClassification(t *testing.T) {
 		{natsgo.ErrConnectionClosed, route},
 		{natsgo.ErrConnectionReconnecting, route},
 		{natsgo.ErrAuthorization, route},
+		{natsgo.ErrPermissionViolation, route},
+		{natsgo.ErrAuthExpired, route},
+		{natsgo.ErrAuthRevoked, route},
+		{natsgo.ErrNoServers, route},
+		{natsgo.ErrDisconnected, route},
+		{natsgo.ErrConnectionDraining, route},
+		{jetstream.ErrJetStreamNotEnabledForAccount, route},
 		{context.DeadlineExceeded, route},
 		{&NoAckError{Subject: "s", Waited: time.Second}, route},
 		{api(400, 10003), retry}, // a bad request the Sender does not know
