@@ -115,9 +115,12 @@ func allProduced(s mensageria.BatchSender) error {
 }
 
 // kafkaSender opens the Sender of a mode on topic and warms it up (topic
-// metadata, producer id) outside any measurement.
+// metadata, producer id) outside any measurement. The clients keep
+// franz-go's defaults (a linger of 10ms among them), as the command's
+// routes do: what a user of each mode gets. They create the topic, since
+// each run produces to one of its own.
 func kafkaSender(ctx context.Context, brokers []string, mode, topic string) (mensageria.BatchSender, func(), error) {
-	opts := []kgo.Opt{kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0)}
+	opts := []kgo.Opt{kgo.AllowAutoTopicCreation()}
 	var (
 		s     mensageria.BatchSender
 		close func()
@@ -148,7 +151,11 @@ func kafkaSender(ctx context.Context, brokers []string, mode, topic string) (men
 
 // KafkaRelayDrain measures the relay itself moving a backlog of n outbox
 // rows into Kafka in one mode, claims of batchSize, everything else at the
-// relay's defaults: what a user of that mode gets, database included.
+// relay's defaults: what a user of that mode gets, database included. The
+// messages are counted by a consumer of its own (read_committed, each
+// message id once), and the run ends when it has seen all of them and the
+// relay has settled all of them: the figure counts what reached Kafka, not
+// what the relay believes it sent.
 func KafkaRelayDrain(ctx context.Context, e Env, brokers []string, mode string, batchSize, n int) (Result, error) {
 	d, err := e.driver()
 	if err != nil {
@@ -162,22 +169,175 @@ func KafkaRelayDrain(ctx context.Context, e Env, brokers []string, mode string, 
 	if err := e.settle(ctx); err != nil {
 		return Result{}, err
 	}
-	s, closeSender, err := kafkaSender(ctx, brokers, mode, fmt.Sprintf("bench-drain-%s-%d", mode, stamp))
+	topic := fmt.Sprintf("bench-drain-%s-%d", mode, stamp)
+	s, closeSender, err := kafkaSender(ctx, brokers, mode, topic)
 	if err != nil {
 		return Result{}, err
 	}
 	defer closeSender()
-	rate, err := relayDrainTo(ctx, d, typ, s, batchSize, n)
+	seen, err := countConsumed(ctx, brokers, topic, typ, n)
 	if err != nil {
 		return Result{}, err
+	}
+	began := time.Now()
+	if _, err := relayDrainTo(ctx, d, typ, s, batchSize, n); err != nil {
+		return Result{}, err
+	}
+	relayed := time.Now()
+	consumed, got, err := seen()
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: the consumer saw %d of %d messages: %w", got, n, err)
 	}
 	if err := allProduced(s); err != nil {
 		return Result{}, err
 	}
 	r := Result{Scenario: "kafka-relay-drain-" + mode}
-	r.Set("msgs/s", rate)
+	r.Set("msgs/s", float64(n)/(max(relayed.Sub(began), consumed.Sub(began)).Seconds()))
 	r.Set("batch", float64(batchSize))
 	return r, nil
+}
+
+// countConsumed starts a read_committed consumer of topic that counts the
+// distinct message ids of type typ. The function it returns waits until
+// want of them were seen, and says when that was.
+func countConsumed(ctx context.Context, brokers []string, topic, typ string, want int) (func() (time.Time, int, error), error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		at  time.Time
+		got int
+		err error
+	}
+	done := make(chan outcome, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cl.Close()
+		ids := make(map[string]struct{}, want)
+		for len(ids) < want {
+			fs := cl.PollFetches(cctx)
+			if err := cctx.Err(); err != nil {
+				done <- outcome{got: len(ids), err: err}
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				var id, t string
+				for _, h := range r.Headers {
+					switch h.Key {
+					case kafka.HeaderMessageID:
+						id = string(h.Value)
+					case kafka.HeaderType:
+						t = string(h.Value)
+					}
+				}
+				if t == typ {
+					ids[id] = struct{}{}
+				}
+			})
+		}
+		done <- outcome{at: time.Now(), got: len(ids)}
+	}()
+	return func() (time.Time, int, error) {
+		defer cancel()
+		wait, stop := context.WithTimeout(ctx, time.Minute)
+		defer stop()
+		select {
+		case o := <-done:
+			return o.at, o.got, o.err
+		case <-wait.Done():
+			cancel()
+			o := <-done
+			return o.at, o.got, wait.Err()
+		}
+	}, nil
+}
+
+// KafkaModes are the two relay modes, in the order Alternate starts with.
+var KafkaModes = []string{"idempotent", "transactional"}
+
+// KafkaModesCompare runs one measurement per mode over rounds, the modes
+// alternating which goes first (Alternate), and reports each mode's
+// medians ("idempotent-msgs/s", ...) and the ratio of the two throughputs
+// ("idem/tx-ratio": the idempotent path should be at least as fast, so
+// at least 1).
+func KafkaModesCompare(scenario string, batchSize, rounds int, run func(mode string) (Result, error)) (Result, error) {
+	res, err := Alternate(rounds, KafkaModes, run)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Scenario: scenario}
+	r.Set("batch", float64(batchSize))
+	for _, m := range KafkaModes {
+		for name, v := range res[m] {
+			if name != "batch" {
+				r.Set(m+"-"+name, v)
+			}
+		}
+	}
+	r.Set("idem/tx-ratio", res["idempotent"]["msgs/s"]/res["transactional"]["msgs/s"])
+	r.Notes = fmt.Sprintf("medians of %d rounds, the modes alternating which goes first", rounds)
+	return r, nil
+}
+
+// KafkaDrainCompare is KafkaRelayDrain in both modes at claims of
+// batchSize, alternating over rounds (KafkaModesCompare).
+func KafkaDrainCompare(ctx context.Context, e Env, brokers []string, batchSize, n, rounds int) (Result, error) {
+	return KafkaModesCompare("kafka-relay-drain", batchSize, rounds, func(mode string) (Result, error) {
+		return KafkaRelayDrain(ctx, e, brokers, mode, batchSize, n)
+	})
+}
+
+// KafkaClaims are the claim sizes the Kafka modes are compared at.
+var KafkaClaims = []int{1, 20, 100, 500}
+
+// KafkaClaimMessages sizes a drain at claims of batch to last about a
+// second or more at the rates this machine kind shows.
+func KafkaClaimMessages(batch int) int {
+	switch {
+	case batch <= 1:
+		return 1000
+	case batch <= 20:
+		return 10000
+	}
+	return 20000
+}
+
+// KafkaClaimsCompare is KafkaDrainCompare at each claim size of claims on
+// one cluster (cluster names its kind, for the notes): each mode's median
+// msgs/s and the idem/tx-ratio per claim size ("claim=20-idem/tx-ratio";
+// the target is at least 1 at each), and the lowest ratio.
+func KafkaClaimsCompare(ctx context.Context, e Env, brokers []string, cluster string, claims []int, rounds int) (Result, error) {
+	r := Result{Scenario: "kafka-claims-" + cluster}
+	lowest := 0.0
+	for _, claim := range claims {
+		res, err := KafkaDrainCompare(ctx, e, brokers, claim, KafkaClaimMessages(claim), rounds)
+		if err != nil {
+			return r, fmt.Errorf("claims of %d: %w", claim, err)
+		}
+		prefix := fmt.Sprintf("claim=%d-", claim)
+		for _, m := range KafkaModes {
+			r.Set(prefix+m+"-msgs/s", res.Metrics[m+"-msgs/s"])
+		}
+		ratio := res.Metrics["idem/tx-ratio"]
+		r.Set(prefix+"idem/tx-ratio", ratio)
+		if lowest == 0 || ratio < lowest {
+			lowest = ratio
+		}
+	}
+	r.Set("lowest-idem/tx-ratio", lowest)
+	r.Notes = fmt.Sprintf("the relay draining a PostgreSQL outbox into kfake (%s, %d brokers, %d partitions), counted by a read_committed consumer; medians of %d rounds, the modes alternating which goes first",
+		cluster, kfakeBrokers, kfakePartitions, rounds)
+	return r, nil
+}
+
+// KafkaSenderCompare is KafkaRelay (the Sender alone) in both modes at
+// batches of batchSize, alternating over rounds (KafkaModesCompare).
+func KafkaSenderCompare(ctx context.Context, brokers []string, batchSize, n, rounds int) (Result, error) {
+	return KafkaModesCompare("kafka-relay", batchSize, rounds, func(mode string) (Result, error) {
+		return KafkaRelay(ctx, brokers, mode, batchSize, n)
+	})
 }
 
 // NatsRelay measures the JetStream Sender with or without Nats-Msg-Id.

@@ -16,7 +16,6 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/xadm/mensageria/internal/bench"
 )
@@ -42,6 +41,9 @@ type benchOptions struct {
 	httpPacedFor   time.Duration // 0: the http scenario's own default
 	checkFor       time.Duration
 	kafkaBrokers   []string
+	kafkaClusters  []string
+	kafkaClaims    []int
+	serveKfake     bool
 	natsURL        string
 	keep           bool
 	asJSON         bool
@@ -94,13 +96,17 @@ dropped afterwards: it never touches the configured schema's rows.
              --scenario http)
   backlog    drain rate with a large backlog against a small one (slow:
              not run unless asked for with --scenario backlog)
-  kafka      commit-to-consumer latency through the relay at a paced 1,000
-             msgs/s (--paced-for), the relay draining the outbox into Kafka,
-             and the Sender alone, idempotent vs transactional at claims of
-             --batch; then a sink
-             with the offsets in the database vs plain at-least-once. Without
-             --kafka-brokers it runs against franz-go's in-process kfake
-             cluster (3 brokers, 6 partitions: no network, no disk)
+  kafka      the relay draining the outbox into Kafka, idempotent vs
+             transactional at each claim size of --kafka-claims (1, 20, 100,
+             500), counted by a read_committed consumer: each mode's msgs/s
+             and idem/tx-ratio (target >= 1 at each), on each cluster of
+             --kafka-cluster; then, on the first cluster, commit-to-consumer
+             latency through the relay at a paced 1,000 msgs/s
+             (--paced-for), the drain and the Sender alone at claims of
+             --batch, and a sink with the offsets in the database vs plain
+             at-least-once. Without --kafka-brokers it runs against
+             franz-go's kfake (3 brokers, 6 partitions, no disk) started as
+             a process of its own on loopback and in this one
   nats       the JetStream Sender with vs without Nats-Msg-Id, and a sink
              with the stream sequence in the database vs plain at-least-once,
              on scratch streams at --nats-url
@@ -150,6 +156,22 @@ server's settings and say when autovacuum is off.
 			if o.stressRelay {
 				spec, _ := a.io.Env(bench.StressRelayEnv)
 				return bench.RunStressRelay(cmd.Context(), spec, a.io.In, a.io.Out, a.io.Err)
+			}
+			if o.serveKfake {
+				return bench.ServeKfake(a.io.In, a.io.Out)
+			}
+			for _, k := range o.kafkaClusters {
+				if k != bench.KafkaProcess && k != bench.KafkaInProcess {
+					return usageErr("--kafka-cluster %q: use %s or %s", k, bench.KafkaProcess, bench.KafkaInProcess)
+				}
+			}
+			if len(o.kafkaClusters) == 0 {
+				return usageErr("--kafka-cluster: name at least one of %s, %s", bench.KafkaProcess, bench.KafkaInProcess)
+			}
+			for _, c := range o.kafkaClaims {
+				if c < 1 || c > 10000 {
+					return usageErr("--kafka-claims %d: 1..10000", c)
+				}
 			}
 			for _, s := range o.scenarios {
 				if !slices.Contains(benchScenarios, s) {
@@ -207,7 +229,11 @@ server's settings and say when autovacuum is off.
 	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats, enqueue-check, wakeup: rounds of alternating modes")
 	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka, http: how long each mode's latency phase paces 1,000 msgs/s (http: 10s unless given)")
 	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check, wakeup: how long each mode enqueues per round")
-	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: an in-process kfake cluster)")
+	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: kfake clusters, see --kafka-cluster)")
+	f.StringSliceVar(&o.kafkaClusters, "kafka-cluster", []string{bench.KafkaProcess, bench.KafkaInProcess}, "kafka, without --kafka-brokers: kfake run as a process of its own on loopback (process), in this one (in-process), or both")
+	f.IntSliceVar(&o.kafkaClaims, "kafka-claims", bench.KafkaClaims, "kafka: the claim sizes the idempotent and transactional drains are compared at (none: skip)")
+	f.BoolVar(&o.serveKfake, "serve-kfake", false, "internal: run as the kafka scenario's kfake cluster process")
+	_ = f.MarkHidden("serve-kfake")
 	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
 	f.IntVar(&o.stressRate, "stress-rate", 800, "stress: base offered rate, business transactions a second")
 	f.DurationVar(&o.stressWarmup, "stress-warmup", 30*time.Second, "stress: the warmup phase")
@@ -458,27 +484,66 @@ func benchStressSQLite(ctx context.Context, o benchOptions) (bench.Result, error
 		}})
 }
 
-// benchKafka runs the Kafka relay comparison and the sink comparison.
+// benchKafka compares the Kafka modes' drains at each of --kafka-claims on
+// each cluster (--kafka-brokers, or kfake as a process of its own and in
+// this one), then runs the relay comparison at --batch and the sink
+// comparison on the first cluster.
 func benchKafka(ctx context.Context, env bench.Env, o benchOptions) ([]bench.Result, error) {
-	brokers := o.kafkaBrokers
-	if len(brokers) == 0 {
-		c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.DefaultNumPartitions(6), kfake.AllowAutoTopicCreation())
-		if err != nil {
-			return nil, fmt.Errorf("in-process Kafka cluster: %w", err)
-		}
-		defer c.Close()
-		brokers = c.ListenAddrs()
+	type cluster struct {
+		kind    string
+		brokers []string
 	}
+	var clusters []cluster
+	if len(o.kafkaBrokers) > 0 {
+		clusters = append(clusters, cluster{"given", o.kafkaBrokers})
+	}
+	for _, kind := range o.kafkaClusters {
+		if len(o.kafkaBrokers) > 0 {
+			break
+		}
+		switch kind {
+		case bench.KafkaInProcess:
+			c, err := bench.NewKfakeCluster()
+			if err != nil {
+				return nil, fmt.Errorf("in-process Kafka cluster: %w", err)
+			}
+			defer c.Close()
+			clusters = append(clusters, cluster{kind, c.ListenAddrs()})
+		case bench.KafkaProcess:
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			p, err := bench.StartKfakeProcess(ctx, exe, "bench", "--serve-kfake")
+			if err != nil {
+				return nil, err
+			}
+			defer p.Stop()
+			clusters = append(clusters, cluster{kind, p.Brokers})
+		}
+	}
+	var out []bench.Result
+	if len(o.kafkaClaims) > 0 {
+		for _, c := range clusters {
+			r, err := bench.KafkaClaimsCompare(ctx, env, c.brokers, c.kind, o.kafkaClaims, o.rounds)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	brokers := clusters[0].brokers
 	relay, err := bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: brokers, Batch: o.batch,
 		Messages: o.brokerMessages, Rounds: o.rounds, PacedFor: o.pacedFor})
 	if err != nil {
 		return nil, err
 	}
+	relay.Notes += "; on the " + clusters[0].kind + " cluster"
 	sink, err := bench.KafkaSinkCompare(ctx, env, brokers, o.brokerMessages, o.rounds)
 	if err != nil {
 		return nil, err
 	}
-	return []bench.Result{relay, sink}, nil
+	return append(out, relay, sink), nil
 }
 
 func benchNats(ctx context.Context, env bench.Env, o benchOptions) (bench.Result, error) {

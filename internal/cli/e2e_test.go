@@ -332,8 +332,10 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
-// The broker scenarios: kafka on the in-process cluster, nats on the test
-// server; every mode measured, every ratio reported.
+// The broker scenarios, with the built binary: kafka on kfake run as a
+// process of its own (the binary started again as the cluster) and in
+// the bench's process, nats on the test server; every mode measured,
+// every ratio reported, the Kafka drains at each claim size asked for.
 func TestBenchBrokerScenarios(t *testing.T) {
 	testdb.Long(t, "bench")
 	testdb.Pool(t)
@@ -343,15 +345,19 @@ func TestBenchBrokerScenarios(t *testing.T) {
 		nc.Close()
 	}
 	p := writeConfig(t, testdb.URL(), testdb.Schema(t), "http://127.0.0.1:1/unused")
-	r := run(t, "", tokEnv, "bench", "--config", p, "--json", "--scenario", "kafka,nats",
-		"--broker-messages", "1000", "--rounds", "1", "--paced-for", "300ms", "--nats-url", testdb.NatsURL())
+	r := runBin(t, binary(t), []string{"TEST_TOKEN=tok"}, "", "bench", "--config", p, "--json", "--scenario", "kafka,nats",
+		"--broker-messages", "1000", "--rounds", "1", "--paced-for", "300ms", "--nats-url", testdb.NatsURL(), "--kafka-claims", "1,20")
 	if r.code != 0 {
 		t.Fatalf("bench: %+v", r)
 	}
+	claims := []string{"claim=1-idempotent-msgs/s", "claim=1-transactional-msgs/s", "claim=1-idem/tx-ratio",
+		"claim=20-idempotent-msgs/s", "claim=20-transactional-msgs/s", "claim=20-idem/tx-ratio", "lowest-idem/tx-ratio"}
 	want := map[string][]string{
-		"kafka":      {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio", "paced-idempotent-p50-ms", "paced-transactional-p99-ms"},
-		"kafka-sink": {"sink-db-msgs/s", "sink-plain-msgs/s", "sink-db/plain-ratio"},
-		"nats":       {"relay-msgid-msgs/s", "relay-plain-msgs/s", "relay-msgid/plain-ratio", "sink-db/plain-ratio"},
+		"kafka-claims-process":    claims,
+		"kafka-claims-in-process": claims,
+		"kafka":                   {"relay-idempotent-msgs/s", "relay-transactional-msgs/s", "relay-tx/idem-ratio", "sender-tx/idem-ratio", "paced-idempotent-p50-ms", "paced-transactional-p99-ms"},
+		"kafka-sink":              {"sink-db-msgs/s", "sink-plain-msgs/s", "sink-db/plain-ratio"},
+		"nats":                    {"relay-msgid-msgs/s", "relay-plain-msgs/s", "relay-msgid/plain-ratio", "sink-db/plain-ratio"},
 	}
 	lines := strings.Split(strings.TrimSpace(r.out), "\n")
 	if len(lines) != len(want) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
@@ -138,16 +139,22 @@ func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensa
 		if err := checkKafka(ctx, r, opts, log); err != nil {
 			return nil, nil, usage(err)
 		}
-		if r.Kafka.TransactionalID != "" {
-			s, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
-				TransactionalID: r.Kafka.TransactionalID, Opts: opts, Logger: log})
-			if err != nil {
-				return nil, nil, usage(err)
-			}
-			return s, s.Close, nil
+		var s interface {
+			mensageria.BatchSender
+			Check(context.Context) error
+			Close()
 		}
-		s, err := kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic, Opts: opts})
+		if r.Kafka.TransactionalID != "" {
+			s, err = kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
+				TransactionalID: r.Kafka.TransactionalID, Opts: opts, Logger: log})
+		} else {
+			s, err = kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic, Opts: opts, Logger: log})
+		}
 		if err != nil {
+			return nil, nil, usage(err)
+		}
+		if err := checkKafkaTopic(ctx, r, s.Check); err != nil {
+			s.Close()
 			return nil, nil, usage(err)
 		}
 		return s, s.Close, nil
@@ -170,13 +177,50 @@ func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensa
 		// The Logger carries the duplicate window's warning, checked at
 		// Start against the relay's retry horizon.
 		s, err := natssender.NewSender(ctx, natssender.SenderConfig{Conn: nc, Subject: r.NATS.Subject, Stream: r.NATS.Stream, Logger: log})
+		if err == nil && r.NATS.Stream == "" {
+			// NewSender checked a configured stream; the one that holds
+			// the subject is checked here, so that a subject no stream
+			// holds stops the start as a missing stream does.
+			cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			_, err = s.Check(cctx)
+			cancel()
+			var se *natssender.StreamError
+			if !errors.As(err, &se) {
+				err = nil // unreachable: logged at Start, and retried
+			}
+		}
 		if err != nil {
 			nc.Close()
+			var se *natssender.StreamError
+			if errors.As(err, &se) {
+				return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: "the stream is missing", Err: err})
+			}
 			return nil, nil, fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)
 		}
 		return s, func() { _ = nc.Drain() }, nil
 	}
 	return nil, nil, fmt.Errorf("route %q: transport %q is not in this build", r.Type, r.Transport)
+}
+
+// checkKafkaTopic asks the route's cluster about its topic: one that does
+// not exist (auto-creation off), whose name Kafka refuses, or that the
+// client may not use is a DestinationError naming it. A cluster that does
+// not answer is left to checkKafka's line and the relay's retries.
+func checkKafkaTopic(ctx context.Context, r Route, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	err := check(ctx)
+	if !kafka.TopicRefused(err) {
+		return nil
+	}
+	reason := "the topic is missing"
+	switch {
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		reason = "the topic is not this client's to use"
+	case errors.Is(err, kerr.InvalidTopicException):
+		reason = "Kafka refuses the topic's name"
+	}
+	return &DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err}
 }
 
 // enqueueOnly stands in for a route's Sender in clients that never relay

@@ -16,6 +16,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/transport/kafka"
+	natssender "github.com/xadm/mensageria/transport/nats"
 )
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -180,6 +181,13 @@ The schema must be current ('mensageria migrate up', or --migrate).`,
 			if err := cl.Start(ctx); err != nil {
 				if errors.As(err, &oce) {
 					return conflictErr(oce, "start its relay", a.configPath)
+				}
+				var se *natssender.StreamError
+				if kafka.TopicRefused(err) || errors.As(err, &se) {
+					// A topic or stream missing or refused is the
+					// config's or the cluster's to fix: a retry would
+					// meet the same answer.
+					return &exitError{code: ExitUsage, err: err}
 				}
 				return err
 			}

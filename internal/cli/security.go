@@ -412,7 +412,9 @@ func checkKafka(ctx context.Context, r Route, opts []kgo.Opt, log *slog.Logger) 
 	if reason, ok := kafkaRefusal(err, r.Kafka, eofTwice); ok {
 		return &DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err}
 	}
-	log.Warn("Kafka unreachable at start; its messages wait and are retried", "type", r.Type, "destination", destination(r), "err", err)
+	// The route's Sender checks its topic at Start and says it once, at
+	// warning level, when the cluster does not answer.
+	log.Debug("Kafka unreachable at start; its messages wait and are retried", "type", r.Type, "destination", destination(r), "err", err)
 	return nil
 }
 

@@ -4,79 +4,186 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/xadm/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
-// The figures come from kfake, franz-go's in-process cluster: no network,
-// no disk, no replication. They compare the two modes' protocol cost; a
-// real cluster adds its round trips to both, more so to the transactional
-// one (AddPartitionsToTxn, EndTxn, markers on every partition).
+// The figures come from kfake, franz-go's fake cluster: no disk, no
+// replication. The mode comparisons run on two clusters: one in this
+// process, sharing its scheduler and heap, and one run apart on loopback
+// (the internal/bench/kfake program, built and started by the benchmark),
+// which shows the network's costs, the producer's linger among them.
+// MENSAGERIA_BENCH_KAFKA_BROKERS points them at a cluster of one's own
+// instead. They compare the two modes' protocol cost; a real cluster adds
+// its round trips to both, more so to the transactional one
+// (AddPartitionsToTxn, EndTxn, markers on every partition).
 
-func benchCluster(b *testing.B) *kfake.Cluster {
+// EnvBenchKafkaBrokers names a Kafka cluster for the benchmarks, comma
+// separated seed brokers.
+const EnvBenchKafkaBrokers = "MENSAGERIA_BENCH_KAFKA_BROKERS"
+
+// EnvBenchKafkaCluster picks the kfake clusters the mode comparisons run
+// on: "process", "in-process", or both (the default), comma separated.
+const EnvBenchKafkaCluster = "MENSAGERIA_BENCH_KAFKA_CLUSTER"
+
+// benchClusters runs one sub-benchmark per cluster kind, each given its
+// brokers: the named cluster, or kfake in this process and in one of its
+// own.
+func benchClusters(b *testing.B, run func(b *testing.B, brokers []string)) {
+	if v := os.Getenv(EnvBenchKafkaBrokers); v != "" {
+		b.Run("cluster=given", func(b *testing.B) { run(b, strings.Split(v, ",")) })
+		return
+	}
+	kinds := []string{bench.KafkaProcess, bench.KafkaInProcess}
+	if v := os.Getenv(EnvBenchKafkaCluster); v != "" {
+		kinds = strings.Split(v, ",")
+	}
+	for _, kind := range kinds {
+		b.Run("cluster="+kind, func(b *testing.B) {
+			switch kind {
+			case bench.KafkaInProcess:
+				run(b, inProcessBrokers(b))
+			case bench.KafkaProcess:
+				run(b, processBrokers(b))
+			default:
+				b.Fatalf("%s=%q: want process, in-process or both", EnvBenchKafkaCluster, kind)
+			}
+		})
+	}
+}
+
+// inProcessBrokers starts a kfake cluster in this process.
+func inProcessBrokers(b *testing.B) []string {
 	b.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.DefaultNumPartitions(6), kfake.AllowAutoTopicCreation())
+	c, err := bench.NewKfakeCluster()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(c.Close)
-	return c
+	return c.ListenAddrs()
 }
 
-// messagesFor sizes a run to last about a second or more: the relay moves
-// tens of thousands of messages a second at claims of 100, the Sender alone
-// hundreds of thousands.
-func messagesFor(batch int, senderAlone bool) int {
-	n := 20000
-	switch {
-	case batch <= 1:
-		n = 1000
-	case batch <= 10:
-		n = 5000
+var kfakeBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// processBrokers builds internal/bench/kfake (once) and starts it as a
+// process of its own.
+func processBrokers(b *testing.B) []string {
+	b.Helper()
+	kfakeBinary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "mensageria-kfake-")
+		if err != nil {
+			kfakeBinary.err = err
+			return
+		}
+		kfakeBinary.path = filepath.Join(dir, "kfake")
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out, err := exec.Command(goBin, "build", "-o", kfakeBinary.path, "github.com/xadm/mensageria/internal/bench/kfake").CombinedOutput()
+		if err != nil {
+			kfakeBinary.err = fmt.Errorf("go build internal/bench/kfake: %v\n%s", err, out)
+		}
+	})
+	if kfakeBinary.err != nil {
+		b.Fatal(kfakeBinary.err)
 	}
-	if senderAlone && batch >= 100 {
+	p, err := bench.StartKfakeProcess(context.Background(), kfakeBinary.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Stop)
+	return p.Brokers
+}
+
+// benchBrokers returns the cluster of EnvBenchKafkaBrokers, or a fresh
+// in-process kfake cluster, for the benchmarks that are not mode
+// comparisons.
+func benchBrokers(b *testing.B) []string {
+	b.Helper()
+	if v := os.Getenv(EnvBenchKafkaBrokers); v != "" {
+		return strings.Split(v, ",")
+	}
+	return inProcessBrokers(b)
+}
+
+// benchBatches are the claim sizes the modes are compared at.
+var benchBatches = bench.KafkaClaims
+
+// messagesFor sizes a run to last about a second or more: the relay moves
+// about a thousand messages a second at claims of 1 and tens of thousands
+// at claims of 100, the Sender alone ten times as many.
+func messagesFor(batch int, senderAlone bool) int {
+	n := bench.KafkaClaimMessages(batch)
+	if senderAlone && batch >= 20 {
 		n *= 10
 	}
 	return n
 }
 
+// benchRounds is how many rounds the modes alternate over
+// (MENSAGERIA_BENCH_ROUNDS, default 3).
+func benchRounds(b *testing.B) int {
+	b.Helper()
+	v := os.Getenv("MENSAGERIA_BENCH_ROUNDS")
+	if v == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("MENSAGERIA_BENCH_ROUNDS=%q: want a positive number", v)
+	}
+	return n
+}
+
 // BenchmarkKafkaRelay: the relay's Kafka Sender alone, idempotent vs
-// transactional, at batch sizes 1, 10, 100, 1000. Run with -benchtime 1x.
+// transactional alternating over rounds, at batches of 1, 20, 100, 500.
+// Run with -benchtime 1x. Target: idem/tx-ratio ≥ 1 at each.
 func BenchmarkKafkaRelay(b *testing.B) {
-	eachModeAndBatch(b, func(ctx context.Context, brokers []string, mode string, batch int) (bench.Result, error) {
-		return bench.KafkaRelay(ctx, brokers, mode, batch, messagesFor(batch, true))
+	eachBatch(b, func(ctx context.Context, brokers []string, batch, rounds int) (bench.Result, error) {
+		return bench.KafkaSenderCompare(ctx, brokers, batch, messagesFor(batch, true), rounds)
 	})
 }
 
 // BenchmarkKafkaRelayDrain: the relay itself draining an outbox backlog in
-// PostgreSQL into Kafka, idempotent vs transactional, at claim sizes 1, 10,
-// 100, 1000. Run with -benchtime 1x.
+// PostgreSQL into Kafka, idempotent vs transactional alternating over
+// rounds, at claims of 1, 20, 100, 500. Run with -benchtime 1x. Target:
+// idem/tx-ratio ≥ 1 at each.
 func BenchmarkKafkaRelayDrain(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
-	eachModeAndBatch(b, func(ctx context.Context, brokers []string, mode string, batch int) (bench.Result, error) {
-		return bench.KafkaRelayDrain(ctx, env, brokers, mode, batch, messagesFor(batch, false))
+	eachBatch(b, func(ctx context.Context, brokers []string, batch, rounds int) (bench.Result, error) {
+		return bench.KafkaDrainCompare(ctx, env, brokers, batch, messagesFor(batch, false), rounds)
 	})
 }
 
-// eachModeAndBatch runs one sub-benchmark per mode and batch size, each on
-// a cluster of its own.
-func eachModeAndBatch(b *testing.B, run func(ctx context.Context, brokers []string, mode string, batch int) (bench.Result, error)) {
-	for _, mode := range []string{"idempotent", "transactional"} {
-		for _, batch := range []int{1, 10, 100, 1000} {
-			b.Run(fmt.Sprintf("%s/batch=%d", mode, batch), func(b *testing.B) {
-				c := benchCluster(b)
+// eachBatch runs one sub-benchmark per cluster kind and batch size, each
+// on a cluster of its own.
+func eachBatch(b *testing.B, run func(ctx context.Context, brokers []string, batch, rounds int) (bench.Result, error)) {
+	rounds := benchRounds(b)
+	benchClusters(b, func(b *testing.B, brokers []string) {
+		for _, batch := range benchBatches {
+			b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 				runScenario(b, func(ctx context.Context) (bench.Result, error) {
-					return run(ctx, c.ListenAddrs(), mode, batch)
+					return run(ctx, brokers, batch, rounds)
 				})
 			})
 		}
-	}
+	})
 }
 
 // BenchmarkKafkaCompare: at claims of 100, commit-to-consumer latency
@@ -86,9 +193,9 @@ func eachModeAndBatch(b *testing.B, run func(ctx context.Context, brokers []stri
 // medians and ratios. Target: relay-tx/idem-ratio ≥ 0.8.
 func BenchmarkKafkaCompare(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
-	c := benchCluster(b)
+	brokers := benchBrokers(b)
 	runScenario(b, func(ctx context.Context) (bench.Result, error) {
-		return bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: c.ListenAddrs()})
+		return bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: brokers})
 	})
 }
 
@@ -97,9 +204,9 @@ func BenchmarkKafkaCompare(b *testing.B) {
 // committed to Kafka after the database commit).
 func BenchmarkKafkaSink(b *testing.B) {
 	env := bench.Env{Pool: testdb.Pool(b), Schema: testdb.Schema(b)}
-	c := benchCluster(b)
+	brokers := benchBrokers(b)
 	runScenario(b, func(ctx context.Context) (bench.Result, error) {
-		return bench.KafkaSinkCompare(ctx, env, c.ListenAddrs(), 20000, 4)
+		return bench.KafkaSinkCompare(ctx, env, brokers, 20000, 4)
 	})
 }
 

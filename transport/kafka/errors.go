@@ -1,11 +1,17 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria"
 )
@@ -85,27 +91,182 @@ func (e *ForeignPositionsError) Is(target error) bool { return target == ErrFore
 // mensageria.ErrConfig.
 type ConfigError = mensageria.ConfigError
 
-// isFenced reports a broker error that means another producer now owns the
-// transactional id.
+// isFenced reports a broker error that means the transactional id's
+// producer epoch is no longer this producer's: another producer with the
+// id registered (a newer relay of the app), or the coordinator aborted a
+// transaction left open past its timeout and bumped the epoch. An
+// authorization failure on the id is not a fence: nothing else holds it,
+// and it is answered as the destination being unavailable.
 func isFenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) ||
-		errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+		errors.Is(err, kerr.InvalidProducerEpoch)
 }
 
-// classify marks record errors that no retry can fix as permanent, so the
-// relay parks the message instead of retrying it until MaxAttempts.
-func classify(err error) error {
+// TopicError is what the cluster answered about a topic: it does not exist
+// (UNKNOWN_TOPIC_OR_PARTITION), this client may not use it
+// (TOPIC_AUTHORIZATION_FAILED), its name is not valid, or it refused a
+// record. Err is the Kafka error, so errors.Is(err,
+// kerr.UnknownTopicOrPartition) and the like hold.
+type TopicError struct {
+	Topic string
+	// Partition is the partition the answer was about, -1 when it was
+	// about the whole topic.
+	Partition int32
+	Err       error
+}
+
+func (e *TopicError) Error() string {
+	where := fmt.Sprintf("topic %q", e.Topic)
+	if e.Partition >= 0 {
+		where += fmt.Sprintf(" partition %d", e.Partition)
+	}
+	msg := fmt.Sprintf("mensageria/kafka: %s: %v", where, e.Err)
+	switch {
+	case errors.Is(e.Err, kerr.UnknownTopicOrPartition), errors.Is(e.Err, kerr.UnknownTopicID):
+		msg += "; the topic does not exist and this client does not create topics: create it (or let the client create it with kgo.AllowAutoTopicCreation, where the brokers allow it)"
+	case errors.Is(e.Err, kerr.TopicAuthorizationFailed):
+		msg += "; the client's principal may not write to it: grant it WRITE on the topic"
+	case errors.Is(e.Err, kerr.InvalidTopicException):
+		msg += "; Kafka refuses the name"
+	}
+	return msg
+}
+
+// Unwrap returns the Kafka error.
+func (e *TopicError) Unwrap() error { return e.Err }
+
+// UnreachableError says that the cluster could not be reached: the last
+// attempt to connect to, or to read from, one of its brokers failed.
+type UnreachableError struct {
+	// Broker is the broker of that attempt ("host:port").
+	Broker string
+	Err    error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("mensageria/kafka: broker %s unreachable: %v", e.Broker, e.Err)
+}
+
+// Unwrap returns the network error.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// NoAckError is the answer for a record the cluster did not acknowledge
+// before the delivery's deadline (the relay gives each batch its lease, less
+// a tenth for the settle). Cause is what the sender found out about the
+// destination meanwhile (an *UnreachableError, a *TopicError about a
+// partition without a leader); nil when it found nothing, and then Checked
+// says whether the cluster was asked about the topic and showed nothing
+// wrong. errors.Is(err, context.DeadlineExceeded) holds when the deadline
+// was the context's.
+type NoAckError struct {
+	Topic   string
+	Waited  time.Duration
+	Cause   error
+	Checked bool
+	ctxErr  error
+}
+
+func (e *NoAckError) Error() string {
+	msg := fmt.Sprintf("mensageria/kafka: topic %q: no acknowledgement within %s", e.Topic, e.Waited.Round(time.Millisecond))
+	switch {
+	case e.Cause != nil:
+		return msg + ": " + e.Cause.Error()
+	case e.Checked:
+		return msg + " (the cluster answers and shows the topic with a leader for every partition: the brokers are slow, overloaded or reconnecting)"
+	}
+	return msg
+}
+
+// Unwrap returns the cause found and the context's error.
+func (e *NoAckError) Unwrap() []error {
+	var out []error
+	for _, err := range []error{e.Cause, e.ctxErr} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// classify sorts the answer for one record of topic (the table in
+// docs/config.md, "Broker errors", which TestBrokerErrorClassification
+// checks row by row). A record no retry can fix is Permanent: the
+// relay parks it. A failure of the destination (the topic missing, no
+// authorization, no leader, the brokers unreachable or too slow) is
+// mensageria.Unavailable: about the route, never the message's fault.
+// Anything else is returned as it is, a retry counted against the
+// message's attempts.
+func classify(topic string, partition int32, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, kerr.MessageTooLarge),
-		errors.Is(err, kerr.RecordListTooLarge),
-		errors.Is(err, kerr.InvalidRecord),
-		errors.Is(err, kerr.CorruptMessage),
-		errors.Is(err, kerr.TopicAuthorizationFailed),
-		errors.Is(err, kerr.InvalidTopicException):
+	case mensageria.IsPermanent(err), mensageria.IsUnavailable(err):
+		return err
+	}
+	var (
+		te *TopicError
+		ue *UnreachableError
+		ne *NoAckError
+	)
+	if !errors.As(err, &te) && !errors.As(err, &ue) && !errors.As(err, &ne) {
+		if _, ok := errors.AsType[*kerr.Error](err); ok {
+			err = &TopicError{Topic: topic, Partition: partition, Err: err}
+		}
+	}
+	switch {
+	case messageLevel(err):
 		return mensageria.Permanent(err)
+	case routeLevel(err):
+		return mensageria.Unavailable(err)
 	}
 	return err
+}
+
+// messageLevel reports the refusals of one record: retrying it can never
+// succeed, and other records are not affected.
+func messageLevel(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) ||
+		errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) ||
+		errors.Is(err, kerr.CorruptMessage) ||
+		errors.Is(err, kerr.InvalidTimestamp) ||
+		errors.Is(err, kerr.UnsupportedForMessageFormat) ||
+		errors.Is(err, kerr.InvalidTopicException)
+}
+
+// routeLevel reports failures of the destination rather than of a
+// message.
+func routeLevel(err error) bool {
+	var (
+		ue *UnreachableError
+		ne *NoAckError
+		oe *net.OpError
+	)
+	switch {
+	case errors.As(err, &ue), errors.As(err, &ne), errors.As(err, &oe):
+		return true
+	case errors.Is(err, kerr.UnknownTopicOrPartition),
+		errors.Is(err, kerr.UnknownTopicID),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed),
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.SaslAuthenticationFailed),
+		errors.Is(err, kerr.UnsupportedSaslMechanism),
+		errors.Is(err, kerr.IllegalSaslState),
+		errors.Is(err, kerr.ConcurrentTransactions),
+		errors.Is(err, kerr.ThrottlingQuotaExceeded),
+		kerr.IsRetriable(err):
+		return true
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, kgo.ErrRecordTimeout),
+		errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, kgo.ErrMaxBuffered),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return false
 }

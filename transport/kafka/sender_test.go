@@ -1,8 +1,11 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"maps"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,5 +151,57 @@ func TestDestination(t *testing.T) {
 		if s.Destination() != c.want || ts.Destination() != c.want {
 			t.Errorf("topic %q: Destination() = %q and %q, want %q", c.topic, s.Destination(), ts.Destination(), c.want)
 		}
+	}
+}
+
+// Two batches in flight each produce on a client of their own: the
+// cluster holds the first batch's produce request until the second
+// batch's has arrived, which one client (one request in flight per broker)
+// would never send. Both batches are delivered.
+func TestSenderBatchesInFlightDoNotWaitForEachOther(t *testing.T) {
+	c := newCluster(t, "orders")
+	s, err := NewSender(SenderConfig{Brokers: c.ListenAddrs(), Topic: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Metadata and producer ids first, outside the hold.
+	if errs := s.SendBatch(testCtx(t), deliveries("order", 1, 2)); errs != nil {
+		t.Fatal(errs)
+	}
+	second := make(chan struct{})
+	var produces atomic.Int64
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		switch produces.Add(1) {
+		case 1:
+			c.SleepControl(func() { <-second })
+		case 2:
+			close(second)
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([][]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.SendBatch(ctx, deliveries("order", int64(100*(i+1)), 10))
+		}()
+	}
+	wg.Wait()
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("batch %d: %v", i, e)
+		}
+	}
+	if n := produces.Load(); n < 2 {
+		t.Fatalf("%d produce requests", n)
+	}
+	if _, err := NewSender(SenderConfig{Brokers: c.ListenAddrs(), Topic: "orders", Producers: 17}); !errors.Is(err, mensageria.ErrConfig) {
+		t.Fatalf("Producers 17: %v", err)
 	}
 }

@@ -78,7 +78,10 @@ type TransactionalConfig struct {
 	// TransactionTimeout is how long the coordinator lets a transaction
 	// stay open before aborting it. Default: franz-go's (40s).
 	TransactionTimeout time.Duration
-	// Logger receives reconciliations and failures. Default slog.Default().
+	// Logger receives reconciliations and failures, and the check at
+	// Start when the cluster cannot be asked. An outage of the cluster is
+	// the relay's to log, once when its route pauses and once when it
+	// resumes. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -112,6 +115,15 @@ type TransactionalSender struct {
 	topicFor func(*mensageria.Delivery) string
 	base     []kgo.Opt
 	log      *slog.Logger
+	watch    *connWatch  // every client's connections
+	admin    *kgo.Client // not transactional: the topic check and diagnosis
+	diag     *diagnosis
+
+	// checkTimeout bounds the check at Start, diagnoseAfter is how long a
+	// transaction's records are waited for before the cluster is asked
+	// what is wrong; tests shorten them.
+	checkTimeout, diagnoseAfter time.Duration
+	memo                        checkMemo // Check's latest answer, for Start
 
 	free chan *lane // lanes not running a transaction
 
@@ -194,12 +206,17 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	watch := &connWatch{}
 	s := &TransactionalSender{
 		cfg:      cfg,
 		topicFor: topicFor,
-		base:     append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...),
+		base:     append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.WithHooks(watch)}, cfg.Opts...),
 		log:      cfg.Logger.With("transactional_id", cfg.TransactionalID),
+		watch:    watch,
 		free:     make(chan *lane, cfg.Lanes),
+
+		checkTimeout:  startCheckTimeout,
+		diagnoseAfter: diagnoseAfter,
 
 		retainSet: retainSet,
 		retain:    cfg.Retain,
@@ -210,6 +227,11 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 		return nil, &ConfigError{Field: "Opts", Reason: err.Error()}
 	}
 	cl.Close()
+	// A client that is never used does not dial either.
+	if s.admin, err = kgo.NewClient(s.base...); err != nil {
+		return nil, &ConfigError{Field: "Opts", Reason: err.Error()}
+	}
+	s.diag = newDiagnosis(s.admin, watch)
 	for i := range cfg.Lanes {
 		l := &lane{id: cfg.TransactionalID}
 		if i > 0 {
@@ -318,9 +340,23 @@ func defaultRetain(lease time.Duration) time.Duration {
 // record the sender writes, and records of another outbox are refused
 // from then on; Retain, when the config gave none, becomes ten of the
 // relay's leases and never under five minutes. It fails when an explicit
-// Retain does not exceed the lease, and when the sender already serves
-// another outbox (one sender per Client).
+// Retain does not exceed the lease, when the sender already serves
+// another outbox (one sender per Client), and, as Sender.UseRelaySettings
+// does, when the topic is missing or refused (a *TopicError naming it).
+// The check registers no transactional id.
 func (s *TransactionalSender) UseRelaySettings(rs mensageria.RelaySettings) error {
+	if err := s.useSettings(rs); err != nil {
+		return err
+	}
+	if s.cfg.TopicFor != nil {
+		s.log.Info("the Kafka topics are not checked at start: the topic is picked per delivery", "destination", s.Destination())
+		return nil
+	}
+	// The check registers nothing: a standby replica runs it too.
+	return checkAtStart(s.cfg.Logger, s.Destination(), s.checkTimeout, &s.memo, s.check)
+}
+
+func (s *TransactionalSender) useSettings(rs mensageria.RelaySettings) error {
 	lease := cmp.Or(rs.Lease, mensageria.DefaultLease)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -347,6 +383,31 @@ func (s *TransactionalSender) UseRelaySettings(rs mensageria.RelaySettings) erro
 	return nil
 }
 
+// Check asks the cluster whether Topic exists and may be used, creating
+// nothing (unless Opts let the client create topics): a *TopicError naming
+// the topic and the Kafka error (UNKNOWN_TOPIC_OR_PARTITION for a missing
+// topic, TOPIC_AUTHORIZATION_FAILED, a partition without a leader), an
+// *UnreachableError or the client's error when the cluster did not answer
+// within ctx, nil otherwise. It registers no transactional id, so it is
+// safe in a standby replica. With TopicFor: nil.
+func (s *TransactionalSender) Check(ctx context.Context) error {
+	return s.memo.remember(s.check(ctx))
+}
+
+func (s *TransactionalSender) check(ctx context.Context) error {
+	if s.cfg.TopicFor != nil {
+		return nil
+	}
+	answer, err := describeTopic(ctx, s.admin, s.cfg.Topic, s.diag.create)
+	if err != nil {
+		if u := s.watch.unreachable(); u != nil {
+			return u
+		}
+		return fmt.Errorf("mensageria/kafka: asking the cluster about topic %q: %w", s.cfg.Topic, err)
+	}
+	return answer
+}
+
 // OwnedResources implements mensageria.ResourceOwner: every lane's
 // transactional id, which Client.Start records as the app's in the
 // ownership catalog.
@@ -369,6 +430,7 @@ func (s *TransactionalSender) Close() {
 	s.closed = true
 	n := len(s.lanes)
 	s.mu.Unlock()
+	defer s.admin.Close()
 	for range n {
 		l := <-s.free
 		if l.cl != nil {
@@ -409,11 +471,28 @@ func (s *TransactionalSender) Send(ctx context.Context, d *mensageria.Delivery) 
 // while the new owner of the id (or an election) sorts it out.
 const fencedRetry = time.Minute
 
-func fencedErr(err error) error {
-	if errors.Is(err, ErrFenced) || errors.Is(err, ErrForeignPositions) {
+// laneErr is the answer for deliveries whose lane could not be opened or
+// used: a fenced sender or a foreign record asks the relay to wait; a
+// sender closed, a config or a position record that cannot be read stays
+// as it is; anything else is the cluster's failure (the coordinator
+// unreachable, the positions topic unreadable, no authorization for the
+// id), about the route rather than the messages.
+func laneErr(err error) error {
+	var (
+		ce *ConfigError
+		pe *PositionsError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrFenced), errors.Is(err, ErrForeignPositions):
 		return mensageria.RetryAfter(err, fencedRetry)
+	case errors.Is(err, ErrClosed), errors.As(err, &ce), errors.As(err, &pe),
+		mensageria.IsUnavailable(err), mensageria.IsPermanent(err),
+		errors.Is(err, context.Canceled):
+		return err
 	}
-	return err
+	return mensageria.Unavailable(err)
 }
 
 // OnElection ties the transactional ids to the relay election (the Client
@@ -498,10 +577,7 @@ func (s *TransactionalSender) openAll(ctx context.Context) error {
 	// may be stale.
 	s.opened.Store(false)
 	for _, l := range held {
-		if l.cl != nil {
-			l.cl.Close()
-			l.cl = nil
-		}
+		drop(l)
 		if err := s.open(ctx, l); err != nil {
 			return err
 		}
@@ -523,10 +599,11 @@ func (s *TransactionalSender) rearm() {
 		s.mu.Unlock()
 	}()
 	wait := cmp.Or(s.rearmWait, time.Second)
+	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.rearmTimeout, endTimeout))
 		s.openMu.Lock()
-		err := s.openAll(ctx)
+		err = s.openAll(ctx)
 		s.openMu.Unlock()
 		cancel()
 		if err == nil {
@@ -539,11 +616,19 @@ func (s *TransactionalSender) rearm() {
 		if errors.Is(err, ErrForeignPositions) {
 			return // logged; waiting will not change whose the record is
 		}
-		s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
+		if mensageria.IsUnavailable(laneErr(err)) {
+			// The cluster's failure: the batches meet it too, and the
+			// relay's route breaker logs the outage once.
+			s.log.Debug("registering the transactional ids failed: the cluster does not answer", "attempt", attempt, "err", err)
+		} else {
+			s.log.Warn("registering the transactional ids failed", "attempt", attempt, "err", err)
+		}
 		time.Sleep(wait)
 		wait *= 2
 	}
-	s.log.Error("registering the transactional ids failed; the next batch tries again")
+	if !mensageria.IsUnavailable(laneErr(err)) {
+		s.log.Error("registering the transactional ids failed; the next batch tries again", "err", err)
+	}
 }
 
 // errRegistering answers a batch that came while the ids are not all
@@ -584,22 +669,29 @@ func fill(n int, err error) []error {
 // and each gets an error. Rows a lane already committed are answered nil
 // without producing them.
 func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
+	errs, _ := s.sendBatch(ctx, ds)
+	return errs
+}
+
+// sendBatch is SendBatch; answered is false when the cluster had no say
+// in the outcome (the rows were known committed, the sender is fenced).
+func (s *TransactionalSender) sendBatch(ctx context.Context, ds []*mensageria.Delivery) (_ []error, answered bool) {
 	for _, d := range ds {
 		if d.Seq < 1 {
 			// The row id is what the position records remember; without
 			// it two messages would pass for one and the second be
 			// skipped as already committed.
-			return fill(len(ds), mensageria.Permanent(ErrNoRowID))
+			return fill(len(ds), mensageria.Permanent(ErrNoRowID)), false
 		}
 	}
 	if err := s.ensureOpen(ctx); err != nil {
-		return fill(len(ds), fencedErr(err))
+		return fill(len(ds), laneErr(err)), true
 	}
 	var l *lane
 	select {
 	case l = <-s.free:
 	case <-ctx.Done():
-		return fill(len(ds), ctx.Err())
+		return fill(len(ds), ctx.Err()), false
 	}
 	defer func() { s.free <- l }()
 
@@ -608,20 +700,20 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 		if errors.Is(errAll, ErrFenced) {
 			s.healIfLeader()
 		}
-		return fill(len(ds), errAll)
+		return fill(len(ds), errAll), false
 	}
 	defer s.release(res)
 	if len(res.todo) == 0 {
-		return nil
+		return nil, false
 	}
 	if l.cl == nil {
 		if !s.opened.Load() {
 			// Registering every lane failed part way: this one alone must
 			// not be reopened next to lanes whose positions may be stale.
-			return s.failAll(ds, res.todo, errRegistering)
+			return s.failAll(ds, res.todo, mensageria.Unavailable(errRegistering)), true
 		}
 		if err := s.open(ctx, l); err != nil {
-			return s.failAll(ds, res.todo, s.failed(l, err))
+			return s.failAll(ds, res.todo, s.failed(l, err)), true
 		}
 		// The reopened record may show rows committed by a predecessor.
 		s.mu.Lock()
@@ -633,10 +725,10 @@ func (s *TransactionalSender) SendBatch(ctx context.Context, ds []*mensageria.De
 		}
 		s.mu.Unlock()
 		if len(res.todo) == 0 {
-			return nil
+			return nil, true
 		}
 	}
-	return s.transact(ctx, l, ds, res)
+	return s.transact(ctx, l, ds, res), true
 }
 
 // reservation is one SendBatch's claim on its rows while it runs: the
@@ -672,7 +764,7 @@ func (s *TransactionalSender) reserve(ctx context.Context, ds []*mensageria.Deli
 		case s.closed:
 			return nil, ErrClosed
 		case s.fenced != nil:
-			return nil, fencedErr(s.fenced)
+			return nil, laneErr(s.fenced)
 		}
 		var busy chan struct{}
 		for _, other := range s.inflight {
@@ -751,16 +843,45 @@ func (s *TransactionalSender) failed(l *lane, err error) error {
 		s.mu.Unlock()
 		s.log.Error("transactional id taken over by a newer producer; this sender stops", "lane", l.id, "err", err)
 	}
-	if l.cl != nil {
-		l.cl.Close()
-		l.cl = nil
-	}
-	return fencedErr(err)
+	drop(l)
+	return laneErr(err)
 }
 
-// endTimeout bounds EndTransaction. It runs on a context detached from the
-// caller's: cancelling an in-flight EndTxn would leave the outcome unknown.
+// drop lets go of a lane's client; the lane reopens with a new one on its
+// next batch. Closing waits for the client's requests in flight, which
+// against a cluster that does not answer outlasts the batch's deadline,
+// so it runs apart. The old client can no longer commit: the transaction
+// it may have open is aborted by the coordinator, at the latest when the
+// new client registers the id and bumps its epoch.
+func drop(l *lane) {
+	if cl := l.cl; cl != nil {
+		l.cl = nil
+		go cl.Close()
+	}
+}
+
+// endTimeout bounds ending a transaction for a caller without a deadline.
+// Ending runs on a context detached from the caller's: cancelling an
+// in-flight EndTxn would leave the outcome unknown.
 const endTimeout = 30 * time.Second
+
+// endFloor is the least time given to end a transaction, even past the
+// caller's deadline: one round trip to the coordinator.
+const endFloor = 250 * time.Millisecond
+
+// endContext bounds ending a transaction by the caller's deadline (the
+// relay's is its lease less a tenth, so that it settles within the
+// lease), by endFloor at the least, or by endTimeout when there is none.
+func endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	detached := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		if floor := time.Now().Add(endFloor); dl.Before(floor) {
+			dl = floor
+		}
+		return context.WithDeadline(detached, dl)
+	}
+	return context.WithTimeout(detached, endTimeout)
+}
 
 func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensageria.Delivery, res *reservation) []error {
 	todo := res.todo
@@ -775,43 +896,49 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 	var (
 		mu      sync.Mutex
 		recErrs = make([]error, len(ds))
+		parts   = make([]int32, len(ds))
 		first   error
 	)
-	note := func(i int, err error) {
+	note := func(i int, part int32, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if i >= 0 {
-			recErrs[i] = err
+			recErrs[i], parts[i] = err, part
 		}
 		if first == nil {
 			first = err
 		}
 	}
 	for _, i := range todo {
-		cl.Produce(ctx, toRecord(s.topicFor(ds[i]), ds[i]), func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, toRecord(s.topicFor(ds[i]), ds[i]), func(r *kgo.Record, err error) {
 			if err != nil {
-				note(i, err)
+				note(i, r.Partition, err)
 			}
 		})
 	}
 	cl.Produce(ctx, &kgo.Record{Topic: s.cfg.PositionsTopic, Key: []byte(l.id), Value: value},
 		func(_ *kgo.Record, err error) {
 			if err != nil {
-				note(-1, fmt.Errorf("position record: %w", err))
+				note(-1, -1, fmt.Errorf("position record: %w", err))
 			}
 		})
-	if err := cl.Flush(ctx); err != nil {
-		note(-1, err)
+	if err := s.flush(ctx, cl, ds, todo); err != nil {
+		note(-1, -1, err)
 	}
 	mu.Lock()
 	abort := first
 	mu.Unlock()
 
-	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	endCtx, cancel := endContext(ctx)
 	defer cancel()
 	if abort != nil {
 		s.aborted.Add(1)
-		if err := cl.AbortBufferedRecords(endCtx); err != nil {
+		if ne := (*NoAckError)(nil); errors.As(abort, &ne) && ctx.Err() != nil {
+			// The cluster did not answer by the deadline: aborting
+			// would wait for it again, past the lease. Dropping the
+			// client ends the transaction just as surely.
+			s.failed(l, abort)
+		} else if err := cl.AbortBufferedRecords(endCtx); err != nil {
 			s.failed(l, err)
 		} else if err := cl.EndTransaction(endCtx, kgo.TryAbort); err != nil {
 			s.failed(l, err)
@@ -819,12 +946,18 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 		if isFenced(abort) {
 			return s.failAll(ds, todo, s.failed(l, abort))
 		}
+		// The others were refused because of a record that failed, or of
+		// the destination: a failure of the destination is theirs too.
+		others := error(&AbortedError{Cause: abort})
+		if c := classify(s.topicFor(ds[todo[0]]), -1, abort); mensageria.IsUnavailable(c) {
+			others = mensageria.Unavailable(&AbortedError{Cause: c})
+		}
 		out := make([]error, len(ds))
 		for _, i := range todo {
-			if recErrs[i] != nil {
-				out[i] = classify(recErrs[i])
+			if refusedItself(recErrs[i]) {
+				out[i] = classify(s.topicFor(ds[i]), parts[i], recErrs[i])
 			} else {
-				out[i] = &AbortedError{Cause: abort}
+				out[i] = others
 			}
 		}
 		return out
@@ -846,7 +979,12 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 		// epoch (ending the transaction either way) and rereads the
 		// position record, which tells which it was.
 		s.failed(l, err)
-		if oerr := s.open(endCtx, l); oerr != nil {
+		reopenCtx, cancel := endContext(ctx)
+		defer cancel()
+		if oerr := s.open(reopenCtx, l); oerr != nil {
+			// Until some lane rereads the record, no lane may produce
+			// these rows: every lane is reopened before the next batch.
+			s.opened.Store(false)
 			return s.failAll(ds, todo, s.failed(l, fmt.Errorf("commit outcome unknown (%w); reopening: %w", err, oerr)))
 		}
 		s.mu.Lock()
@@ -858,13 +996,66 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 			s.log.Warn("commit reported an error but had happened", "lane", l.id, "err", err)
 			return nil
 		}
-		return s.failAll(ds, todo, &AbortedError{Cause: err})
+		return s.failAll(ds, todo, laneErr(&AbortedError{Cause: err}))
 	}
 	s.committed.Add(1)
 	s.mu.Lock()
 	l.pos.add(res.rows)
 	s.mu.Unlock()
 	return nil
+}
+
+// refusedItself reports a record's own failure, as opposed to none, or to
+// the client dropping it because the transaction was given up (aborted,
+// or a context ended).
+func refusedItself(err error) bool {
+	return err != nil && !errors.Is(err, kgo.ErrAborting) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// flush sends the transaction's records and waits for their answers, or
+// for ctx to end. After diagnoseAfter (or half the time left) it asks the
+// cluster about the topic and gives up at once when the topic is missing
+// or refused; at ctx's end it returns a *NoAckError with the cause found.
+func (s *TransactionalSender) flush(ctx context.Context, cl *kgo.Client, ds []*mensageria.Delivery, todo []int) error {
+	start := time.Now()
+	flushCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	flushed := make(chan error, 1)
+	go func() { flushed <- cl.Flush(flushCtx) }()
+	wait := s.diagnoseAfter
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	topic := s.topicFor(ds[todo[0]])
+	var (
+		cause   error
+		checked bool
+	)
+	select {
+	case err := <-flushed:
+		return err
+	case <-ctx.Done():
+	case <-t.C:
+		cause, checked = s.diag.topic(ctx, topic), true
+		if TopicRefused(cause) {
+			stop()
+			<-flushed
+			return cause
+		}
+		select {
+		case err := <-flushed:
+			return err
+		case <-ctx.Done():
+		}
+	}
+	<-flushed
+	if u := s.watch.unreachable(); u != nil {
+		cause = u
+	}
+	return &NoAckError{Topic: topic, Waited: time.Since(start), Cause: cause, Checked: checked, ctxErr: ctx.Err()}
 }
 
 // AbortedError is returned for a delivery whose transaction was aborted

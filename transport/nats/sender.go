@@ -51,8 +51,10 @@ type SenderConfig struct {
 	// WithoutMsgID publishes without Nats-Msg-Id: every redelivery is
 	// stored. For measuring what the header costs; never in production.
 	WithoutMsgID bool
-	// Logger receives the duplicate window's warning. Default
-	// slog.Default().
+	// Logger receives the duplicate window's warning, and the check at
+	// Start when the server cannot be asked. An outage of the server is
+	// the relay's to log, once when its route pauses and once when it
+	// resumes. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -115,7 +117,10 @@ type WindowReport struct {
 // Check reads the stream's duplicate window and warns (through the
 // Logger) when the retry horizon is longer: past the window the server
 // stores a redelivery as a new message. The stream is Stream, or the one
-// that holds Subject when Stream is not set.
+// that holds Subject when Stream is not set. A stream that does not
+// exist, a subject no stream holds, or a server without JetStream is a
+// *StreamError naming it; a server that does not answer within ctx, the
+// client's error.
 func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
 	name, err := s.streamName(ctx)
 	if err != nil {
@@ -123,6 +128,9 @@ func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
 	}
 	st, err := s.js.Stream(ctx, name)
 	if err != nil {
+		if missing(err) {
+			return WindowReport{}, &StreamError{Stream: name, Subject: s.cfg.Subject, Err: err}
+		}
 		return WindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", name, err)
 	}
 	info := st.CachedInfo()
@@ -146,9 +154,24 @@ func (s *Sender) streamName(ctx context.Context) (string, error) {
 	}
 	name, err := s.js.StreamNameBySubject(ctx, s.cfg.Subject)
 	if err != nil {
+		if missing(err) {
+			return "", &StreamError{Subject: s.cfg.Subject, Err: err}
+		}
+		if errors.Is(err, natsgo.ErrNoResponders) {
+			// Nothing answers JetStream's API on this connection.
+			return "", &StreamError{Subject: s.cfg.Subject, Err: jetstream.ErrJetStreamNotEnabled}
+		}
 		return "", fmt.Errorf("mensageria/nats: the stream of subject %q: %w", s.cfg.Subject, err)
 	}
 	return name, nil
+}
+
+// missing reports the server's answers that a stream is not there to
+// publish to: it does not exist, or JetStream is off.
+func missing(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
 }
 
 // checkTimeout bounds the window check at Start.
@@ -156,25 +179,31 @@ const checkTimeout = 10 * time.Second
 
 // UseRelaySettings implements mensageria.RelayAware: Client.Start calls
 // it with the relay's effective timing. The relay's retry horizon
-// replaces SenderConfig.Horizon, and the stream's duplicate window is
-// checked against it, with a warning naming both figures when the window
-// is shorter. A stream that cannot be read now (the server unreachable)
-// is logged and does not fail Start: publishing would fail just the same
-// and be retried.
+// replaces SenderConfig.Horizon, and the stream (Stream, or the one that
+// holds Subject) is checked: one that does not exist, a subject no stream
+// holds, or a server without JetStream fails Start with a *StreamError
+// naming it, and a duplicate window shorter than the horizon is warned
+// about, naming both figures. A server that does not answer now does not
+// fail Start: that is logged once, and the messages wait in the outbox
+// while the relay's route breaker pauses the route.
 func (s *Sender) UseRelaySettings(rs mensageria.RelaySettings) error {
-	if rs.RetryHorizon <= 0 {
-		return nil
+	if rs.RetryHorizon > 0 {
+		s.horizon.Store(int64(rs.RetryHorizon))
 	}
-	s.horizon.Store(int64(rs.RetryHorizon))
 	if s.cfg.Stream == "" && s.cfg.SubjectFor != nil {
-		s.cfg.Logger.Info("the stream's duplicate window is not checked: the subject is picked per delivery and SenderConfig.Stream is not set",
+		s.cfg.Logger.Info("the stream is not checked, nor its duplicate window: the subject is picked per delivery and SenderConfig.Stream is not set",
 			"retry_horizon", rs.RetryHorizon)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	if _, err := s.Check(ctx); err != nil {
-		s.cfg.Logger.Warn("could not check the stream's duplicate window against the relay's retry horizon", "retry_horizon", rs.RetryHorizon, "err", err)
+		var se *StreamError
+		if errors.As(err, &se) {
+			return err
+		}
+		s.cfg.Logger.Warn(s.Destination()+" could not be checked at start; the relay starts anyway, its messages wait in the outbox without spending attempts, and its route pauses until the server answers",
+			"destination", s.Destination(), "err", err)
 	}
 	return nil
 }
@@ -229,25 +258,28 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 }
 
 // SendBatch publishes every message asynchronously and waits for each
-// acknowledgement. A duplicate acknowledgement (the server had the message
-// id already) is a success: the stream has the message.
+// acknowledgement, or for ctx to end. A duplicate acknowledgement (the
+// server had the message id already) is a success: the stream has the
+// message. A message JetStream refuses for good (larger than the server
+// allows) comes back Permanent; a failure of the destination (no stream
+// for the subject, the stream missing or full, the server unreachable, no
+// acknowledgement before ctx's deadline) comes back mensageria.Unavailable;
+// the others are plain errors the relay retries.
 func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []error {
-	var errs []error
-	set := func(i int, err error) {
-		if errs == nil {
-			errs = make([]error, len(ds))
-		}
-		errs[i] = err
-	}
+	start := time.Now()
+	errs := make([]error, len(ds))
+	subjects := make([]string, len(ds))
 	futs := make([]jetstream.PubAckFuture, len(ds))
 	var opts []jetstream.PublishOpt
 	if s.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(s.cfg.Stream))
 	}
 	for i, d := range ds {
-		f, err := s.js.PublishMsgAsync(s.toMsg(d), opts...)
+		m := s.toMsg(d)
+		subjects[i] = m.Subject
+		f, err := s.js.PublishMsgAsync(m, opts...)
 		if err != nil {
-			set(i, err)
+			errs[i] = err
 			continue
 		}
 		futs[i] = f
@@ -259,12 +291,34 @@ func (s *Sender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) []err
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			set(i, classify(err))
+			errs[i] = err
 		case <-ctx.Done():
-			set(i, ctx.Err())
+			errs[i] = &NoAckError{Subject: subjects[i], Waited: time.Since(start), Cause: s.connState(), ctxErr: ctx.Err()}
 		}
 	}
-	return errs
+	var out []error
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if out == nil {
+			out = make([]error, len(ds))
+		}
+		out[i] = classify(s.cfg.Stream, subjects[i], err)
+	}
+	return out
+}
+
+// connState describes a connection that is not connected, nil otherwise.
+func (s *Sender) connState() error {
+	nc := s.cfg.Conn
+	if nc.IsConnected() {
+		return nil
+	}
+	if last := nc.LastError(); last != nil {
+		return fmt.Errorf("mensageria/nats: not connected to the server (%s; last error: %w)", nc.Status(), last)
+	}
+	return fmt.Errorf("mensageria/nats: not connected to the server (%s)", nc.Status())
 }
 
 func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
@@ -283,14 +337,6 @@ func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
 		m.Header.Set(HeaderCreatedAt, string(wire.AppendTime(nil, d.CreatedAt)))
 	}
 	return m
-}
-
-// classify marks errors no retry can fix as permanent.
-func classify(err error) error {
-	if errors.Is(err, natsgo.ErrMaxPayload) {
-		return mensageria.Permanent(err)
-	}
-	return err
 }
 
 var (
