@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -259,6 +260,27 @@ func (s *suite) catalogTests() []test {
 				}
 				if msg := err.Error(); !strings.Contains(msg, "mensageria") || !strings.Contains(msg, r.says) {
 					t.Fatalf("plain SQL insert of %s: %q; want a mensageria message mentioning %q", r.what, msg, r.says)
+				}
+			}
+			// The same rows, each after good rows of the same type in one
+			// statement: what the check learnt from the earlier rows never
+			// lets the bad one through, and none of the statement is stored.
+			for _, r := range refused {
+				var vals []string
+				for i := range 3 {
+					vals = append(vals, fmt.Sprintf(`('sql.owned', 'good-%d', '{}', '{"traceparent":"00-%d"}')`, i, i))
+				}
+				headers := "NULL"
+				if r.headers != "" {
+					headers = "'" + r.headers + "'"
+				}
+				vals = append(vals, "('"+r.typ+"', '"+r.key+"', '{}', "+headers+")")
+				err := h.Exec(ctxOf(t), "INSERT INTO "+h.Table("outbox")+" (type, key, payload, headers) VALUES "+strings.Join(vals, ", "))
+				if err == nil {
+					t.Fatalf("plain SQL insert of %s after good rows succeeded", r.what)
+				}
+				if msg := err.Error(); !strings.Contains(msg, "mensageria") || !strings.Contains(msg, r.says) {
+					t.Fatalf("plain SQL insert of %s after good rows: %q; want a mensageria message mentioning %q", r.what, msg, r.says)
 				}
 			}
 			if got := list(t, d, driver.ListFilter{}); len(got) != 1 {

@@ -7,9 +7,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +136,90 @@ func TestEnqueueRulesSameForSQLAndGo(t *testing.T) {
 		if _, err := d.DB().ExecContext(ctx, q[0].(string), q[1:]...); err != nil {
 			t.Fatalf("%s: %v", q[0], err)
 		}
+	}
+}
+
+// A bad row after good ones in the same statement is refused with its own
+// message, and the good rows before it are not written either: whatever a
+// statement has learnt from its earlier rows (the same type, headers of
+// the same shape) never lets a later one through. Each refused row is
+// preceded by rows of the same type and of headers close to its own.
+func TestBadRowAfterGoodOnesInOneStatement(t *testing.T) {
+	d := migrated(t, filepath.Join(t.TempDir(), "m.db"), nil)
+	ctx := t.Context()
+	own(t, d, "a", "owned")
+	const good = 5
+	goodHeaders := []string{`{"n":"1"}`, `{"x-request-id":"r1"}`, `{"a":"b:c","d":"e"}`, `{"n":"1"}`, `{"n":""}`}
+	// Rows that pass when alone, but would slip through a check that
+	// trusted a previous row's type or the look of its headers.
+	cases := append(slices.Clone(ruleCases), []struct {
+		name     string
+		typ, key string
+		headers  any
+		payload  string
+		want     string
+	}{
+		{name: "number header after string ones", typ: "owned", key: "k", headers: `{"n":"1","m":2}`, want: "string value"},
+		{name: "object header", typ: "owned", key: "k", headers: `{"n":{"m":"1"}}`, want: "string value"},
+		{name: "array header", typ: "owned", key: "k", headers: `{"n":["1"]}`, want: "string value"},
+		{name: "nameless header after named ones", typ: "owned", key: "k", headers: `{"n":"1","":"2"}`, want: "non-empty name"},
+		{name: "header after a space", typ: "owned", key: "k", headers: `{"n": 1}`, want: "string value"},
+		{name: "headers a string", typ: "owned", key: "k", headers: `"{\"n\":\"1\"}"`, want: "not a JSON object"},
+		{name: "headers truncated", typ: "owned", key: "k", headers: `{"n":"1"`, want: "not valid JSON"},
+		{name: "headers with trailing text", typ: "owned", key: "k", headers: `{"n":"1"}x`, want: "not valid JSON"},
+		{name: "JSON5 headers", typ: "owned", key: "k", headers: `{n:'1'}`, want: "not valid JSON"},
+	}...)
+	for _, c := range cases {
+		payload := cmp.Or(c.payload, "{}")
+		// Plain SQL: one multi-row INSERT.
+		var args []any
+		for i := range good {
+			args = append(args, "owned", fmt.Sprint("good-", i), "{}", goodHeaders[i])
+		}
+		args = append(args, c.typ, c.key, payload, c.headers)
+		q := "INSERT INTO mensageria_outbox (type, key, payload, headers) VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", good+1), ", ")
+		_, err := d.DB().ExecContext(ctx, q, args...)
+		if err == nil || !strings.Contains(err.Error(), "mensageria: ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s after %d good rows: plain SQL insert = %v, want the outbox's refusal saying %q", c.name, good, err, c.want)
+		}
+		// Go: one Insert, one statement (fewer rows than a chunk).
+		var rows []driver.InsertRow
+		for i := range good {
+			rows = append(rows, driver.InsertRow{MessageID: uuid.New(), Type: "owned", Key: fmt.Sprint("good-", i), Payload: []byte(`{}`), Headers: []byte(goodHeaders[i])})
+		}
+		var h []byte
+		if s, ok := c.headers.(string); ok {
+			h = []byte(s)
+		}
+		rows = append(rows, driver.InsertRow{MessageID: uuid.New(), Type: c.typ, Key: c.key, Payload: []byte(payload), Headers: h})
+		err = d.Insert(ctx, driver.InsertParams{Rows: rows})
+		var ue *driver.UnownedTypeError
+		var re *sqlite.RefusedError
+		switch {
+		case c.want == "has no owner app":
+			if !errors.As(err, &ue) || ue.Type != c.typ {
+				t.Errorf("%s after %d good rows: Insert = %v, want an *UnownedTypeError naming %q", c.name, good, err, c.typ)
+			}
+		case !errors.As(err, &re) || !strings.HasPrefix(re.Reason, "mensageria: ") || !strings.Contains(re.Reason, c.want):
+			t.Errorf("%s after %d good rows: Insert = %v, want a *RefusedError saying %q", c.name, good, err, c.want)
+		}
+		if n := count(t, d); n != 0 {
+			t.Fatalf("%s: %d rows written by refused statements", c.name, n)
+		}
+	}
+	// The good rows alone are written, by both paths.
+	var rows []driver.InsertRow
+	for i := range good {
+		rows = append(rows, driver.InsertRow{MessageID: uuid.New(), Type: "owned", Key: fmt.Sprint("good-", i), Payload: []byte(`{}`), Headers: []byte(goodHeaders[i])})
+		if _, err := d.DB().ExecContext(ctx, "INSERT INTO mensageria_outbox (type, key, headers) VALUES ('owned', ?, ?)", fmt.Sprint("sql-", i), goodHeaders[i]); err != nil {
+			t.Fatalf("good row %d by plain SQL: %v", i, err)
+		}
+	}
+	if err := d.Insert(ctx, driver.InsertParams{Rows: rows}); err != nil {
+		t.Fatalf("the good rows alone: %v", err)
+	}
+	if n := count(t, d); n != 2*good {
+		t.Fatalf("%d rows, want the %d good ones", n, 2*good)
 	}
 }
 
