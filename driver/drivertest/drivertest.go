@@ -108,6 +108,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Migrate", s.migrateTests()},
 		{"Catalog", s.catalogTests()},
 		{"Routes", s.routeTests()},
+		{"AtMostOnce", s.atMostOnceTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

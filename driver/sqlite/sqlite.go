@@ -260,6 +260,16 @@ func (d *Driver) write(ctx context.Context, fn func(w writer, now int64) error) 
 		return fmt.Errorf("mensageria/sqlite: %w", err)
 	}
 	defer c.Close()
+	return d.writeOn(ctx, c, fn)
+}
+
+// errBadConn discards a connection left in a state no later user may inherit.
+var errBadConn = sqldriver.ErrBadConn
+
+// writeOn is write's transaction on a connection the caller holds, under
+// the gate.
+func (d *Driver) writeOn(ctx context.Context, c *sql.Conn, fn func(w writer, now int64) error) error {
+	var err error
 	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("mensageria/sqlite: begin: %w", err)
 	}
