@@ -799,11 +799,11 @@ type AtMostOnce interface {
 	// same (a commit whose answer was lost), which a Release takes back.
 	Mark(ctx context.Context, p MarkParams) ([]int64, error)
 	// ClaimInDoubt leases up to p.Limit rows in doubt of p.Types to
-	// p.Token for p.Lease, whose probe time has come, without counting an
-	// attempt, fenced as Claim is (p.OrderedTypes is ignored). The rows
-	// stay marked: a Release of them would be a lie, so a prober settles
-	// each as Delivered, Retry, Dead or InDoubt.
-	ClaimInDoubt(ctx context.Context, p ClaimParams) ([]Job, error)
+	// p.Token for p.Lease, whose probe time has come and whose last lease
+	// ended at least p.Quiet ago, without counting an attempt, fenced as
+	// Claim is. The rows stay marked: a Release of them would be a lie, so
+	// a prober settles each as Delivered, Retry, Dead or InDoubt.
+	ClaimInDoubt(ctx context.Context, p InDoubtClaimParams) ([]Job, error)
 	// Resolve is an operator's decision on rows in doubt (not under a live
 	// lease): each becomes delivered, pending again (retry, due now, its
 	// attempts kept) or dead, and the decision is recorded with p.By,
@@ -813,6 +813,20 @@ type AtMostOnce interface {
 	// Resolutions lists the recorded decisions, newest first, of the
 	// message ids given (all when none), at most limit (100 when <= 0).
 	Resolutions(ctx context.Context, messageIDs [][16]byte, limit int) ([]ResolutionRecord, error)
+}
+
+// InDoubtClaimParams selects rows in doubt for a reconcile probe.
+type InDoubtClaimParams struct {
+	Types []string
+	Limit int
+	Lease time.Duration
+	Token int64
+	Fence *Fence
+	// Quiet is how long after a row's lease ended it may be probed: a
+	// relay that died (or was cut off) after sending left its request on
+	// the way, and a probe that looks before that request could have
+	// arrived would find "not applied" and send it again.
+	Quiet time.Duration
 }
 
 // MarkParams are the rows of one claim about to be sent on an at-most-once

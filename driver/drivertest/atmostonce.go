@@ -39,7 +39,7 @@ func claimInDoubt(t *testing.T, d driver.Driver, c claimer) ([]driver.Job, int64
 		c.lease = longLease
 	}
 	token := time.Now().UnixNano()
-	jobs, err := amo(t, d).ClaimInDoubt(ctxOf(t), driver.ClaimParams{Types: c.types, Limit: c.limit, Lease: c.lease, Token: token, Fence: c.fence})
+	jobs, err := amo(t, d).ClaimInDoubt(ctxOf(t), driver.InDoubtClaimParams{Types: c.types, Limit: c.limit, Lease: c.lease, Token: token, Fence: c.fence})
 	if err != nil {
 		t.Fatalf("ClaimInDoubt(%v): %v", c.types, err)
 	}
@@ -382,6 +382,38 @@ func (s *suite) atMostOnceTests() []test {
 			if res, _ := a.Resolve(ctx, driver.ResolveParams{IDs: []int64{probing}, Outcome: driver.ResolveDead, By: "ana", Reason: "x y z"}); len(res.Resolved) != 0 {
 				t.Fatalf("a row under a probe's lease was resolved: %+v", res)
 			}
+		}},
+	}
+}
+
+func (s *suite) atMostOnceQuietTests() []test {
+	return []test{
+		{"ClaimInDoubtWaitsForQuiet", func(t *testing.T, h *Harness) {
+			// A relay that died after sending left its request on the way:
+			// the probe waits Quiet past the lease's end before asking.
+			d := h.Driver
+			id := insertOne(t, d, "m", "k")
+			start := time.Now()
+			jobs, tok := claimWith(t, d, claimer{types: []string{"m"}, lease: shortLease})
+			wantIDs(t, "claim", jobs, id)
+			markRows(t, d, tok, id)
+			quiet := 400 * time.Millisecond
+			probe := func() []driver.Job {
+				jobs, err := amo(t, d).ClaimInDoubt(ctxOf(t), driver.InDoubtClaimParams{Types: []string{"m"}, Limit: 10, Lease: longLease, Token: tok + 1, Quiet: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return jobs
+			}
+			var got []driver.Job
+			eventually(t, "the probe claim after the quiet period", func() bool {
+				got = probe()
+				if len(got) > 0 && early(start, shortLease+quiet-5*time.Millisecond) {
+					t.Fatalf("probed %s after the claim, before lease %s + quiet %s", time.Since(start), shortLease, quiet)
+				}
+				return len(got) > 0
+			})
+			wantIDs(t, "probe claim", got, id)
 		}},
 	}
 }

@@ -108,7 +108,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Migrate", s.migrateTests()},
 		{"Catalog", s.catalogTests()},
 		{"Routes", s.routeTests()},
-		{"AtMostOnce", s.atMostOnceTests()},
+		{"AtMostOnce", append(s.atMostOnceTests(), s.atMostOnceQuietTests()...)},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -48,7 +48,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 
 // ClaimInDoubt leases rows in doubt for a reconcile probe. See
 // queries/claim_in_doubt.sql.
-func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
+func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
 	if len(p.Types) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -57,7 +57,7 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.ClaimParams) ([]driv
 		app, epoch = p.Fence.App, p.Fence.Epoch
 	}
 	b := relayTx(func(b *pgx.Batch) {
-		b.Queue(d.q.claimInDoubt, p.Types, p.Limit, p.Token, p.Lease, app, epoch)
+		b.Queue(d.q.claimInDoubt, p.Types, p.Limit, p.Token, p.Lease, app, epoch, max(p.Quiet, 0))
 	})
 	br := d.pool.SendBatch(ctx, b)
 	defer br.Close()

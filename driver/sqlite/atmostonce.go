@@ -77,10 +77,11 @@ func (d *Driver) writeDurable(ctx context.Context, fn func(w writer, now int64) 
 	return d.writeOn(ctx, c, fn)
 }
 
-// ClaimInDoubt leases rows in doubt of p.Types whose probe time has come,
+// ClaimInDoubt leases rows in doubt of p.Types whose probe time has come
+// and whose lease ended at least p.Quiet ago,
 // without counting an attempt, for a reconcile probe. The fence is the
 // claim's.
-func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
+func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
 	types := dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
 		return nil, nil
@@ -105,8 +106,8 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.ClaimParams) ([]driv
 		// The leased row reads as pending while the probe runs; RETURNING
 		// sees the row after the update.
 		rows, err := w.QueryContext(ctx, "UPDATE "+o+" SET lease_token = ?2, lease_until = ?3 WHERE id IN (SELECT id FROM "+o+
-			" WHERE state = 'pending' AND attempted_at IS NOT NULL AND type IN (SELECT value FROM json_each(?4)) AND (lease_until IS NULL OR lease_until <= ?1) AND available_at <= ?1 ORDER BY id LIMIT ?5) RETURNING "+d.q.jobCols,
-			now, p.Token, now+p.Lease.Microseconds(), stringsJSON(types), p.Limit)
+			" WHERE state = 'pending' AND attempted_at IS NOT NULL AND type IN (SELECT value FROM json_each(?4)) AND (lease_until IS NULL OR lease_until <= ?6) AND available_at <= ?1 ORDER BY id LIMIT ?5) RETURNING "+d.q.jobCols,
+			now, p.Token, now+p.Lease.Microseconds(), stringsJSON(types), p.Limit, now-max(p.Quiet, 0).Microseconds())
 		if err != nil {
 			return wrap("claim in doubt", err)
 		}

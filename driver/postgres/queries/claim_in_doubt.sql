@@ -1,5 +1,6 @@
 -- Leases up to $2 rows in doubt of the types in $1 to token $3 for $4, for
--- a reconcile probe: marked (attempted_at set), not under a live lease, and
+-- a reconcile probe: marked (attempted_at set), whose lease ended at least
+-- $7 ago (a request a dead relay left on the way has arrived by then), and
 -- due for a probe (available_at, which settle_in_doubt.sql pushes back
 -- after a probe that got no answer). The attempt is not counted: a probe
 -- sends nothing that applies an effect. $5/$6 are the fence (app, epoch)
@@ -14,7 +15,7 @@ WITH fence AS (
       AND o.state = 'pending'
       AND o.attempted_at IS NOT NULL
       AND o.type = ANY($1::text[])
-      AND (o.lease_until IS NULL OR o.lease_until <= now())
+      AND (o.lease_until IS NULL OR o.lease_until <= now() - $7::interval)
       AND o.available_at <= now()
     ORDER BY o.id
     LIMIT $2
