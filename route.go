@@ -86,7 +86,7 @@ type route struct {
 	// only, nil for none).
 	mode       DeliveryMode
 	reconciler Reconciler
-	kick    chan struct{}
+	kick       chan struct{}
 
 	mu    sync.Mutex
 	br    breaker
