@@ -241,7 +241,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", base(route) + "relays: {batch: 1}\n", 6, "relays", `unknown key "relays"`},
 		{"unknown key in route", base("routes:\n  - type: t\n    htp: {url: http://h/, token: x}\n"), 5, "routes[0].htp", `unknown key "htp"`},
-		{"unknown key in http", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      tokn: x\n"), 7, "routes[0].http.tokn", `unknown key "tokn" (known keys here: url, token, timeout, max_concurrent, batch, max_batch_items, max_batch_bytes, tls)`},
+		{"unknown key in http", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      tokn: x\n"), 7, "routes[0].http.tokn", `unknown key "tokn" (known keys here: url, token, timeout, max_concurrent, batch, max_batch_items, max_batch_bytes, tls, not_applied, payload_only, reconcile)`},
 		{"unknown key in tls", base("routes:\n  - type: t\n    http:\n      url: https://h/\n      token: x\n      tls: {ca: /x}\n"), 8, "routes[0].http.tls.ca", `unknown key "ca" (known keys here: ca_file, cert_file, key_file)`},
 		{"unknown key in sasl", base("routes:\n  - type: t\n    kafka:\n      brokers: [k:9092]\n      topic: t\n      sasl: {mechanism: PLAIN, username: u}\n"), 8, "routes[0].kafka.sasl.username", `unknown key "username" (known keys here: mechanism, user, password)`},
 		{"bad batch bool", base("routes:\n  - type: t\n    http: {url: http://h/, token: x, batch: yes please}\n"), 5, "routes[0].http.batch", "not true or false"},
