@@ -304,12 +304,12 @@ type rawNATS struct {
 }
 
 type rawHTTP struct {
-	URL           string  `yaml:"url"`
-	Token         string  `yaml:"token"`
-	Timeout       string  `yaml:"timeout"`
-	MaxConcurrent string  `yaml:"max_concurrent"`
-	Batch         string  `yaml:"batch"`
-	MaxBatchItems string  `yaml:"max_batch_items"`
+	URL           string        `yaml:"url"`
+	Token         string        `yaml:"token"`
+	Timeout       string        `yaml:"timeout"`
+	MaxConcurrent string        `yaml:"max_concurrent"`
+	Batch         string        `yaml:"batch"`
+	MaxBatchItems string        `yaml:"max_batch_items"`
 	MaxBatchBytes string        `yaml:"max_batch_bytes"`
 	TLS           *rawTLS       `yaml:"tls"`
 	NotApplied    []string      `yaml:"not_applied"`
@@ -366,7 +366,7 @@ var sections = map[string]reflect.Type{
 	"rawTLS":    reflect.TypeFor[rawTLS](),
 
 	"rawReconcile": reflect.TypeFor[rawReconcile](),
-	"rawSASL":   reflect.TypeFor[rawSASL](),
+	"rawSASL":      reflect.TypeFor[rawSASL](),
 }
 
 // LoadConfig reads and validates a config file; env looks variables up
