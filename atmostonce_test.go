@@ -3,7 +3,9 @@ package mensageria_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,4 +255,52 @@ func TestAtMostOnceConfigErrors(t *testing.T) {
 		_ = c.Stop(context.Background())
 		t.Fatalf("Start on a driver without at-most-once support: %v, want ErrAtMostOnceUnsupported", err)
 	}
+}
+
+// A probe that cannot tell leaves the message in doubt, with the probe's
+// error as its reason, and it is never sent again; a probe that says "not
+// applied" for a message out of attempts parks it dead instead of sending.
+func TestAtMostOnceProbeWithoutAnAnswerAndOutOfAttempts(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		app := uniqueApp("amop")
+		typ := app + ".lancamento"
+		l := newLegacy()
+		l.answer = func(key string, attempt int) (bool, error) { return key == "unsure", errTimeout }
+		var probes sync.Map
+		probe := mensageria.ReconcilerFunc(func(ctx context.Context, d *mensageria.Delivery) (mensageria.Reconciliation, error) {
+			n, _ := probes.LoadOrStore(d.Key, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			if d.Key == "unsure" {
+				return mensageria.Unknown, errors.New("legacy: 502 from the status endpoint")
+			}
+			return mensageria.NotApplied, nil
+		})
+		reg := mensageria.NewRegistry().MustRegister(typ, l, mensageria.Mode(mensageria.AtMostOnce), mensageria.Reconcile(probe))
+		d := b.open()
+		cfg := fastConfig(app, reg)
+		cfg.ReconcileInterval = 50 * time.Millisecond
+		cfg.MaxAttempts = 1
+		start(t, newClient(t, d, cfg))
+		c := newClient(t, b.open(), fastConfig(app, reg))
+		for _, k := range []string{"unsure", "spent"} {
+			if _, err := c.Enqueue(context.Background(), mensageria.Message{Type: typ, Key: k, Payload: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 15*time.Second, "unsure probed twice and still in doubt; spent dead", func() bool {
+			n, ok := probes.Load("unsure")
+			s := typeStats(t, d, typ)
+			return ok && n.(*atomic.Int64).Load() >= 2 && s.InDoubt == 1 && s.Dead == 1
+		})
+		jobs, err := d.ListMessages(context.Background(), driver.ListFilter{State: driver.StateInDoubt, Types: []string{typ}})
+		if err != nil || len(jobs) != 1 || jobs[0].Key != "unsure" || !strings.Contains(jobs[0].LastError, "502 from the status endpoint") {
+			t.Fatalf("in doubt: %+v, %v; want unsure with the probe's error", jobs, err)
+		}
+		for key, want := range map[string][2]int{"unsure": {1, 1}, "spent": {0, 1}} {
+			e, s := l.count(key)
+			if e != want[0] || s != want[1] {
+				t.Errorf("key %s: %d effects of %d requests, want %d of %d", key, e, s, want[0], want[1])
+			}
+		}
+	})
 }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,6 +25,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/cli"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -386,7 +388,13 @@ func (r *amoRun) check(keys []string) (amoOutcome, []string) {
 		}
 	}
 	if len(listed) != o.inDoubt {
-		bad = append(bad, fmt.Sprintf("visibility: 'doubt list' (ListMessages) shows %d in doubt, the rows say %d", len(listed), o.inDoubt))
+		bad = append(bad, fmt.Sprintf("visibility: ListMessages shows %d in doubt, the rows say %d", len(listed), o.inDoubt))
+	}
+	// The command itself, as an operator runs it.
+	if n, err := r.doubtList(); err != nil {
+		bad = append(bad, "mensageria doubt list: "+err.Error())
+	} else if n != o.inDoubt {
+		bad = append(bad, fmt.Sprintf("visibility: 'mensageria doubt list' shows %d in doubt, the rows say %d", n, o.inDoubt))
 	}
 	var stat int64
 	all, err := r.drv.Stats(ctx)
@@ -564,4 +572,25 @@ func cellOrNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// doubtList runs 'mensageria doubt list --json' on the run's schema and
+// returns how many messages it lists.
+func (r *amoRun) doubtList() (int, error) {
+	cfg := filepath.Join(r.logDir, "mensageria.yaml")
+	body := fmt.Sprintf("database: %s\nschema: %s\napp: amo\nroutes:\n  - type: amo.lancamento\n    delivery: at_most_once\n    http: {url: 'http://%s/lancamentos', token: chaos}\n", r.dbURL, r.schema, r.front.addr)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		return 0, err
+	}
+	var out, errb strings.Builder
+	code := cli.Run(context.Background(), []string{"doubt", "list", "--json", "--limit", "10000", "--config", cfg},
+		cli.IO{In: strings.NewReader(""), Out: &out, Err: &errb, Env: func(string) (string, bool) { return "", false }})
+	if code != 0 {
+		return 0, fmt.Errorf("exit %d: %s", code, errb.String())
+	}
+	var listed []cli.DoubtMessage
+	if err := json.Unmarshal([]byte(out.String()), &listed); err != nil {
+		return 0, err
+	}
+	return len(listed), nil
 }
