@@ -14,6 +14,28 @@ import (
 
 var _ driver.AtMostOnce = (*Driver)(nil)
 
+// onceQueries are the at-most-once statements (queries/mark.sql and the
+// others), prefix and job columns filled in.
+type onceQueries struct {
+	mark, claimInDoubt, doubtRows                                    string
+	resolveDelivered, resolveKept, resolveRetry, resolveDead, record string
+}
+
+func newOnceQueries(prefix, jobCols string) onceQueries {
+	load := func(name string) string {
+		b, err := queryFS.ReadFile("queries/" + name + ".sql")
+		if err != nil {
+			panic(err) // embedded at build time; missing means a broken build
+		}
+		return strings.NewReplacer("{{p}}", prefix, "{{jobcols}}", jobCols).Replace(string(b))
+	}
+	return onceQueries{
+		mark: load("mark"), claimInDoubt: load("claim_in_doubt"), doubtRows: load("doubt_rows"),
+		resolveDelivered: load("resolve_delivered"), resolveKept: load("resolve_delivered_kept"),
+		resolveRetry: load("resolve_retry"), resolveDead: load("resolve_dead"), record: load("resolve_record"),
+	}
+}
+
 // Mark records the at-most-once attempt of the rows of p: each still
 // leased to p.Token under a live lease and not marked yet gets
 // attempted_at. The transaction commits with synchronous=FULL, so the WAL
@@ -26,8 +48,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 	var marked []int64
 	err := d.writeDurable(ctx, func(w writer, now int64) error {
 		marked = marked[:0]
-		rows, err := w.QueryContext(ctx, "UPDATE "+d.prefix+"outbox SET attempted_at = ?1 WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'pending' AND lease_token = ?3 AND lease_until > ?1 AND attempted_at IS NULL RETURNING id",
-			now, int64sJSON(p.IDs), p.Token)
+		rows, err := w.QueryContext(ctx, d.once.mark, now, int64sJSON(p.IDs), p.Token)
 		if err != nil {
 			return wrap("mark", err)
 		}
@@ -102,11 +123,9 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 				return wrap("claim in doubt fence", err)
 			}
 		}
-		o := d.prefix + "outbox"
 		// The leased row reads as pending while the probe runs; RETURNING
 		// sees the row after the update.
-		rows, err := w.QueryContext(ctx, "UPDATE "+o+" SET lease_token = ?2, lease_until = ?3 WHERE id IN (SELECT id FROM "+o+
-			" WHERE state = 'pending' AND attempted_at IS NOT NULL AND type IN (SELECT value FROM json_each(?4)) AND (lease_until IS NULL OR lease_until <= ?6) AND available_at <= ?1 ORDER BY id LIMIT ?5) RETURNING "+d.q.jobCols,
+		rows, err := w.QueryContext(ctx, d.once.claimInDoubt,
 			now, p.Token, now+p.Lease.Microseconds(), stringsJSON(types), p.Limit, now-max(p.Quiet, 0).Microseconds())
 		if err != nil {
 			return wrap("claim in doubt", err)
@@ -130,7 +149,6 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 	if err := driver.CheckResolve(p); err != nil {
 		return driver.ResolveResult{}, err
 	}
-	o := d.prefix + "outbox"
 	var res driver.ResolveResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.ResolveResult{}
@@ -139,7 +157,7 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 			mid, typ string
 			key      string
 		}
-		rows, err := w.QueryContext(ctx, "SELECT id, message_id, type, key FROM "+o+" WHERE id IN (SELECT value FROM json_each(?2)) AND "+doubtCond, now, int64sJSON(p.IDs))
+		rows, err := w.QueryContext(ctx, d.once.doubtRows, now, int64sJSON(p.IDs))
 		if err != nil {
 			return wrap("resolve", err)
 		}
@@ -162,21 +180,21 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 			args := []any{r.id}
 			switch {
 			case p.Outcome == driver.ResolveDelivered && !p.KeepDelivered:
-				q = "DELETE FROM " + o + " WHERE id = ?1"
+				q = d.once.resolveDelivered
 			case p.Outcome == driver.ResolveDelivered:
-				q = "UPDATE " + o + " SET state = 'delivered', delivered_at = ?2, lease_token = NULL, lease_until = NULL WHERE id = ?1"
+				q = d.once.resolveKept
 				args = append(args, now)
 			case p.Outcome == driver.ResolveRetry:
-				q = "UPDATE " + o + " SET attempted_at = NULL, available_at = ?2, lease_token = NULL, lease_until = NULL, last_error = ?3 WHERE id = ?1"
+				q = d.once.resolveRetry
 				args = append(args, now, "resolved by "+p.By+": retry ("+p.Reason+")")
 			default:
-				q = "UPDATE " + o + " SET state = 'dead', lease_token = NULL, lease_until = NULL, last_error = ?2 WHERE id = ?1"
+				q = d.once.resolveDead
 				args = append(args, "resolved by "+p.By+": dead ("+p.Reason+")")
 			}
 			if _, err := w.ExecContext(ctx, q, args...); err != nil {
 				return wrap("resolve", err)
 			}
-			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"resolutions (outbox_id, message_id, type, key, outcome, resolved_by, reason, resolved_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+			if _, err := w.ExecContext(ctx, d.once.record,
 				r.id, r.mid, r.typ, r.key, string(p.Outcome), p.By, p.Reason, now); err != nil {
 				return wrap("resolve record", err)
 			}

@@ -75,6 +75,7 @@ type Driver struct {
 	prefix string
 	q      queries
 	qq     queueQueries
+	once   onceQueries
 	gate   chan struct{} // shared by every Driver of one database file
 	// inserts are the prepared enqueue statements.
 	inserts insertStmts
@@ -177,7 +178,8 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{db: db, prefix: p, q: newQueries(p), qq: newQueueQueries(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
+	q := newQueries(p)
+	return &Driver{db: db, prefix: p, q: q, qq: newQueueQueries(p), once: newOnceQueries(p, q.jobCols), gate: gate, listeners: map[*listener]struct{}{}}, nil
 }
 
 // gates holds one write gate per database file in this process.
