@@ -30,6 +30,9 @@ const (
 	// out what happened or an operator resolves it ('mensageria doubt').
 	// Exactly once into the receiver, or in doubt and surfaced
 	// (docs/guarantees.md, docs/adr/0015-at-most-once-in-doubt.md).
+	// Which failures are "not sent" is the Sender's to say: a Sender that
+	// marks none (a BatchSender, a broker's) leaves every failure but a
+	// refusal in doubt.
 	AtMostOnce
 )
 

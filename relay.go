@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -932,7 +933,19 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 			r.cfg.Logger.Warn(fmt.Sprintf("another relay owns %d rows of this batch now; their outcome was not recorded", n), "app", r.cfg.App, "rows", n)
 		}
 		if n := len(res.Expired); n > 0 {
-			r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows will be delivered again", n), "app", r.cfg.App, "rows", n, "lease", r.cfg.Lease)
+			once := 0
+			for i := range b.jobs {
+				if rt := r.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce && slices.Contains(res.Expired, b.jobs[i].ID) {
+					once++
+				}
+			}
+			if n > once {
+				r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows will be delivered again", n-once), "app", r.cfg.App, "rows", n-once, "lease", r.cfg.Lease)
+			}
+			if once > 0 {
+				r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows of at-most-once routes are in doubt, not sent again (see 'mensageria doubt list')", once), "app", r.cfg.App, "rows", once, "lease", r.cfg.Lease)
+				signal(r.doubted)
+			}
 		}
 	}
 	if len(r.hooks.delivery) == 0 {
