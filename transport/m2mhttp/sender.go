@@ -63,8 +63,8 @@ type SenderConfig struct {
 	// of the mensageria envelope, for a receiver that is not a mensageria
 	// Receiver (a legacy API behind an at-most-once route). The message
 	// id travels as X-Request-Id (unless a header overrides it), its key
-	// as Idempotency-Key, its type as X-Mensageria-Type. Unused by
-	// NewBatchSender.
+	// as Idempotency-Key, its type as X-Mensageria-Type; its other headers
+	// (but traceparent) are not sent. Unused by NewBatchSender.
 	PayloadOnly bool
 }
 
