@@ -933,9 +933,11 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 			r.cfg.Logger.Warn(fmt.Sprintf("another relay owns %d rows of this batch now; their outcome was not recorded", n), "app", r.cfg.App, "rows", n)
 		}
 		if n := len(res.Expired); n > 0 {
+			// An at-most-once row that was sent keeps its mark: in doubt.
 			once := 0
 			for i := range b.jobs {
-				if rt := r.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce && slices.Contains(res.Expired, b.jobs[i].ID) {
+				rt := r.routeOf[b.jobs[i].Type]
+				if rt != nil && rt.mode == AtMostOnce && outs[i].kind != "" && !outs[i].unsent && slices.Contains(res.Expired, b.jobs[i].ID) {
 					once++
 				}
 			}
