@@ -115,6 +115,8 @@ func TestAtMostOnceRouteLeavesUnknownOutcomesInDoubt(t *testing.T) {
 		reg := mensageria.NewRegistry().MustRegister(typ, l, mensageria.Mode(mensageria.AtMostOnce))
 		d := b.open()
 		cfg := fastConfig(app, reg)
+		var claims claimCounter
+		cfg.Hooks = []mensageria.Hook{&claims}
 		c := newClient(t, d, cfg)
 		start(t, c)
 		for _, k := range []string{"ok", "lost", "cut", "refused", "gone"} {
@@ -129,10 +131,11 @@ func TestAtMostOnceRouteLeavesUnknownOutcomesInDoubt(t *testing.T) {
 		if got := inDoubtKeys(t, d, typ); !got["lost"] || !got["cut"] || len(got) != 2 {
 			t.Fatalf("in doubt: %v, want lost and cut", got)
 		}
-		// Past the rows' leases, with the relay claiming all along: the
-		// rows in doubt stay unsent. A message enqueued now, delivered,
-		// shows the relay claimed after that.
-		time.Sleep(cfg.Lease + 200*time.Millisecond)
+		// A row left in doubt has no lease: a claim that took it would take
+		// it at once. Ten claims later, and a message enqueued then and
+		// delivered, the rows in doubt are still unsent.
+		from := claims.n.Load()
+		eventually(t, 10*time.Second, "ten more claims", func() bool { return claims.n.Load() >= from+10 })
 		if _, err := c.Enqueue(context.Background(), mensageria.Message{Type: typ, Key: "after", Payload: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
@@ -309,3 +312,48 @@ func TestAtMostOnceProbeWithoutAnAnswerAndOutOfAttempts(t *testing.T) {
 		}
 	})
 }
+
+// A relay whose send outlasts its lease (a receiver that answers 2xx, but
+// too late) cannot record the delivery: the row is in doubt, never sent
+// again, and the log says so rather than promising a redelivery.
+func TestAtMostOnceLeaseLostWhileSending(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		app := uniqueApp("amol")
+		typ := app + ".lancamento"
+		var sends atomic.Int64
+		slow := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+			sends.Add(1)
+			time.Sleep(1500 * time.Millisecond) // past the 1s lease, ignoring ctx
+			return nil
+		})
+		reg := mensageria.NewRegistry().MustRegister(typ, slow, mensageria.Mode(mensageria.AtMostOnce))
+		d := b.open()
+		cfg := fastConfig(app, reg)
+		log, buf := capture()
+		cfg.Logger = log
+		var claims claimCounter
+		cfg.Hooks = []mensageria.Hook{&claims}
+		start(t, newClient(t, d, cfg))
+		c := newClient(t, b.open(), fastConfig(app, reg))
+		if _, err := c.Enqueue(context.Background(), mensageria.Message{Type: typ, Key: "k", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "the message in doubt after its lease", func() bool {
+			return typeStats(t, d, typ).InDoubt == 1 && strings.Contains(buf.String(), "rows of at-most-once routes are in doubt")
+		})
+		// A row in doubt is past its lease: a claim that took it would
+		// take it at once. Ten claims later it was still sent once.
+		from := claims.n.Load()
+		eventually(t, 10*time.Second, "ten more claims", func() bool { return claims.n.Load() >= from+10 })
+		if n := sends.Load(); n != 1 {
+			t.Fatalf("sent %d times, want 1", n)
+		}
+		if strings.Contains(buf.String(), "will be delivered again") {
+			t.Fatalf("the log promises a redelivery of an at-most-once row:\n%s", buf.String())
+		}
+	})
+}
+
+type claimCounter struct{ n atomic.Int64 }
+
+func (c *claimCounter) OnClaim(mensageria.ClaimEvent) { c.n.Add(1) }
