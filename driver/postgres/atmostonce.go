@@ -15,14 +15,16 @@ var _ driver.AtMostOnce = (*Driver)(nil)
 // Mark records the at-most-once attempt of the rows of p. See
 // queries/mark.sql. Unlike the relay's other statements it commits
 // synchronously whatever the server's default: a mark lost in a crash
-// would let the row be sent again after its effect was applied.
+// would let the row be sent again after its effect was applied. A setting
+// of the session's that is already durable (on, local, remote_write,
+// remote_apply) is kept; only off is raised to on.
 func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error) {
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = on")
+	b.Queue("SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)")
 	b.Queue(d.q.mark, p.IDs, p.Token)
 	b.Queue("COMMIT")
 	br := d.pool.SendBatch(ctx, b)

@@ -70,7 +70,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 }
 
 // writeDurable is write with synchronous=FULL on its connection for the
-// transaction, put back as it was afterwards.
+// transaction (EXTRA is kept), put back as it was afterwards.
 func (d *Driver) writeDurable(ctx context.Context, fn func(w writer, now int64) error) error {
 	select {
 	case d.gate <- struct{}{}:
@@ -86,6 +86,9 @@ func (d *Driver) writeDurable(ctx context.Context, fn func(w writer, now int64) 
 	var was int
 	if err := c.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&was); err != nil {
 		return wrap("reading synchronous", err)
+	}
+	if was >= 2 { // FULL or EXTRA already
+		return d.writeOn(ctx, c, fn)
 	}
 	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = FULL"); err != nil {
 		return wrap("synchronous = FULL", err)
