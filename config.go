@@ -107,6 +107,12 @@ type Config struct {
 	// InboxConfig.Window, as registered in the catalog). Default
 	// DefaultPurgeInterval (1m).
 	PurgeInterval time.Duration
+	// ReconcileInterval is how often the active relay runs the reconcile
+	// probes of AtMostOnce routes for their messages in doubt (a message
+	// left in doubt while the relay runs is probed after one Lease, and
+	// after each probe that got no answer, one ReconcileInterval later).
+	// Default DefaultReconcileInterval (10s).
+	ReconcileInterval time.Duration
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Hooks are optional observers (see Hook); a value that implements
@@ -153,6 +159,7 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.PollInterval, DefaultPollInterval)
 	defd(&out.NotifyDebounce, DefaultNotifyDebounce)
 	defd(&out.PurgeInterval, DefaultPurgeInterval)
+	defd(&out.ReconcileInterval, DefaultReconcileInterval)
 	defd(&out.RetryAfterCeiling, DefaultRetryAfterCeiling)
 	def(&out.RouteFailureThreshold, DefaultRouteFailureThreshold)
 	defd(&out.RoutePause, DefaultRoutePause)
@@ -184,6 +191,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, &ConfigError{Field: "DeliveredRetention", Reason: "must not be negative"}
 	case out.PurgeInterval < 0:
 		return out, &ConfigError{Field: "PurgeInterval", Reason: "must not be negative"}
+	case out.ReconcileInterval < time.Millisecond:
+		return out, &ConfigError{Field: "ReconcileInterval", Reason: "must be at least 1ms"}
 	case out.RetryAfterCeiling < time.Second:
 		return out, &ConfigError{Field: "RetryAfterCeiling", Reason: "must be at least 1s"}
 	case out.RouteFailureThreshold < 1:

@@ -39,6 +39,11 @@ type Delivery struct {
 	// Seq is the outbox row id: increasing in claim order, unique per
 	// outbox table.
 	Seq int64
+	// AtMostOnce is set on an AtMostOnce route: the Sender must not send
+	// the request twice on its own (no transparent retry of a request that
+	// may have left), and should wrap the errors that prove it never
+	// reached the receiver with NotSent.
+	AtMostOnce bool
 }
 
 // Header names the library sets or reads.

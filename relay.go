@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,6 +167,8 @@ type relay struct {
 	rts     []*route          // one per distinct Sender
 	routeOf map[string]*route // type -> its route
 	record  chan struct{}     // a route changed: record it
+	amo     driver.AtMostOnce // nil unless a route is AtMostOnce
+	doubted chan struct{}     // a message was left in doubt: probe soon
 
 	runCtx    context.Context // cancelled when Stop's deadline passes
 	runCancel context.CancelFunc
@@ -205,6 +208,12 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 	}
 	r.rts, r.routeOf = newRoutes(cfg, r.routes, time.Now())
 	r.record = make(chan struct{}, 1)
+	r.doubted = make(chan struct{}, 1)
+	amo, err := r.atMostOnce()
+	if err != nil {
+		return nil, err
+	}
+	r.amo = amo
 	r.runCtx, r.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.Election == ElectionLeader {
 		el, err := c.drv.Elector(cfg.App, cfg.Lease)
@@ -233,6 +242,8 @@ func (r *relay) run() {
 	go func() { defer bg.Done(); r.purge() }()
 	bg.Add(1)
 	go func() { defer bg.Done(); r.recordRoutes() }()
+	bg.Add(1)
+	go func() { defer bg.Done(); r.reconcile() }()
 	var routeLoops sync.WaitGroup
 	for _, rt := range r.rts {
 		routeLoops.Add(1)
@@ -677,6 +688,9 @@ func (r *relay) deliver(b *claimed) {
 	var wg sync.WaitGroup
 	byType := map[string][]int{}
 	var typeOrder []string
+	// On at-most-once routes only the rows marked may be sent; the others
+	// are left as release.
+	marked := r.markOnce(b)
 	for i := range b.jobs {
 		typ := b.jobs[i].Type
 		rt, ok := r.cfg.Registry.Route(typ)
@@ -684,6 +698,12 @@ func (r *relay) deliver(b *claimed) {
 		if !ok || route == nil {
 			// Never claimed on purpose; give it back to its owner untried.
 			continue
+		}
+		if route.mode == AtMostOnce {
+			if !marked[i] {
+				continue
+			}
+			ds[i].AtMostOnce = true
 		}
 		if _, ok := rt.Sender.(BatchSender); ok {
 			if byType[typ] == nil {
@@ -719,7 +739,11 @@ func (r *relay) deliver(b *claimed) {
 			actx := r.startAttempt(ctx, &outs[i], route, ds[i], false)
 			start := time.Now()
 			err := safeSend(actx, rt.Sender, ds[i])
-			outs[i] = r.classify(ctx, route, seen, ds[i], err).started(outs[i])
+			if route.mode == AtMostOnce {
+				outs[i] = r.classifyOnce(ctx, route, seen, ds[i], err).started(outs[i])
+			} else {
+				outs[i] = r.classify(ctx, route, seen, ds[i], err).started(outs[i])
+			}
 			outs[i].elapsed = time.Since(start)
 		}(i)
 	}
@@ -759,7 +783,11 @@ func (r *relay) deliver(b *claimed) {
 				if errs != nil {
 					err = errs[k]
 				}
-				outs[i] = r.classify(ctx, route, seen, ds[i], err).started(outs[i])
+				if route.mode == AtMostOnce {
+					outs[i] = r.classifyOnce(ctx, route, seen, ds[i], err).started(outs[i])
+				} else {
+					outs[i] = r.classify(ctx, route, seen, ds[i], err).started(outs[i])
+				}
 				outs[i].elapsed = time.Since(start)
 			}
 		}()
@@ -914,11 +942,20 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 		case OutcomeDead:
 			p.Dead = append(p.Dead, driver.Failure{ID: id, Error: errText(o.err), Route: r.routes[ds[i].Type]})
 			r.cfg.Logger.Warn("message parked as dead", "type", ds[i].Type, "key", ds[i].Key, "id", ds[i].ID, "attempt", ds[i].Attempt, "err", o.err)
+		case OutcomeInDoubt:
+			// Probed no sooner than a lease from now: a request on its way
+			// has arrived by then.
+			p.InDoubt = append(p.InDoubt, driver.Doubt{ID: id, Error: errText(o.err), Route: r.routes[ds[i].Type], ProbeAfter: r.cfg.Lease})
+			r.cfg.Logger.Warn("message in doubt: the request may have reached its receiver, which is not idempotent, so it is not sent again; a reconcile probe, or an operator ('mensageria doubt'), decides",
+				"type", ds[i].Type, "key", ds[i].Key, "id", ds[i].ID, "attempt", ds[i].Attempt, "err", o.err)
 		default:
 			p.Release = append(p.Release, id)
 		}
 	}
 	res, err := r.settleWithRetry(b, p)
+	if len(p.InDoubt) > 0 {
+		signal(r.doubted)
+	}
 	kinds := map[int64]Outcome{}
 	if err == nil {
 		for _, id := range res.Fenced {
@@ -934,7 +971,21 @@ func (r *relay) settle(b *claimed, ds []*Delivery, outs []outcome) {
 			r.cfg.Logger.Warn(fmt.Sprintf("another relay owns %d rows of this batch now; their outcome was not recorded", n), "app", r.cfg.App, "rows", n)
 		}
 		if n := len(res.Expired); n > 0 {
-			r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows will be delivered again", n), "app", r.cfg.App, "rows", n, "lease", r.cfg.Lease)
+			// An at-most-once row that was sent keeps its mark: in doubt.
+			once := 0
+			for i := range b.jobs {
+				rt := r.routeOf[b.jobs[i].Type]
+				if rt != nil && rt.mode == AtMostOnce && outs[i].kind != "" && !outs[i].unsent && slices.Contains(res.Expired, b.jobs[i].ID) {
+					once++
+				}
+			}
+			if n > once {
+				r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows will be delivered again", n-once), "app", r.cfg.App, "rows", n-once, "lease", r.cfg.Lease)
+			}
+			if once > 0 {
+				r.cfg.Logger.Warn(fmt.Sprintf("lease expired before settle; %d rows of at-most-once routes are in doubt, not sent again (see 'mensageria doubt list')", once), "app", r.cfg.App, "rows", once, "lease", r.cfg.Lease)
+				signal(r.doubted)
+			}
 		}
 	}
 	if len(r.hooks.delivery) == 0 && len(r.hooks.attempt) == 0 {

@@ -82,7 +82,11 @@ type route struct {
 	ordered []string
 	maxRate float64
 	pace    *pacer // nil without MaxRate
-	kick    chan struct{}
+	// mode is the route's delivery mode; reconciler its probe (AtMostOnce
+	// only, nil for none).
+	mode       DeliveryMode
+	reconciler Reconciler
+	kick       chan struct{}
 
 	mu    sync.Mutex
 	br    breaker
@@ -103,6 +107,7 @@ func newRoutes(cfg *Config, names map[string]string, now time.Time) ([]*route, m
 			if x.MaxRate > 0 {
 				rt.maxRate = x.MaxRate
 			}
+			rt.mode, rt.reconciler = x.Mode, x.Reconciler
 			of[t] = rt
 		}
 		if rt.maxRate > 0 {

@@ -45,6 +45,15 @@ type Route struct {
 	// one route, and so one limit.
 	MaxRate float64
 	rateSet bool
+	// Mode is AtLeastOnce (the default) or AtMostOnce, for a receiver
+	// that is not idempotent; see Mode. Types that share one Sender share
+	// one route, and so one mode.
+	Mode    DeliveryMode
+	modeSet bool
+	// Reconciler asks the receiver of an AtMostOnce route whether a
+	// message in doubt was applied; nil leaves messages in doubt to an
+	// operator. See Reconcile.
+	Reconciler Reconciler
 }
 
 // RouteOption tunes a route at registration.
@@ -97,6 +106,12 @@ func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
 	if rt.rateSet && !(rt.MaxRate > 0 && rt.MaxRate <= maxRate) {
 		return &ConfigError{Field: "MaxRate", Reason: fmt.Sprintf("type %q: %v is not a rate; give a positive number of messages per second (at most %g)", typ, rt.MaxRate, float64(maxRate))}
 	}
+	if rt.Mode != AtLeastOnce && rt.Mode != AtMostOnce {
+		return &ConfigError{Field: "Mode", Reason: fmt.Sprintf("type %q: %v is no delivery mode (use AtLeastOnce or AtMostOnce)", typ, rt.Mode)}
+	}
+	if rt.Reconciler != nil && rt.Mode != AtMostOnce {
+		return &ConfigError{Field: "Reconcile", Reason: fmt.Sprintf("type %q: a reconcile probe is for messages in doubt, which only an AtMostOnce route has; add Mode(AtMostOnce) or drop the probe", typ)}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.routes == nil {
@@ -108,6 +123,12 @@ func (r *Registry) Register(typ string, s Sender, opts ...RouteOption) error {
 	for _, other := range r.routes {
 		if same(other.Sender, s) && other.MaxRate != rt.MaxRate {
 			return &ConfigError{Field: "MaxRate", Reason: fmt.Sprintf("types %q and %q share one Sender, and so one route, but ask for different rates (%g and %g messages per second)", other.Type, typ, other.MaxRate, rt.MaxRate)}
+		}
+		if same(other.Sender, s) && other.Mode != rt.Mode {
+			return &ConfigError{Field: "Mode", Reason: fmt.Sprintf("types %q and %q share one Sender, and so one route, but ask for different delivery modes (%v and %v)", other.Type, typ, other.Mode, rt.Mode)}
+		}
+		if same(other.Sender, s) && !same(other.Reconciler, rt.Reconciler) {
+			return &ConfigError{Field: "Reconcile", Reason: fmt.Sprintf("types %q and %q share one Sender, and so one route, but give it different reconcile probes", other.Type, typ)}
 		}
 	}
 	r.routes[typ] = rt

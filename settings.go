@@ -22,6 +22,8 @@ const (
 	DefaultPollInterval    = time.Second
 	DefaultNotifyDebounce  = 10 * time.Millisecond
 	DefaultPurgeInterval   = time.Minute
+	// DefaultReconcileInterval is Config.ReconcileInterval's default.
+	DefaultReconcileInterval = 10 * time.Second
 	// DefaultRouteFailureThreshold is how many destination-level failures
 	// in a row (Unavailable) pause a route.
 	DefaultRouteFailureThreshold = 5

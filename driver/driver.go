@@ -13,7 +13,9 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -230,6 +232,13 @@ const (
 	StatePending   State = "pending"
 	StateDelivered State = "delivered"
 	StateDead      State = "dead"
+	// StateInDoubt is reported (Job.State, ListFilter.State) for a pending
+	// row of an at-most-once route whose attempt was marked (see
+	// AtMostOnce.Mark) and whose lease is no longer live: the request may
+	// have reached the receiver, and no claim takes it again. It is stored
+	// as a pending row with AttemptedAt set, so it keeps its key's place
+	// in per-key order.
+	StateInDoubt State = "in_doubt"
 )
 
 // InsertParams is one enqueue.
@@ -288,6 +297,9 @@ type Job struct {
 	// Owner is the type's owning app in the catalog, when listed ("" for a
 	// type no app owns).
 	Owner string
+	// AttemptedAt is when an at-most-once attempt was marked (AtMostOnce.Mark)
+	// and not yet settled by a definite outcome; nil otherwise.
+	AttemptedAt *time.Time
 }
 
 // SettleParams are the outcomes of one claimed batch.
@@ -300,9 +312,25 @@ type SettleParams struct {
 	KeepDelivered bool
 	Retry         []Retry
 	Dead          []Failure
+	// InDoubt leaves rows in doubt: the lease is given up, the mark is
+	// kept (set now when there was none), and no claim takes them again;
+	// only a reconcile probe (AtMostOnce.ClaimInDoubt) or an operator
+	// (AtMostOnce.Resolve) moves them on.
+	InDoubt []Doubt
 	// Release gives rows back at once without counting the attempt, for a
-	// relay that stops before delivering them.
+	// relay that stops before delivering them. It clears a row's mark:
+	// the caller releases only rows it did not send.
 	Release []int64
+}
+
+// Doubt leaves a row in doubt with the reason (Error) and who gave it
+// (Route, as Retry.Route); a reconcile probe may take it again after
+// ProbeAfter.
+type Doubt struct {
+	ID         int64
+	Error      string
+	Route      string
+	ProbeAfter time.Duration
 }
 
 // Retry schedules another attempt after Delay.
@@ -327,7 +355,7 @@ type Failure struct {
 }
 
 // IDs returns every row of p once, in the order Delivered, Retry, Dead,
-// Release: the order a backend applies the outcomes in, so a row listed
+// InDoubt, Release: the order a backend applies the outcomes in, so a row listed
 // twice takes (and is reported with) its first.
 func (p *SettleParams) IDs() []int64 {
 	out := make([]int64, 0, len(p.Delivered)+len(p.Retry)+len(p.Dead)+len(p.Release))
@@ -345,6 +373,9 @@ func (p *SettleParams) IDs() []int64 {
 		add(r.ID)
 	}
 	for _, f := range p.Dead {
+		add(f.ID)
+	}
+	for _, f := range p.InDoubt {
 		add(f.ID)
 	}
 	for _, id := range p.Release {
@@ -421,6 +452,11 @@ type TypeStats struct {
 	Dead            int64
 	DeliveredLastHr int64
 	OldestPending   time.Duration // age of the oldest pending row
+	// InDoubt counts rows in doubt (StateInDoubt), which Pending and
+	// InFlight leave out; OldestInDoubt is the age of the oldest one's
+	// mark.
+	InDoubt       int64
+	OldestInDoubt time.Duration
 }
 
 // ListFilter selects rows for ListMessages.
@@ -756,4 +792,126 @@ type DeliveredMinute struct {
 	Type   string
 	Minute time.Time // the minute's start
 	N      int64
+}
+
+// AtMostOnce is implemented by a Driver that can carry at-most-once routes:
+// routes to a receiver that is not idempotent, where at most one attempt
+// that may have reached the receiver is made, and a message whose outcome
+// is unknown is left in doubt instead of sent again (docs/adr/0015).
+//
+// The row's life on such a route: Claim leases it as usual; Mark records,
+// committed synchronously before anything is sent, that the attempt
+// begins; Settle records a definite outcome as usual (Retry and Release
+// clear the mark: the caller knows the request never reached the
+// receiver) or leaves it InDoubt. A marked row whose lease runs out
+// without a settle (its relay died, or lost its lease) is in doubt too.
+// No Claim ever takes a row in doubt; ClaimInDoubt leases it for a
+// reconcile probe, whose answer is settled like any other, and Resolve
+// is the operator's decision, recorded with who, when and why.
+type AtMostOnce interface {
+	// Mark records that the rows of p, each still leased to p.Token under
+	// a live lease and not marked yet, are about to be sent, and returns
+	// those it marked. The mark commits synchronously (it survives a
+	// server crash) before Mark returns: only the rows returned may be
+	// sent. An error means no row may be sent; some may be marked all the
+	// same (a commit whose answer was lost), which a Release takes back.
+	Mark(ctx context.Context, p MarkParams) ([]int64, error)
+	// ClaimInDoubt leases up to p.Limit rows in doubt of p.Types to
+	// p.Token for p.Lease, whose probe time has come and whose last lease
+	// ended at least p.Quiet ago, without counting an attempt, fenced as
+	// Claim is. The rows stay marked: a Release of them would be a lie, so
+	// a prober settles each as Delivered, Retry, Dead or InDoubt.
+	ClaimInDoubt(ctx context.Context, p InDoubtClaimParams) ([]Job, error)
+	// Resolve is an operator's decision on rows in doubt (not under a live
+	// lease): each becomes delivered, pending again (retry, due now, its
+	// attempts kept) or dead, and the decision is recorded with p.By,
+	// p.Reason and the database time. Rows not in doubt are left alone and
+	// listed in NotInDoubt.
+	Resolve(ctx context.Context, p ResolveParams) (ResolveResult, error)
+	// Resolutions lists the recorded decisions, newest first, of the
+	// message ids given (all when none), at most limit (100 when <= 0).
+	Resolutions(ctx context.Context, messageIDs [][16]byte, limit int) ([]ResolutionRecord, error)
+}
+
+// InDoubtClaimParams selects rows in doubt for a reconcile probe.
+type InDoubtClaimParams struct {
+	Types []string
+	Limit int
+	Lease time.Duration
+	Token int64
+	Fence *Fence
+	// Quiet is how long after a row's lease ended it may be probed: a
+	// relay that died (or was cut off) after sending left its request on
+	// the way, and a probe that looks before that request could have
+	// arrived would find "not applied" and send it again.
+	Quiet time.Duration
+}
+
+// MarkParams are the rows of one claim about to be sent on an at-most-once
+// route.
+type MarkParams struct {
+	Token int64
+	IDs   []int64
+}
+
+// Resolution is what an operator decides about a row in doubt.
+type Resolution string
+
+// The decisions about a row in doubt.
+const (
+	// ResolveDelivered: the receiver has the effect.
+	ResolveDelivered Resolution = "delivered"
+	// ResolveRetry: the receiver does not have it; one more attempt.
+	ResolveRetry Resolution = "retry"
+	// ResolveDead: nobody is to send it again.
+	ResolveDead Resolution = "dead"
+)
+
+// ResolveParams is one operator decision.
+type ResolveParams struct {
+	IDs     []int64
+	Outcome Resolution
+	// By names who decided (an operator, "reconcile probe"); Reason says
+	// why. Both are required.
+	By, Reason string
+	// KeepDelivered keeps a delivered row (as Settle does) instead of
+	// deleting it.
+	KeepDelivered bool
+}
+
+// ResolveResult sorts the rows of one Resolve.
+type ResolveResult struct {
+	Resolved   []int64
+	NotInDoubt []int64
+}
+
+// ResolutionRecord is one recorded decision about a row in doubt.
+type ResolutionRecord struct {
+	OutboxID   int64
+	MessageID  [16]byte
+	Type, Key  string
+	Outcome    Resolution
+	By, Reason string
+	At         time.Time
+}
+
+// ErrInvalidResolve is wrapped by Resolve's refusal of a decision that
+// lacks what must be recorded (no rows, an unknown outcome, no By or no
+// Reason); nothing is changed.
+var ErrInvalidResolve = errors.New("mensageria: invalid resolution of messages in doubt")
+
+// CheckResolve returns an error wrapping ErrInvalidResolve when p cannot be
+// recorded; backends call it first.
+func CheckResolve(p ResolveParams) error {
+	switch {
+	case len(p.IDs) == 0:
+		return fmt.Errorf("%w: no message ids given", ErrInvalidResolve)
+	case p.Outcome != ResolveDelivered && p.Outcome != ResolveRetry && p.Outcome != ResolveDead:
+		return fmt.Errorf("%w: outcome %q is none of delivered, retry, dead", ErrInvalidResolve, p.Outcome)
+	case strings.TrimSpace(p.By) == "":
+		return fmt.Errorf("%w: say who decides (By)", ErrInvalidResolve)
+	case strings.TrimSpace(p.Reason) == "":
+		return fmt.Errorf("%w: say why (Reason): the decision is recorded for whoever looks at the message later", ErrInvalidResolve)
+	}
+	return nil
 }

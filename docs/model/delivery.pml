@@ -16,14 +16,17 @@
  * (Election: none), -DATTEMPTS (count attempts in the safety run too),
  * -DCLAIM_IGNORES_LEASE (a claim that takes rows still leased: it reaches
  * no state the model does not reach without it), -DLIVE (the timing
- * assumption of the liveness run; see clock).
+ * assumption of the liveness run; see clock), -DAMO (an at-most-once route
+ * to a receiver that is not idempotent: mark before send, rows in doubt,
+ * the reconcile probe; docs/adr/0015).
  *
  * Deliberate bugs, each of which must make the check fail:
  * -DBUG_SETTLE_WITHOUT_LEASE_CHECK, -DBUG_SETTLE_WITHOUT_TOKEN_CHECK,
  * -DBUG_CLAIM_WITHOUT_FENCE, -DBUG_CLAIM_IGNORES_ORDER,
  * -DBUG_KAFKA_NO_RECONCILE, -DBUG_KAFKA_POSITIONS_OUTSIDE_TXN,
- * -DBUG_KAFKA_KNOWN_BEFORE_COMMIT, and for the liveness run
- * -DBUG_DEAD_BLOCKS_KEY.
+ * -DBUG_KAFKA_KNOWN_BEFORE_COMMIT, -DBUG_AMO_SEND_UNMARKED,
+ * -DBUG_AMO_CLAIM_MARKED, -DBUG_AMO_SEND_AFTER_LEASE, and for the liveness
+ * run -DBUG_DEAD_BLOCKS_KEY.
  */
 
 #ifndef N
@@ -79,6 +82,7 @@
 #define O_RETRY   2 /* settle_retry.sql */
 #define O_DEAD    3 /* settle_dead.sql: Permanent, or the last attempt failed */
 #define O_RELEASE 4 /* settle_release.sql: stopping, not tried */
+#define O_DOUBT   5 /* settle_in_doubt.sql: the outcome is unknown (AMO) */
 
 #define BIT(x)     (1 << (x))
 #define HAS(m, x)  (((m) >> (x)) & 1)
@@ -93,6 +97,10 @@ byte att[N];    /* attempts, saturating at MAXATT+1 (alike from MAXATT on) */
 byte tok[N];    /* lease_token: relay+1, 0 for NULL */
 byte lease[N];  /* lease_until - now() in ticks; 0: NULL or passed */
 byte due[N];    /* available_at - now() in ticks; 0: due */
+#ifdef AMO
+bool marked[N]; /* attempted_at IS NOT NULL (migration 007) */
+byte applied[N]; /* ghost: effects of the row the receiver applied */
+#endif
 
 /* ---- the election: leader.epoch and the advisory lock ---- */
 byte epoch;
@@ -142,10 +150,37 @@ hidden byte i, j, want, elig;
 #define allDone (st[0] != PENDING && st[1] != PENDING && st[2] != PENDING && st[3] != PENDING)
 #endif
 
+#ifdef AMO
+/* Every row's effect applied at most once (N is at most 4). */
+#if N == 1
+#define ONCE (applied[0] <= 1)
+#elif N == 2
+#define ONCE (applied[0] <= 1 && applied[1] <= 1)
+#elif N == 3
+#define ONCE (applied[0] <= 1 && applied[1] <= 1 && applied[2] <= 1)
+#else
+#define ONCE (applied[0] <= 1 && applied[1] <= 1 && applied[2] <= 1 && applied[3] <= 1)
+#endif
+/* The relay sends only inside its own lease: its delivery deadline is
+ * lease - lease/10 from before the claim (relay.claim), and the request
+ * reaches the receiver before the lease ends (the probe's Quiet covers a
+ * request still on the way when the sender died). */
+#ifdef BUG_AMO_SEND_AFTER_LEASE
+#define SENDOK(x) true
+#else
+#define SENDOK(x) (tok[x] == me + 1 && lease[x] > 0)
+#endif
+#endif
+
 /* The receiver (or a read_committed consumer) sees row x. Per-key order:
  * the first delivery of a row comes after every older row of its key was
  * delivered at least once or parked dead (ADR 0005). */
 inline arrive(x) {
+#ifdef AMO
+	/* the receiver is not idempotent: every request applies its effect */
+	applied[x]++;
+	assert(ONCE); /* at-most-once: no effect applied twice */
+#endif
 	if
 	:: !got[x] ->
 #ifndef UNORDERED
@@ -176,6 +211,22 @@ inline arrive(x) {
 #endif
 
 /* One Send of a plain Sender, and what the relay was told. */
+#ifdef AMO
+/* On an at-most-once route (relay.classifyOnce): only a definite "not
+ * sent" is retried; an answer that does not say is in doubt. */
+inline send(x) {
+	atomic {
+		if
+		:: SENDOK(x) -> arrive(x); out[x] = O_OK    /* 2xx */
+		:: SENDOK(x) -> arrive(x); out[x] = O_DOUBT /* applied; the answer lost, or a timeout */
+		:: true -> out[x] = O_DOUBT                 /* a timeout or a cut connection, not applied */
+		:: true -> FAILED(x)                        /* definitely not sent: refused, DNS, a declared status */
+		:: true -> out[x] = O_DEAD                  /* Permanent: the receiver refused it */
+		fi;
+		todo = todo & ~BIT(x)
+	}
+}
+#else
 inline send(x) {
 	atomic {
 		if
@@ -187,6 +238,15 @@ inline send(x) {
 		todo = todo & ~BIT(x)
 	}
 }
+#endif
+
+/* A retry or a release clears the mark: the relay knows the request never
+ * reached the receiver (or the probe says it has no effect). */
+#ifdef AMO
+#define UNMARK(x) marked[x] = false
+#else
+#define UNMARK(x) skip
+#endif
 
 /* The guards of every settle statement: state = 'pending' AND
  * lease_token = $2 AND lease_until > now(). */
@@ -208,8 +268,16 @@ inline send(x) {
 #endif
 #ifdef CLAIM_IGNORES_LEASE
 #define FREE(x) true
+#elif defined(AMO) && !defined(BUG_AMO_CLAIM_MARKED)
+#define FREE(x) (lease[x] == 0 && !marked[x]) /* claim.sql: attempted_at IS NULL */
 #else
 #define FREE(x) (lease[x] == 0)
+#endif
+/* the rows of a claim may be sent once the mark step ran */
+#ifdef AMO
+#define MARKED mk
+#else
+#define MARKED true
 #endif
 /* ADR 0005: a pending row blocks the newer rows of its key; a dead one
  * does not */
@@ -268,6 +336,7 @@ proctype relay(byte me) {
 	bool held;        /* the last Acquire said this process leads */
 	bool stopping;
 	bool acq;         /* Acquire said so: claim next */
+	bool mk;          /* the batch's mark step ran (AMO) */
 	byte myep;        /* the epoch it believes in (relay.epoch) */
 #ifdef KAFKA
 	byte known, stage; /* the positions this process knows; SendBatch's step */
@@ -276,7 +345,7 @@ proctype relay(byte me) {
 
 start: /* a new process: nothing of the previous one survives */
 	atomic {
-		held = false; stopping = false; SETACQ(false); myep = 0; batch = 0; todo = 0;
+		held = false; stopping = false; SETACQ(false); myep = 0; batch = 0; todo = 0; mk = false;
 		for (i : 0 .. N-1) { out[i] = O_NONE }
 		SETBATCH(0);
 #ifdef KAFKA
@@ -383,20 +452,63 @@ start: /* a new process: nothing of the previous one survives */
 			}
 		:: else
 		fi;
-		todo = batch; SETBATCH(batch)
+		todo = batch; SETBATCH(batch); mk = false
 	   }
+
+#ifdef AMO
+	/* step mark: mark.sql, one statement committed synchronously before
+	 * anything of the batch is sent: the rows still leased to this token
+	 * are marked; the others are not sent (and their release is fenced) */
+	:: atomic {
+		todo != 0 && !mk ->
+		for (i : 0 .. N-1) {
+			if
+			:: HAS(todo, i) && st[i] == PENDING && tok[i] == me + 1 && lease[i] > 0 && !marked[i] ->
+#ifndef BUG_AMO_SEND_UNMARKED
+				marked[i] = true
+#else
+				skip
+#endif
+			:: HAS(todo, i) -> out[i] = O_RELEASE; todo = todo & ~BIT(i)
+			:: else
+			fi
+		}
+		mk = true
+	   }
+
+	/* step probe: the reconcile probe (relay.reconcile): claim_in_doubt.sql
+	 * takes one row in doubt (marked, its lease over), and the receiver's
+	 * own record answers: applied, not applied (one more attempt), or no
+	 * answer (in doubt still). The settle step records it. */
+	:: atomic {
+		batch == 0 && CLAIMNEXT && !allDone && FENCE_OK ->
+		for (i : 0 .. N-1) {
+			if
+			:: batch == 0 && st[i] == PENDING && marked[i] && lease[i] == 0 ->
+				batch = BIT(i); tok[i] = me + 1; lease[i] = LEASE;
+				if
+				:: applied[i] > 0 -> out[i] = O_OK
+				:: applied[i] == 0 -> out[i] = O_RETRY
+				:: true -> out[i] = O_DOUBT
+				fi
+			:: else
+			fi
+		}
+		todo = 0; mk = true; SETBATCH(batch)
+	   }
+#endif
 
 #ifndef KAFKA
 	/* step send: relay.deliver, each row on its own goroutine, in any order */
-	:: HAS(todo, 0) -> send(0)
+	:: MARKED && HAS(todo, 0) -> send(0)
 #if N > 1
-	:: HAS(todo, 1) -> send(1)
+	:: MARKED && HAS(todo, 1) -> send(1)
 #endif
 #if N > 2
-	:: HAS(todo, 2) -> send(2)
+	:: MARKED && HAS(todo, 2) -> send(2)
 #endif
 #if N > 3
-	:: HAS(todo, 3) -> send(3)
+	:: MARKED && HAS(todo, 3) -> send(3)
 #endif
 #else
 	/* step kafka-reserve: TransactionalSender.SendBatch
@@ -500,8 +612,9 @@ start: /* a new process: nothing of the previous one survives */
 					assert(got[i]); /* nothing is marked delivered that was not */
 					st[i] = DELIVERED
 				:: out[i] == O_DEAD -> st[i] = DEAD
-				:: out[i] == O_RETRY -> due[i] = DELAY
-				:: out[i] == O_RELEASE -> UNCOUNT(i)
+				:: out[i] == O_RETRY -> due[i] = DELAY; UNMARK(i)
+				:: out[i] == O_RELEASE -> UNCOUNT(i); UNMARK(i)
+				:: out[i] == O_DOUBT -> skip /* the mark stays: never claimed again */
 				fi;
 				tok[i] = 0; lease[i] = 0
 			:: else /* fenced or expired: left as it is */

@@ -11,8 +11,11 @@
 // open the suite pins it down, and the backend docs must agree:
 //
 //   - Stats: Pending counts pending rows not under a live lease (due or
-//     waiting for a retry); InFlight counts pending rows under a live lease;
-//     OldestPending is the age of the oldest pending row, leased or not.
+//     waiting for a retry) and not in doubt; InFlight counts pending rows
+//     under a live lease (a marked row being sent included); InDoubt
+//     counts marked rows not under a live lease (driver.StateInDoubt);
+//     OldestPending is the age of the oldest pending row, leased or not,
+//     rows in doubt left out.
 //   - ListMessages returns rows in id order.
 //   - Revive with neither IDs nor Types changes nothing.
 //   - InsertTx that fails writes nothing, even if the caller commits
@@ -108,6 +111,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Migrate", s.migrateTests()},
 		{"Catalog", s.catalogTests()},
 		{"Routes", s.routeTests()},
+		{"AtMostOnce", append(s.atMostOnceTests(), s.atMostOnceQuietTests()...)},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

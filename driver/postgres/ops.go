@@ -15,7 +15,16 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	var where []string
 	var args []any
 	arg := func(v any) string { args = append(args, v); return fmt.Sprintf("$%d", len(args)) }
-	if f.State != "" {
+	// A row in doubt is stored pending; it is listed, and filtered, as
+	// in doubt (driver.StateInDoubt).
+	doubt := "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now()))"
+	switch f.State {
+	case "":
+	case driver.StateInDoubt:
+		where = append(where, doubt)
+	case driver.StatePending:
+		where = append(where, "state = 'pending' AND NOT "+doubt)
+	default:
 		where = append(where, "state = "+arg(string(f.State)))
 	}
 	if len(f.Types) > 0 {
@@ -32,7 +41,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 		limit = 100
 	}
 	// The owner is one primary-key lookup in the catalog per row listed.
-	q := "SELECT id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, coalesce(last_error, ''), coalesce(last_route, ''), " +
+	q := "SELECT id, message_id, type, key, payload, headers, CASE WHEN " + doubt + " THEN 'in_doubt' ELSE state END, attempts, attempted_at, created_at, available_at, delivered_at, coalesce(last_error, ''), coalesce(last_route, ''), " +
 		"coalesce((SELECT w.app FROM " + d.table("owners") + " w WHERE w.kind = 'type' AND w.name = o.type), '') FROM " + d.table("outbox") + " o"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -45,7 +54,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
 		var j driver.Job
 		var state string
-		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &j.DeliveredAt, &j.LastError, &j.LastRoute, &j.Owner)
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &j.AttemptedAt, &j.CreatedAt, &j.AvailableAt, &j.DeliveredAt, &j.LastError, &j.LastRoute, &j.Owner)
 		j.State = driver.State(state)
 		return j, err
 	})

@@ -67,6 +67,7 @@ type queries struct {
 	routeStateSet, routeStatePrune, routeStateList                       string
 	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead   string
 	inboxQueueStats, purgeInboxQueue                                     string
+	mark, claimInDoubt, settleInDoubt, resolve, resolutions              string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -122,6 +123,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		inboxDead:        load("inbox_dead"),
 		inboxQueueStats:  load("inbox_queue_stats"),
 		purgeInboxQueue:  load("purge_inbox_queue"),
+
+		mark:          load("mark"),
+		claimInDoubt:  load("claim_in_doubt"),
+		settleInDoubt: load("settle_in_doubt"),
+		resolve:       load("resolve"),
+		resolutions:   load("resolutions"),
 	}
 	return d, nil
 }

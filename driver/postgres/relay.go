@@ -136,6 +136,16 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 		}
 		steps = append(steps, settleStep{d.q.settleDead, []any{ids, p.Token, errs, routes}})
 	}
+	if len(p.InDoubt) > 0 {
+		ids := make([]int64, len(p.InDoubt))
+		errs := make([]string, len(p.InDoubt))
+		routes := make([]string, len(p.InDoubt))
+		delays := make([]int64, len(p.InDoubt))
+		for i, f := range p.InDoubt {
+			ids[i], errs[i], routes[i], delays[i] = f.ID, f.Error, f.Route, max(f.ProbeAfter, 0).Microseconds()
+		}
+		steps = append(steps, settleStep{d.q.settleInDoubt, []any{ids, p.Token, errs, routes, delays}})
+	}
 	if len(p.Release) > 0 {
 		steps = append(steps, settleStep{d.q.settleRelease, []any{p.Release, p.Token}})
 	}
@@ -267,9 +277,10 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.TypeStats, error) {
 		var s driver.TypeStats
-		var age float64
-		err := r.Scan(&s.Type, &s.Owner, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age)
+		var age, doubtAge float64
+		err := r.Scan(&s.Type, &s.Owner, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age, &s.InDoubt, &doubtAge)
 		s.OldestPending = time.Duration(age * float64(time.Second))
+		s.OldestInDoubt = time.Duration(doubtAge * float64(time.Second))
 		return s, err
 	})
 }

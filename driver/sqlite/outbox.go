@@ -28,7 +28,10 @@ type queries struct {
 }
 
 func newQueries(p string) queries {
-	jobCols := "id, message_id, type, key, payload, headers, state, attempts, created_at, available_at, delivered_at, last_error, last_route"
+	// A row in doubt is stored pending and read as in doubt
+	// (driver.StateInDoubt); ?1 of a query that reads jobCols is the
+	// database's now.
+	jobCols := "id, message_id, type, key, payload, headers, CASE WHEN " + doubtCond + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
 	return queries{
 		insertHead: "INSERT INTO " + p + "outbox (message_id, type, key, payload, headers) VALUES ",
 		jobCols:    jobCols,
@@ -36,6 +39,10 @@ func newQueries(p string) queries {
 		settled:    " AND state = 'pending' AND lease_token = ? AND lease_until > ?",
 	}
 }
+
+// doubtCond is true of a row in doubt: pending, marked by an at-most-once
+// attempt (queries/mark.sql), not under a live lease (?1 is now).
+const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?1))"
 
 // RefusedError is a row the outbox table refused by its own rules, the
 // ones every plain SQL INSERT meets too (a type with no owner is a
@@ -317,16 +324,19 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 			}
 		}
 		until := now + p.Lease.Microseconds()
-		args := []any{p.Token, until, until}
+		// ?1 is now, for the RETURNING columns; a marked row (an
+		// at-most-once attempt that may have reached its receiver) is
+		// never claimed again.
+		args := []any{now, p.Token, until, until}
 		var sb strings.Builder
-		sb.WriteString("UPDATE " + o + " SET lease_token = ?, lease_until = ?, available_at = ?, attempts = attempts + 1 WHERE id IN (")
+		sb.WriteString("UPDATE " + o + " SET lease_token = ?2, lease_until = ?3, available_at = ?4, attempts = attempts + 1 WHERE id IN (")
 		if len(types) <= unionLimit {
 			sb.WriteString("SELECT id FROM (")
 			for i, t := range types {
 				if i > 0 {
 					sb.WriteString(" UNION ALL ")
 				}
-				sb.WriteString("SELECT * FROM (SELECT o.id, o.available_at FROM " + o + " o WHERE o.state = 'pending' AND o.type = ? AND o.available_at <= ?")
+				sb.WriteString("SELECT * FROM (SELECT o.id, o.available_at FROM " + o + " o WHERE o.state = 'pending' AND o.type = ? AND o.available_at <= ? AND o.attempted_at IS NULL")
 				if ordered[t] {
 					sb.WriteString(headOfKey)
 				}
@@ -344,7 +354,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 					plain = append(plain, t)
 				}
 			}
-			sb.WriteString("SELECT o.id FROM " + o + " o WHERE o.state = 'pending' AND o.available_at <= ? AND (o.type IN (" + marks(len(plain)) + ") OR (o.type IN (" + marks(len(ord)) + ")" + headOfKey + ")) ORDER BY o.available_at, o.id LIMIT ?)")
+			sb.WriteString("SELECT o.id FROM " + o + " o WHERE o.state = 'pending' AND o.available_at <= ? AND o.attempted_at IS NULL AND (o.type IN (" + marks(len(plain)) + ") OR (o.type IN (" + marks(len(ord)) + ")" + headOfKey + ")) ORDER BY o.available_at, o.id LIMIT ?)")
 			args = append(args, now)
 			for _, t := range plain {
 				args = append(args, t)
@@ -402,10 +412,10 @@ func scanJobs(rows *sql.Rows, withOwner bool) ([]driver.Job, error) {
 			headers, lastErr, lastRoute sql.NullString
 			owner                       sql.NullString
 			created, available          int64
-			delivered                   sql.NullInt64
+			delivered, attempted        sql.NullInt64
 			payload                     []byte
 		)
-		dest := []any{&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &j.Attempt, &created, &available, &delivered, &lastErr, &lastRoute}
+		dest := []any{&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &j.Attempt, &created, &available, &delivered, &lastErr, &lastRoute, &attempted}
 		if withOwner {
 			dest = append(dest, &owner)
 		}
@@ -431,6 +441,10 @@ func scanJobs(rows *sql.Rows, withOwner bool) ([]driver.Job, error) {
 			j.DeliveredAt = &t
 		}
 		j.LastError = lastErr.String
+		if attempted.Valid {
+			t := fromMicros(attempted.Int64)
+			j.AttemptedAt = &t
+		}
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
@@ -510,7 +524,9 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 			}
 		}
 		// A released row was not attempted: give the attempt back.
-		if err := byIDs("UPDATE "+o+" SET attempts = max(attempts - 1, 0), available_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Release, false); err != nil {
+		// A release also clears an at-most-once mark: the relay releases
+		// only rows it did not send.
+		if err := byIDs("UPDATE "+o+" SET attempts = max(attempts - 1, 0), available_at = ?, attempted_at = NULL, lease_token = NULL, lease_until = NULL", []any{now}, p.Release, false); err != nil {
 			return err
 		}
 		// An empty route is stored as none, so a row never shows the route
@@ -523,7 +539,9 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 			if r.Uncounted {
 				back = 1
 			}
-			if err := returning("UPDATE "+o+" SET available_at = ?, attempts = max(attempts - ?, 0), last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+			// A retry says the request never reached the receiver, so an
+			// at-most-once mark is cleared.
+			if err := returning("UPDATE "+o+" SET available_at = ?, attempts = max(attempts - ?, 0), attempted_at = NULL, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
 				[]any{now + delay.Microseconds(), back, r.Error, r.Route, r.ID, p.Token, now}, false); err != nil {
 				return err
 			}
@@ -531,6 +549,14 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 		for _, f := range p.Dead {
 			if err := returning("UPDATE "+o+" SET state = 'dead', available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
 				[]any{now, f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
+				return err
+			}
+		}
+		// Left in doubt: the lease given up, the mark kept (set now when
+		// there was none), and a probe may take the row after ProbeAfter.
+		for _, f := range p.InDoubt {
+			if err := returning("UPDATE "+o+" SET attempted_at = coalesce(attempted_at, ?), available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
+				[]any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
 				return err
 			}
 		}
@@ -688,15 +714,19 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	}
 	// Only pending and dead rows are read, through their partial indexes;
 	// kept delivered rows may be many and are counted elsewhere.
+	// A row in doubt counts in the in-doubt column only, with the age of
+	// its mark.
 	rows, err := d.db.QueryContext(ctx, `SELECT type,
-		coalesce(sum(state = 'pending' AND (lease_until IS NULL OR lease_until <= ?1)), 0),
+		coalesce(sum(state = 'pending' AND attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= ?1)), 0),
 		coalesce(sum(state = 'pending' AND lease_until > ?1), 0),
 		coalesce(sum(state = 'dead'), 0),
 		0,
-		min(CASE WHEN state = 'pending' THEN created_at END)
+		min(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > ?1) THEN created_at END),
+		coalesce(sum(`+doubtCond+`), 0),
+		min(CASE WHEN `+doubtCond+` THEN attempted_at END)
 		FROM `+d.prefix+`outbox WHERE state IN ('pending', 'dead') GROUP BY type
 		UNION ALL
-		SELECT type, 0, 0, 0, sum(n), NULL FROM `+d.prefix+`delivered_counts WHERE minute > ?2 GROUP BY type`,
+		SELECT type, 0, 0, 0, sum(n), NULL, 0, NULL FROM `+d.prefix+`delivered_counts WHERE minute > ?2 GROUP BY type`,
 		now, now-time.Hour.Microseconds())
 	if err != nil {
 		return nil, wrap("stats", err)
@@ -705,12 +735,15 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	byType := map[string]*driver.TypeStats{}
 	for rows.Next() {
 		var s driver.TypeStats
-		var oldest sql.NullInt64
-		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest); err != nil {
+		var oldest, oldestDoubt sql.NullInt64
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt); err != nil {
 			return nil, wrap("stats", err)
 		}
 		if oldest.Valid && oldest.Int64 < now {
 			s.OldestPending = time.Duration(now-oldest.Int64) * time.Microsecond
+		}
+		if oldestDoubt.Valid && oldestDoubt.Int64 < now {
+			s.OldestInDoubt = time.Duration(now-oldestDoubt.Int64) * time.Microsecond
 		}
 		if prev, ok := byType[s.Type]; ok { // one row from each branch
 			prev.Pending += s.Pending
@@ -718,6 +751,8 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 			prev.Dead += s.Dead
 			prev.DeliveredLastHr += s.DeliveredLastHr
 			prev.OldestPending = max(prev.OldestPending, s.OldestPending)
+			prev.InDoubt += s.InDoubt
+			prev.OldestInDoubt = max(prev.OldestInDoubt, s.OldestInDoubt)
 			continue
 		}
 		byType[s.Type] = &s
@@ -758,9 +793,19 @@ const (
 
 // ListMessages pages through outbox rows in id order.
 func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]driver.Job, error) {
+	now, err := d.now(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var where []string
-	var args []any
-	if f.State != "" {
+	args := []any{now} // ?1, read by listCols
+	switch f.State {
+	case "":
+	case driver.StateInDoubt:
+		where = append(where, doubtCond)
+	case driver.StatePending:
+		where = append(where, "state = 'pending' AND NOT "+doubtCond)
+	default:
 		where = append(where, "state = ?")
 		args = append(args, string(f.State))
 	}

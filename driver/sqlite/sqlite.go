@@ -75,6 +75,7 @@ type Driver struct {
 	prefix string
 	q      queries
 	qq     queueQueries
+	once   onceQueries
 	gate   chan struct{} // shared by every Driver of one database file
 	// inserts are the prepared enqueue statements.
 	inserts insertStmts
@@ -177,7 +178,8 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{db: db, prefix: p, q: newQueries(p), qq: newQueueQueries(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
+	q := newQueries(p)
+	return &Driver{db: db, prefix: p, q: q, qq: newQueueQueries(p), once: newOnceQueries(p, q.jobCols), gate: gate, listeners: map[*listener]struct{}{}}, nil
 }
 
 // gates holds one write gate per database file in this process.
@@ -260,6 +262,16 @@ func (d *Driver) write(ctx context.Context, fn func(w writer, now int64) error) 
 		return fmt.Errorf("mensageria/sqlite: %w", err)
 	}
 	defer c.Close()
+	return d.writeOn(ctx, c, fn)
+}
+
+// errBadConn discards a connection left in a state no later user may inherit.
+var errBadConn = sqldriver.ErrBadConn
+
+// writeOn is write's transaction on a connection the caller holds, under
+// the gate.
+func (d *Driver) writeOn(ctx context.Context, c *sql.Conn, fn func(w writer, now int64) error) error {
+	var err error
 	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("mensageria/sqlite: begin: %w", err)
 	}

@@ -51,8 +51,8 @@ type HTTPEndToEndConfig struct {
 	// requests of at most this many envelopes, sent concurrently, each
 	// applied by the receiver in one transaction. Default 100.
 	BatchItems int
-	// Only runs one mode: "single", "batch" or "daemon". Default: every
-	// mode, in that order.
+	// Only runs one mode: "single", "once", "batch" or "daemon". Default:
+	// every mode, in that order.
 	Only string
 	// Daemon, when set, adds a third mode, daemon: the relay is the one
 	// Daemon starts (the mensageria command's relay, configured with batch
@@ -110,8 +110,8 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	if cfg.PacedFor <= 0 {
 		cfg.PacedFor = 10 * time.Second
 	}
-	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "batch" && cfg.Only != "daemon" {
-		return res, fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single, batch or daemon", cfg.Only)
+	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "once" && cfg.Only != "batch" && cfg.Only != "daemon" {
+		return res, fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single, once, batch or daemon", cfg.Only)
 	}
 	if cfg.Only == "daemon" && cfg.Daemon == nil {
 		return res, errors.New("bench: HTTPEndToEnd: Only is daemon, and Daemon is not set")
@@ -135,7 +135,7 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 		return res, err
 	}
 	var notes []string
-	modes := []string{"single", "batch"}
+	modes := []string{"single", "once", "batch"}
 	if cfg.Daemon != nil {
 		modes = append(modes, "daemon")
 	}
@@ -159,6 +159,13 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	if s, b := res.Metrics["msgs/s"], res.Metrics["batch-msgs/s"]; s > 0 && b > 0 {
 		res.Set("batch-ratio", b/s)
 	}
+	// The at-most-once route's cost over the single mode, same claim size:
+	// its throughput ratio (target >= 0.8) and its added latency.
+	if s, o := res.Metrics["msgs/s"], res.Metrics["once-msgs/s"]; s > 0 && o > 0 {
+		res.Set("once-ratio", o/s)
+		res.Set("once-added-p50-ms", res.Metrics["once-p50-ms"]-res.Metrics["p50-ms"])
+		res.Set("once-added-p99-ms", res.Metrics["once-p99-ms"]-res.Metrics["p99-ms"])
+	}
 	if b, d := res.Metrics["batch-msgs/s"], res.Metrics["daemon-msgs/s"]; b > 0 && d > 0 {
 		res.Set("daemon-ratio", d/b)
 	}
@@ -169,7 +176,13 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 // httpMode runs the throughput and the paced phase of one mode.
 func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, mode string) (map[string]float64, string, error) {
 	typ, app, claim := "bench.http", "bench-http", 100
+	var opts []mensageria.RouteOption
 	switch mode {
+	case "once":
+		// The single mode on an at-most-once route: a synchronous mark
+		// per claim before the requests, and the classification.
+		typ, app = "bench.http.once", "bench-http-once"
+		opts = append(opts, mensageria.Mode(mensageria.AtMostOnce))
 	case "batch":
 		typ, app, claim = "bench.http.batch", "bench-http-batch", cfg.BatchClaim
 	case "daemon":
@@ -235,7 +248,7 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 	}
 	client, err := mensageria.New(drv, &mensageria.Config{
 		App:            app,
-		Registry:       mensageria.NewRegistry().MustRegister(typ, sender),
+		Registry:       mensageria.NewRegistry().MustRegister(typ, sender, opts...),
 		BatchSize:      claim,
 		Concurrency:    cfg.Concurrency,
 		NotifyDebounce: time.Millisecond,
@@ -346,8 +359,11 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 	res["p99-ms"] = lat.PercentileMs(99)
 	res["paced-rate"] = float64(total) / pacedElapsed.Seconds()
 	note := fmt.Sprintf("%s: throughput %d msgs, %d producers x 50/tx, relay concurrency %d, claims of %d", mode, cfg.Messages, cfg.Producers, cfg.Concurrency, claim)
-	if mode != "single" {
+	if mode != "single" && mode != "once" {
 		note += fmt.Sprintf(", requests of at most %d", cfg.BatchItems)
+	}
+	if mode == "once" {
+		note += " (an at-most-once route: one synchronous mark per claim)"
 	}
 	if mode == "daemon" {
 		note += " (the command's relay, from a config with batch: true)"

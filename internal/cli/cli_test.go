@@ -151,7 +151,7 @@ func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
 }
 
 func TestHelpEverywhere(t *testing.T) {
-	cmds := [][]string{{}, {"migrate"}, {"migrate", "up"}, {"migrate", "check"}, {"migrate", "sql"}, {"relay"}, {"enqueue"}, {"status"}, {"dead"}, {"dead", "list"}, {"dead", "show"}, {"dead", "retry"}, {"dead", "discard"}, {"owners"}, {"owners", "list"}, {"owners", "register"}, {"owners", "transfer"}, {"owners", "release"}, {"explain"}, {"bench"}, {"demo"}}
+	cmds := [][]string{{}, {"migrate"}, {"migrate", "up"}, {"migrate", "check"}, {"migrate", "sql"}, {"relay"}, {"enqueue"}, {"status"}, {"dead"}, {"dead", "list"}, {"dead", "show"}, {"dead", "retry"}, {"dead", "discard"}, {"doubt"}, {"doubt", "list"}, {"doubt", "show"}, {"doubt", "resolve"}, {"owners"}, {"owners", "list"}, {"owners", "register"}, {"owners", "transfer"}, {"owners", "release"}, {"explain"}, {"bench"}, {"demo"}}
 	for _, c := range cmds {
 		r := run(t, "", nil, append(c, "--help")...)
 		if r.code != 0 || !strings.Contains(r.out, "--config") || !strings.Contains(r.out, "Usage:") {

@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
 // Config is a validated config file.
@@ -50,7 +51,10 @@ type Route struct {
 	// MaxRate bounds the messages per second the relay hands the route
 	// (mensageria.MaxRate); 0: no limit.
 	MaxRate float64
-	Line    int
+	// Delivery is the route's mode (delivery: at_least_once, the default,
+	// or at_most_once for a receiver that is not idempotent).
+	Delivery mensageria.DeliveryMode
+	Line     int
 }
 
 // KafkaRoute is a kafka: block: the idempotent producer to one topic, or
@@ -92,6 +96,21 @@ type HTTPRoute struct {
 	MaxBatchItems int
 	MaxBatchBytes int
 	TLS           *TLSConfig // only with an https:// URL
+	// NotApplied are the statuses that prove the receiver did not apply a
+	// request (at_most_once only); PayloadOnly posts the payload itself;
+	// Reconcile is the probe of messages in doubt (at_most_once only).
+	NotApplied  []int
+	PayloadOnly bool
+	Reconcile   *ReconcileProbe
+}
+
+// ReconcileProbe is an http route's reconcile: block.
+type ReconcileProbe struct {
+	URL        string
+	Token      Secret // default: the route's token
+	Applied    []int
+	NotApplied []int
+	Timeout    time.Duration
 }
 
 // TLSConfig is a tls: block: how the relay verifies the destination and,
@@ -150,6 +169,9 @@ type RelayConfig struct {
 	RouteFailureThreshold int
 	RoutePause            time.Duration
 	RoutePauseMax         time.Duration
+	// ReconcileInterval is how often the probes of at_most_once routes run
+	// (mensageria.Config.ReconcileInterval).
+	ReconcileInterval time.Duration
 }
 
 // Backend returns "postgres" or "sqlite".
@@ -201,6 +223,7 @@ func (c *Config) ClientConfig() mensageria.Config {
 		RouteFailureThreshold: c.Relay.RouteFailureThreshold,
 		RoutePause:            c.Relay.RoutePause,
 		RoutePauseMax:         c.Relay.RoutePauseMax,
+		ReconcileInterval:     c.Relay.ReconcileInterval,
 	}
 }
 
@@ -261,6 +284,7 @@ type rawRoute struct {
 	NATS     *rawNATS  `yaml:"nats"`
 	Ordering string    `yaml:"ordering"`
 	MaxRate  string    `yaml:"max_rate"`
+	Delivery string    `yaml:"delivery"`
 }
 
 type rawKafka struct {
@@ -283,14 +307,25 @@ type rawNATS struct {
 }
 
 type rawHTTP struct {
-	URL           string  `yaml:"url"`
-	Token         string  `yaml:"token"`
-	Timeout       string  `yaml:"timeout"`
-	MaxConcurrent string  `yaml:"max_concurrent"`
-	Batch         string  `yaml:"batch"`
-	MaxBatchItems string  `yaml:"max_batch_items"`
-	MaxBatchBytes string  `yaml:"max_batch_bytes"`
-	TLS           *rawTLS `yaml:"tls"`
+	URL           string        `yaml:"url"`
+	Token         string        `yaml:"token"`
+	Timeout       string        `yaml:"timeout"`
+	MaxConcurrent string        `yaml:"max_concurrent"`
+	Batch         string        `yaml:"batch"`
+	MaxBatchItems string        `yaml:"max_batch_items"`
+	MaxBatchBytes string        `yaml:"max_batch_bytes"`
+	TLS           *rawTLS       `yaml:"tls"`
+	NotApplied    []string      `yaml:"not_applied"`
+	PayloadOnly   string        `yaml:"payload_only"`
+	Reconcile     *rawReconcile `yaml:"reconcile"`
+}
+
+type rawReconcile struct {
+	URL        string   `yaml:"url"`
+	Token      string   `yaml:"token"`
+	Applied    []string `yaml:"applied"`
+	NotApplied []string `yaml:"not_applied"`
+	Timeout    string   `yaml:"timeout"`
 }
 
 type rawTLS struct {
@@ -320,19 +355,21 @@ type rawRelay struct {
 	RouteFailureThreshold string `yaml:"route_failure_threshold"`
 	RoutePause            string `yaml:"route_pause"`
 	RoutePauseMax         string `yaml:"route_pause_max"`
+	ReconcileInterval     string `yaml:"reconcile_interval"`
 }
 
 // sections names each block type for unknown-key messages.
 var sections = map[string]reflect.Type{
-	"rawConfig":  reflect.TypeFor[rawConfig](),
-	"rawRoute":   reflect.TypeFor[rawRoute](),
-	"rawHTTP":    reflect.TypeFor[rawHTTP](),
-	"rawKafka":   reflect.TypeFor[rawKafka](),
-	"rawNATS":    reflect.TypeFor[rawNATS](),
-	"rawRelay":   reflect.TypeFor[rawRelay](),
-	"rawTLS":     reflect.TypeFor[rawTLS](),
-	"rawSASL":    reflect.TypeFor[rawSASL](),
-	"rawConsole": reflect.TypeFor[rawConsole](),
+	"rawConfig":    reflect.TypeFor[rawConfig](),
+	"rawRoute":     reflect.TypeFor[rawRoute](),
+	"rawHTTP":      reflect.TypeFor[rawHTTP](),
+	"rawKafka":     reflect.TypeFor[rawKafka](),
+	"rawNATS":      reflect.TypeFor[rawNATS](),
+	"rawRelay":     reflect.TypeFor[rawRelay](),
+	"rawTLS":       reflect.TypeFor[rawTLS](),
+	"rawSASL":      reflect.TypeFor[rawSASL](),
+	"rawConsole":   reflect.TypeFor[rawConsole](),
+	"rawReconcile": reflect.TypeFor[rawReconcile](),
 }
 
 // LoadConfig reads and validates a config file; env looks variables up
@@ -795,6 +832,8 @@ func libFieldPath(f string) []any {
 		return []any{"relay", "route_pause"}
 	case "RoutePauseMax":
 		return []any{"relay", "route_pause_max"}
+	case "ReconcileInterval":
+		return []any{"relay", "reconcile_interval"}
 	}
 	return []any{"relay"}
 }
@@ -836,6 +875,20 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	}
 	if r.MaxRate, err = p.rate(rr.MaxRate, "routes", i, "max_rate"); err != nil {
 		return r, err
+	}
+	mode, err := p.expand(rr.Delivery, "routes", i, "delivery")
+	if err != nil {
+		return r, err
+	}
+	switch mode {
+	case "", "at_least_once":
+	case "at_most_once":
+		r.Delivery = mensageria.AtMostOnce
+		if rr.HTTP == nil {
+			return r, p.errAt([]any{"routes", i, "delivery"}, "at_most_once needs an http: route: only the HTTP transport tells a request that never left from one that may have been applied")
+		}
+	default:
+		return r, p.errAt([]any{"routes", i, "delivery"}, "unknown delivery %q (use at_least_once, the default, or at_most_once for a receiver that is not idempotent)", mode)
 	}
 	var kinds []string
 	for k, present := range map[string]bool{"http": rr.HTTP != nil, "kafka": rr.Kafka != nil, "nats": rr.NATS != nil} {
@@ -904,6 +957,9 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 				return r, p.errAt(at(k), "only applies with batch: true (each message is its own request otherwise)")
 			}
 		}
+	}
+	if err := p.onceFields(i, r, h, rr.HTTP, at); err != nil {
+		return r, err
 	}
 	if rr.HTTP.TLS != nil {
 		if u.Scheme != "https" {
@@ -1127,6 +1183,10 @@ func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
 		out.RoutePauseMax, e = p.duration(rr.RoutePauseMax, "relay", "route_pause_max")
 		return
 	})
+	do(func() (e error) {
+		out.ReconcileInterval, e = p.duration(rr.ReconcileInterval, "relay", "reconcile_interval")
+		return
+	})
 	do(func() error {
 		v, e := p.expand(rr.Election, "relay", "election")
 		if e != nil {
@@ -1204,4 +1264,93 @@ func (p *parser) int(s string, min int, path ...any) (int, error) {
 		return 0, p.errAt(path, "%d must be at least %d", n, min)
 	}
 	return n, nil
+}
+
+// onceFields reads an http route's at-most-once keys: not_applied,
+// payload_only and the reconcile: block.
+func (p *parser) onceFields(i int, r Route, h *HTTPRoute, rh *rawHTTP, at func(string) []any) error {
+	var err error
+	if h.PayloadOnly, err = p.bool(rh.PayloadOnly, at("payload_only")...); err != nil {
+		return err
+	}
+	if h.PayloadOnly && h.Batch {
+		return p.errAt(at("payload_only"), "a batch request carries envelopes; payload_only sends one message's payload per request (drop batch: true)")
+	}
+	once := r.Delivery == mensageria.AtMostOnce
+	if once && h.Batch {
+		return p.errAt(at("batch"), "batch requests go to a mensageria receiver, which is idempotent: deliver it at_least_once (at_most_once is for a receiver that cannot be)")
+	}
+	for _, k := range []string{"not_applied", "reconcile"} {
+		if !once && p.node(at(k)...) != nil {
+			return p.errAt(at(k), "only applies with delivery: at_most_once (an at-least-once route retries every failure)")
+		}
+	}
+	if h.NotApplied, err = p.statuses(rh.NotApplied, 300, at("not_applied")); err != nil {
+		return err
+	}
+	rc := rh.Reconcile
+	if rc == nil {
+		return nil
+	}
+	base := at("reconcile")
+	rat := func(k string) []any { return append(append([]any{}, base...), k) }
+	pr := &ReconcileProbe{}
+	if pr.URL, err = p.expand(rc.URL, rat("url")...); err != nil {
+		return err
+	}
+	if pr.URL == "" {
+		return p.errAt(rat("url"), "required: the GET that tells whether a message's effect exists, with {key} (the natural key) or {id} in it")
+	}
+	tok, err := p.expand(rc.Token, rat("token")...)
+	if err != nil {
+		return err
+	}
+	if !printableASCII(tok) {
+		return p.errAt(rat("token"), "must be printable ASCII (it travels in the Authorization header)")
+	}
+	pr.Token = Secret(tok)
+	if pr.Token == "" {
+		pr.Token = h.Token
+	}
+	if pr.Applied, err = p.statuses(rc.Applied, 100, rat("applied")); err != nil {
+		return err
+	}
+	if pr.NotApplied, err = p.statuses(rc.NotApplied, 100, rat("not_applied")); err != nil {
+		return err
+	}
+	if pr.Timeout, err = p.duration(rc.Timeout, rat("timeout")...); err != nil {
+		return err
+	}
+	// The library's own checks, located at the block.
+	if _, err := m2mhttp.NewProbe(pr.probeConfig()); err != nil {
+		var ce *mensageria.ConfigError
+		if errors.As(err, &ce) {
+			return p.errAt(base, "%s", ce.Reason)
+		}
+		return p.errAt(base, "%v", err)
+	}
+	h.Reconcile = pr
+	return nil
+}
+
+func (pr *ReconcileProbe) probeConfig() m2mhttp.ProbeConfig {
+	return m2mhttp.ProbeConfig{URL: pr.URL, Token: pr.Token.Reveal(), Applied: pr.Applied, NotApplied: pr.NotApplied, Timeout: pr.Timeout}
+}
+
+// statuses reads a list of HTTP statuses, each from lo to 599.
+func (p *parser) statuses(raw []string, lo int, path []any) ([]int, error) {
+	var out []int
+	for j, v := range raw {
+		at := append(append([]any{}, path...), j)
+		s, err := p.expand(v, at...)
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < lo || n > 599 {
+			return nil, p.errAt(at, "%q is not an HTTP status from %d to 599", s, lo)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

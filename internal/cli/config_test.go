@@ -241,7 +241,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", base(route) + "relays: {batch: 1}\n", 6, "relays", `unknown key "relays"`},
 		{"unknown key in route", base("routes:\n  - type: t\n    htp: {url: http://h/, token: x}\n"), 5, "routes[0].htp", `unknown key "htp"`},
-		{"unknown key in http", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      tokn: x\n"), 7, "routes[0].http.tokn", `unknown key "tokn" (known keys here: url, token, timeout, max_concurrent, batch, max_batch_items, max_batch_bytes, tls)`},
+		{"unknown key in http", base("routes:\n  - type: t\n    http:\n      url: http://h/\n      tokn: x\n"), 7, "routes[0].http.tokn", `unknown key "tokn" (known keys here: url, token, timeout, max_concurrent, batch, max_batch_items, max_batch_bytes, tls, not_applied, payload_only, reconcile)`},
 		{"unknown key in tls", base("routes:\n  - type: t\n    http:\n      url: https://h/\n      token: x\n      tls: {ca: /x}\n"), 8, "routes[0].http.tls.ca", `unknown key "ca" (known keys here: ca_file, cert_file, key_file)`},
 		{"unknown key in sasl", base("routes:\n  - type: t\n    kafka:\n      brokers: [k:9092]\n      topic: t\n      sasl: {mechanism: PLAIN, username: u}\n"), 8, "routes[0].kafka.sasl.username", `unknown key "username" (known keys here: mechanism, user, password)`},
 		{"bad batch bool", base("routes:\n  - type: t\n    http: {url: http://h/, token: x, batch: yes please}\n"), 5, "routes[0].http.batch", "not true or false"},
@@ -362,8 +362,8 @@ func TestDocumentedConfigExample(t *testing.T) {
 		ex, rest, _ = strings.Cut(rest, "```")
 		examples = append(examples, ex)
 	}
-	if len(examples) != 2 {
-		t.Fatalf("docs/config.md has %d yaml examples, want the full one and the production one", len(examples))
+	if len(examples) != 3 {
+		t.Fatalf("docs/config.md has %d yaml examples, want the full one, the at-most-once one and the production one", len(examples))
 	}
 	env := envOf("FATURAMENTO_TOKEN", "tok", "KAFKA_BROKERS", "k1:9092,k2:9092", "CERT_DIR", "/etc/certs", "KAFKA_PASSWORD", "pw")
 	c, err := ParseConfig("docs/config.md", []byte(examples[0]), env)
@@ -386,8 +386,21 @@ func TestDocumentedConfigExample(t *testing.T) {
 		e.RouteFailureThreshold != d.RouteFailureThreshold || e.RoutePause != d.RoutePause || e.RoutePauseMax != d.RoutePauseMax || e.RetryAfterCeiling != d.RetryAfterCeiling {
 		t.Fatalf("the example's relay block %+v differs from the defaults %+v", e, d)
 	}
+	// The at-most-once example: routes and relay, completed here.
+	once, err := ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\n"+examples[1]), envOf("LEGACY_TOKEN", "leg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := once.Routes[0]; r.Delivery != mensageria.AtMostOnce || !r.HTTP.PayloadOnly || len(r.HTTP.NotApplied) != 1 || r.HTTP.NotApplied[0] != 503 ||
+		r.HTTP.Reconcile == nil || r.HTTP.Reconcile.Token.Reveal() != "leg" || r.HTTP.Reconcile.Timeout != 5*time.Second ||
+		len(r.HTTP.Reconcile.Applied) != 1 || r.HTTP.Reconcile.Applied[0] != 200 || len(r.HTTP.Reconcile.NotApplied) != 1 || r.HTTP.Reconcile.NotApplied[0] != 404 {
+		t.Fatalf("at-most-once route: %+v %+v", r, r.HTTP)
+	}
+	if e, d := once.Effective(), (&Config{App: "a"}).Effective(); e.ReconcileInterval != d.ReconcileInterval {
+		t.Fatalf("the example's reconcile_interval %s is not the default %s it says", e.ReconcileInterval, d.ReconcileInterval)
+	}
 	// The production example: only routes, so it is completed here.
-	prod, err := ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\n"+examples[1]), env)
+	prod, err := ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\n"+examples[2]), env)
 	if err != nil {
 		t.Fatal(err)
 	}

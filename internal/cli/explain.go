@@ -247,6 +247,26 @@ func delivery(r Route) string {
 	if r.HTTP == nil {
 		return ""
 	}
+	if r.Delivery == mensageria.AtMostOnce {
+		s := "at most once, for a receiver that is not idempotent: the relay commits a mark before each request, and a request that may have reached the receiver without a definite answer (a timeout, a connection cut after it was written, a 5xx, the relay dying) leaves its message in doubt, never sent again automatically ('mensageria doubt'); only a refused connection, a name that does not resolve"
+		if len(r.HTTP.NotApplied) > 0 {
+			s += fmt.Sprintf(" or a status declared not applied (%v)", r.HTTP.NotApplied)
+		}
+		s += " is retried"
+		if p := r.HTTP.Reconcile; p != nil {
+			applied, not := p.Applied, p.NotApplied
+			if len(applied) == 0 {
+				applied = []int{200}
+			}
+			if len(not) == 0 {
+				not = []int{404}
+			}
+			s += fmt.Sprintf("; messages in doubt are probed with GET %s (applied %v: delivered; not applied %v: one more attempt; anything else: still in doubt)", strings.SplitN(p.URL, "?", 2)[0], applied, not)
+		} else {
+			s += "; no reconcile probe: an operator resolves messages in doubt"
+		}
+		return s
+	}
 	if !r.HTTP.Batch {
 		return "single: one request per message"
 	}

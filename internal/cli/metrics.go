@@ -128,6 +128,8 @@ var (
 	descDead      = prometheus.NewDesc("mensageria_outbox_dead", "Dead letters waiting for an operator, by type.", typeLabels, nil)
 	descDelivered = prometheus.NewDesc("mensageria_outbox_delivered_last_hour", "Messages delivered in the last hour, by type.", typeLabels, nil)
 	descOldest    = prometheus.NewDesc("mensageria_outbox_oldest_pending_seconds", "Age of the oldest pending message, by type.", typeLabels, nil)
+	descInDoubt   = prometheus.NewDesc("mensageria_outbox_in_doubt", "Messages of at_most_once routes in doubt (their attempt may have reached the receiver; never sent again automatically), by type.", typeLabels, nil)
+	descDoubtAge  = prometheus.NewDesc("mensageria_outbox_oldest_in_doubt_seconds", "Age of the oldest message in doubt's attempt, by type (0 when none).", typeLabels, nil)
 	descHolder    = prometheus.NewDesc("mensageria_election_holder", "1 for the process that holds the app's relay election, as the database knows it.", []string{"app", "holder"}, nil)
 	descUp        = prometheus.NewDesc("mensageria_outbox_stats_up", "1 when the last read of the outbox statistics succeeded.", []string{"app"}, nil)
 )
@@ -140,7 +142,7 @@ type outboxCollector struct {
 }
 
 func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descInFlight, descDead, descDelivered, descOldest, descHolder, descUp} {
+	for _, d := range []*prometheus.Desc{descPending, descInFlight, descDead, descDelivered, descOldest, descInDoubt, descDoubtAge, descHolder, descUp} {
 		ch <- d
 	}
 }
@@ -162,6 +164,8 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), l...)
 		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHr), l...)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), l...)
+		ch <- prometheus.MustNewConstMetric(descInDoubt, prometheus.GaugeValue, float64(s.InDoubt), l...)
+		ch <- prometheus.MustNewConstMetric(descDoubtAge, prometheus.GaugeValue, s.OldestInDoubt.Seconds(), l...)
 	}
 	if c.elector != nil {
 		if h, err := c.elector.Holder(ctx); err == nil && h.Holder != "" {

@@ -100,6 +100,8 @@ func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensa
 			MaxConcurrent: h.MaxConcurrent,
 			MaxBatchItems: h.MaxBatchItems,
 			MaxBatchBytes: h.MaxBatchBytes,
+			NotApplied:    h.NotApplied,
+			PayloadOnly:   h.PayloadOnly,
 		}
 		if h.TLS != nil {
 			tc, err := h.TLS.load(c.File, time.Now())
@@ -261,6 +263,17 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		}
 		if r.MaxRate > 0 {
 			opts = append(opts, mensageria.MaxRate(r.MaxRate))
+		}
+		if r.Delivery == mensageria.AtMostOnce {
+			opts = append(opts, mensageria.Mode(mensageria.AtMostOnce))
+			if r.HTTP.Reconcile != nil && live {
+				probe, err := m2mhttp.NewProbe(r.HTTP.Reconcile.probeConfig())
+				if err != nil {
+					closeAll()
+					return nil, nil, nil, fmt.Errorf("route %s (line %d): reconcile: %w", r.Type, r.Line, err)
+				}
+				opts = append(opts, mensageria.Reconcile(probe))
+			}
 		}
 		if err := reg.Register(r.Type, s, opts...); err != nil {
 			closeAll()

@@ -26,6 +26,10 @@ type StatusType struct {
 	Dead             int64   `json:"dead"`
 	DeliveredLastHr  int64   `json:"delivered_last_hour"`
 	OldestPendingSec float64 `json:"oldest_pending_seconds"`
+	// InDoubt counts the messages of an at_most_once route in doubt;
+	// OldestInDoubtSec is the age of the oldest one's attempt.
+	InDoubt          int64   `json:"in_doubt"`
+	OldestInDoubtSec float64 `json:"oldest_in_doubt_seconds"`
 	// Route is the flow control of the type's route as its active relay
 	// last recorded it; absent before any relay of the owner ran.
 	Route *StatusRoute `json:"route,omitempty"`
@@ -72,6 +76,7 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		st.Types = append(st.Types, StatusType{
 			Type: s.Type, Routed: routed, Owner: s.Owner, Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead,
 			DeliveredLastHr: s.DeliveredLastHr, OldestPendingSec: s.OldestPending.Seconds(),
+			InDoubt: s.InDoubt, OldestInDoubtSec: s.OldestInDoubt.Seconds(),
 		})
 	}
 	// A routed type with no rows yet still gets its line: "0 pending" is
@@ -182,6 +187,12 @@ func writeStatus(w io.Writer, st *Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
 	}
 	_ = tw.Flush()
+	for _, t := range st.Types {
+		if t.InDoubt > 0 {
+			fmt.Fprintf(w, "in doubt: %s has %d message(s) whose attempt may have reached the receiver (the oldest %s ago); the relay will not send them again: 'mensageria doubt list'\n",
+				t.Type, t.InDoubt, (time.Duration(t.OldestInDoubtSec * float64(time.Second))).Round(time.Second))
+		}
+	}
 	for _, t := range st.Types {
 		if t.Routed && t.Owner != "" && t.Owner != st.App {
 			fmt.Fprintf(w, "(!) %s is routed by this config but owned by app %s: app %s's relay refuses to start until it moves ('mensageria owners transfer')\n", t.Type, t.Owner, st.App)

@@ -19,12 +19,13 @@ const modelFile = "../../docs/model/delivery.pml"
 // The assertions of the model, by the property they check, as pan prints
 // them when they fail.
 const (
-	propStaleSettle = "assertion violated ((tok[i]==(me+1))&&(lease[i]>0))" // no settle by a relay whose lease passed
-	propOneEpoch    = "assertion violated (myep>=claimedEpoch)"             // at most one epoch claims at a time
-	propKeyOrder    = "assertion violated (got[j]||(st[j]==2))"             // per-key order
-	propProduced    = "assertion violated (kcommitted[i]<=1)"               // no row produced twice into Kafka
-	propNotLost     = "assertion violated got[i]"                           // nothing marked delivered that was not
-	propLiveness    = "acceptance cycle"                                    // every message ends delivered or dead
+	propStaleSettle = "assertion violated ((tok[i]==(me+1))&&(lease[i]>0))"   // no settle by a relay whose lease passed
+	propOneEpoch    = "assertion violated (myep>=claimedEpoch)"               // at most one epoch claims at a time
+	propKeyOrder    = "assertion violated (got[j]||(st[j]==2))"               // per-key order
+	propProduced    = "assertion violated (kcommitted[i]<=1)"                 // no row produced twice into Kafka
+	propNotLost     = "assertion violated got[i]"                             // nothing marked delivered that was not
+	propLiveness    = "acceptance cycle"                                      // every message ends delivered or dead
+	propOnce        = "assertion violated ((applied[0]<=1)&&(applied[1]<=1))" // at-most-once: no effect applied twice (N=2)
 )
 
 // check is one run of the checker: the model compiled with Defines.
@@ -49,6 +50,7 @@ var bounded = []check{
 	{Name: "election none", Defines: []string{"-DNOELECTION"}},
 	{Name: "liveness, plain sender", Defines: []string{"-DLIVE", "-DSTOPS=0", "-DCRASHES=0"}, Live: true},
 	{Name: "liveness, kafka transactional", Defines: []string{"-DLIVE", "-DKAFKA", "-DN=1", "-DSTOPS=0", "-DSETTLEFAILS=0"}, Live: true},
+	{Name: "at-most-once route", Defines: []string{"-DAMO"}},
 }
 
 // The deliberate bugs: each must make the checker fail, on the property
@@ -62,6 +64,9 @@ var bugs = []check{
 	{Name: "kafka without reconcile", Defines: []string{"-DKAFKA", "-DN=1", "-DBUG_KAFKA_NO_RECONCILE"}, Want: propProduced},
 	{Name: "kafka positions outside the transaction", Defines: []string{"-DKAFKA", "-DN=1", "-DBUG_KAFKA_POSITIONS_OUTSIDE_TXN"}, Want: propProduced},
 	{Name: "kafka positions known before the commit", Defines: []string{"-DKAFKA", "-DN=1", "-DBUG_KAFKA_KNOWN_BEFORE_COMMIT"}, Want: propNotLost},
+	{Name: "at-most-once: sent without a mark", Defines: []string{"-DAMO", "-DBUG_AMO_SEND_UNMARKED"}, Want: propOnce},
+	{Name: "at-most-once: a marked row claimed again", Defines: []string{"-DAMO", "-DBUG_AMO_CLAIM_MARKED"}, Want: propOnce},
+	{Name: "at-most-once: sent after the lease", Defines: []string{"-DAMO", "-DBUG_AMO_SEND_AFTER_LEASE"}, Want: propOnce},
 	{Name: "a dead row blocks its key", Defines: []string{"-DLIVE", "-DSTOPS=0", "-DCRASHES=0", "-DBUG_DEAD_BLOCKS_KEY"}, Live: true, Want: propLiveness},
 }
 

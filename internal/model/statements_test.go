@@ -24,6 +24,7 @@ var (
 	sqlGlobs = []string{
 		"driver/postgres/queries/*.sql",
 		"driver/postgres/migrations/*.sql",
+		"driver/sqlite/queries/*.sql",
 		"driver/sqlite/migrations/*.sql",
 	}
 	goGlobs = []string{

@@ -11,7 +11,7 @@ import (
 
 // Knobs of BenchmarkHTTPEndToEnd; zero keeps the scenario's default.
 var (
-	benchOnly        = flag.String("http.only", "", "BenchmarkHTTPEndToEnd: run only the single or the batch mode")
+	benchOnly        = flag.String("http.only", "", "BenchmarkHTTPEndToEnd: run only the single, once (at-most-once) or batch mode")
 	benchMessages    = flag.Int("http.messages", 0, "BenchmarkHTTPEndToEnd: messages in each throughput phase (default 50000)")
 	benchConcurrency = flag.Int("http.concurrency", 0, "BenchmarkHTTPEndToEnd: relay and sender concurrency (default 16)")
 	benchClaim       = flag.Int("http.claim", 0, "BenchmarkHTTPEndToEnd: relay BatchSize in the batch mode (default 100)")
@@ -39,6 +39,7 @@ func BenchmarkHTTPEndToEnd(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, m := range []string{"msgs/s", "p50-ms", "p99-ms", "enqueue/s", "paced-rate",
+			"once-msgs/s", "once-p50-ms", "once-p99-ms", "once-ratio", "once-added-p50-ms", "once-added-p99-ms",
 			"batch-msgs/s", "batch-p50-ms", "batch-p99-ms", "batch-enqueue/s", "batch-paced-rate", "batch-ratio"} {
 			if v, ok := res.Metrics[m]; ok {
 				b.ReportMetric(v, m)

@@ -9,9 +9,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -50,7 +52,24 @@ type SenderConfig struct {
 	// its own travels alone. Default 1 MiB (the receiver's default).
 	// Unused by NewSender.
 	MaxBatchBytes int
+	// NotApplied lists the statuses that prove the receiver did not apply
+	// the request, such as a 503 from a gateway in front of it that
+	// answers before forwarding. On an at-most-once route
+	// (mensageria.Mode(mensageria.AtMostOnce)) they are retried as usual
+	// (mensageria.NotSent); any other answer but 2xx or a 3xx/4xx refusal
+	// leaves the message in doubt. Each must be 300..599. Default none.
+	NotApplied []int
+	// PayloadOnly POSTs the message's payload itself as the body instead
+	// of the mensageria envelope, for a receiver that is not a mensageria
+	// Receiver (a legacy API behind an at-most-once route). The message
+	// id travels as X-Request-Id (unless a header overrides it), its key
+	// as Idempotency-Key, its type as X-Mensageria-Type; its other headers
+	// (but traceparent) are not sent. Unused by NewBatchSender.
+	PayloadOnly bool
 }
+
+// HeaderMessageType carries the message type of a PayloadOnly request.
+const HeaderMessageType = "X-Mensageria-Type"
 
 // Sender delivers messages of one route to one HTTP receiver. It
 // implements mensageria.Sender and is safe for concurrent use.
@@ -72,7 +91,9 @@ type Sender struct {
 	sem    chan struct{}
 	// timeout bounds one request; kept off http.Client.Timeout so that a
 	// caller's Client with its own Timeout keeps it.
-	timeout time.Duration
+	timeout     time.Duration
+	notApplied  map[int]bool
+	payloadOnly bool
 }
 
 // NewSender validates cfg and returns its Sender.
@@ -99,6 +120,13 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.MaxConcurrent < 0 {
 		return nil, &mensageria.ConfigError{Field: "MaxConcurrent", Reason: "must be at least 1"}
 	}
+	notApplied := map[int]bool{}
+	for _, st := range cfg.NotApplied {
+		if st < 300 || st > 599 {
+			return nil, &mensageria.ConfigError{Field: "NotApplied", Reason: fmt.Sprintf("%d is not a status that refuses a request (300..599)", st)}
+		}
+		notApplied[st] = true
+	}
 	var c http.Client
 	if cfg.Client != nil {
 		c = *cfg.Client
@@ -113,6 +141,9 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		client:  &c,
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
 		timeout: cfg.Timeout,
+
+		notApplied:  notApplied,
+		payloadOnly: cfg.PayloadOnly,
 	}, nil
 }
 
@@ -144,9 +175,25 @@ func newTransport(maxConns int) *http.Transport {
 	return t
 }
 
-// Send POSTs one envelope and classifies the answer (see the package doc).
+// Send POSTs one envelope (or, PayloadOnly, the payload) and classifies
+// the answer (see the package doc).
+//
+// On an at-most-once route (d.AtMostOnce) it also says which failures
+// prove the request never reached the receiver, wrapping them with
+// mensageria.NotSent: no request slot came free, or the request's
+// headers were never written (no connection: refused, DNS, TLS, a dial
+// timeout), or a status listed in NotApplied. Anything else after the
+// headers were written (a timeout, a reset, a cut connection, a 5xx) may
+// have applied the effect, and the relay leaves the message in doubt.
+// net/http then re-sends nothing that may have been processed: the
+// Idempotency-Key header, which makes it treat a POST as replayable, is
+// set in a form its check does not see (header names are
+// case-insensitive on the wire), so it retries only a request it knows
+// was never written (HTTP/1.1) or that the server refused unprocessed
+// (HTTP/2 REFUSED_STREAM and GOAWAY); see docs/adr/0015 for HTTP/2's
+// retry after a peer's PROTOCOL_ERROR, the one window left.
 func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
-	body, err := EncodeEnvelope(d)
+	body, err := s.body(d)
 	if err != nil {
 		return mensageria.Permanent(err)
 	}
@@ -154,12 +201,16 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
 		// Every request slot to this destination stayed busy: it is slow.
-		return mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.url, cap(s.sem), ctx.Err()))
+		return notSentIf(d.AtMostOnce, mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.url, cap(s.sem), ctx.Err())))
 	}
 	defer func() { <-s.sem }()
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	var wrote atomic.Bool
+	if d.AtMostOnce {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return mensageria.Permanent(fmt.Errorf("build request: %w", err))
@@ -169,11 +220,18 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 	h.Set("Accept", contentTypeJSON+", "+contentTypeProblem)
 	h.Set(headerAuthorization, s.auth)
 	h.Set(mensageria.HeaderRequestID, requestIDOf(d))
+	if s.payloadOnly {
+		h.Set(HeaderMessageType, headerSafe(d.Type))
+	}
 	// The key in the body is authoritative; the header is a convenience
 	// for proxies and logs, so a key that cannot be a header value is
 	// simply not repeated there.
 	if validHeaderValue(d.Key) {
-		h.Set(headerIdempotencyKey, d.Key)
+		if d.AtMostOnce {
+			h[idempotencyKeyWire] = []string{d.Key}
+		} else {
+			h.Set(headerIdempotencyKey, d.Key)
+		}
 	}
 	if tp := d.Headers[mensageria.HeaderTraceparent]; tp != "" && validHeaderValue(tp) {
 		h.Set(mensageria.HeaderTraceparent, tp)
@@ -181,10 +239,40 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return s.transportError(ctx, err)
+		return notSentIf(d.AtMostOnce && !wrote.Load(), s.transportError(ctx, err))
 	}
 	defer resp.Body.Close()
-	return classify(resp, time.Now())
+	err = classify(resp, time.Now())
+	return notSentIf(d.AtMostOnce && s.notApplied[resp.StatusCode], err)
+}
+
+// idempotencyKeyWire is Idempotency-Key as net/http's replay check does
+// not look it up (it looks for the canonical form only); receivers read
+// header names case-insensitively.
+const idempotencyKeyWire = "idempotency-key"
+
+func notSentIf(cond bool, err error) error {
+	if cond && err != nil {
+		return mensageria.NotSent(err)
+	}
+	return err
+}
+
+func (s *Sender) body(d *mensageria.Delivery) ([]byte, error) {
+	if !s.payloadOnly {
+		return EncodeEnvelope(d)
+	}
+	if len(d.Payload) == 0 {
+		return []byte("{}"), nil
+	}
+	return d.Payload, nil
+}
+
+func headerSafe(v string) string {
+	if validHeaderValue(v) {
+		return v
+	}
+	return url.PathEscape(v)
 }
 
 // transportError is a request that got no HTTP answer: a refused or reset

@@ -12,6 +12,9 @@
 -- periodic sweep that finds rows committed late below a floor.
 -- Every row also returns the claim's now(), which the next floor is
 -- measured from.
+-- A marked row (attempted_at set: an at-most-once attempt that may have
+-- reached its receiver, mark.sql) is never claimed again: it is in doubt
+-- until a definite outcome, a reconcile probe or an operator clears it.
 WITH fence AS (
     SELECT $6::text = '' OR EXISTS (
         SELECT 1 FROM {{schema}}.leader WHERE app = $6::text AND epoch = $7::bigint) AS ok
@@ -26,6 +29,7 @@ WITH fence AS (
           AND o.available_at <= now()
           AND (o.available_at, o.id) >= (t.floor_at, t.floor_id)
           AND (o.lease_until IS NULL OR o.lease_until <= now())
+          AND o.attempted_at IS NULL
           AND (NOT t.ordered OR NOT EXISTS (
                 SELECT 1 FROM {{schema}}.outbox p
                 WHERE p.state = 'pending' AND p.type = o.type AND p.key = o.key AND p.id < o.id))

@@ -1,5 +1,7 @@
--- Gives rows back untried: the attempt the claim counted is taken back.
+-- Gives rows back untried: the attempt the claim counted is taken back,
+-- and an at-most-once mark is cleared (the relay releases only rows it
+-- did not send).
 UPDATE {{schema}}.outbox
-SET lease_token = NULL, lease_until = NULL, attempts = greatest(attempts - 1, 0)
+SET lease_token = NULL, lease_until = NULL, attempted_at = NULL, attempts = greatest(attempts - 1, 0)
 WHERE id = ANY($1::bigint[]) AND state = 'pending' AND lease_token = $2 AND lease_until > now()
 RETURNING id;

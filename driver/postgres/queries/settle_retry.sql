@@ -3,9 +3,12 @@
 -- relaying app and the destination; '' stores none). A row flagged in $6
 -- failed on its destination, not on its own: the attempt the claim counted
 -- is taken back, so an outage never spends a message's attempts.
+-- A retry says the request never reached the receiver (or the receiver
+-- says it has no effect), so an at-most-once mark is cleared.
 UPDATE {{schema}}.outbox o
 SET available_at = now() + r.delay_us * interval '1 microsecond',
     attempts = CASE WHEN r.uncounted THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+    attempted_at = NULL,
     lease_token = NULL, lease_until = NULL, last_error = r.err, last_route = nullif(r.route, '')
 FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bool[]) AS r(id, delay_us, err, route, uncounted)
 WHERE o.id = r.id AND o.state = 'pending' AND o.lease_token = $2 AND o.lease_until > now()

@@ -1,11 +1,15 @@
 -- Each part reads its own partial index instead of the whole table. The
 -- owner comes from the catalog, one primary-key lookup per type ('' for a
 -- type no app owns, such as one released while rows of it wait).
+-- A row in doubt (marked by an at-most-once attempt, not under a live
+-- lease) counts in in_doubt only, with the age of its mark.
 WITH p AS (
     SELECT type,
-           count(*) FILTER (WHERE lease_until IS NULL OR lease_until <= now()) AS pending,
+           count(*) FILTER (WHERE attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= now())) AS pending,
            count(*) FILTER (WHERE lease_until > now()) AS in_flight,
-           min(created_at) AS oldest
+           count(*) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now())) AS in_doubt,
+           min(created_at) FILTER (WHERE attempted_at IS NULL OR lease_until > now()) AS oldest,
+           min(attempted_at) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now())) AS oldest_doubt
     FROM {{schema}}.outbox WHERE state = 'pending' GROUP BY type
 ), d AS (
     SELECT type, count(*) AS dead FROM {{schema}}.outbox WHERE state = 'dead' GROUP BY type
@@ -16,9 +20,11 @@ WITH p AS (
     SELECT coalesce(p.type, d.type, l.type) AS type,
            coalesce(p.pending, 0) AS pending, coalesce(p.in_flight, 0) AS in_flight,
            coalesce(d.dead, 0) AS dead, coalesce(l.delivered, 0) AS delivered,
-           coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 AS oldest
+           coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 AS oldest,
+           coalesce(p.in_doubt, 0) AS in_doubt,
+           coalesce(extract(epoch FROM now() - p.oldest_doubt), 0)::float8 AS oldest_doubt
     FROM p FULL JOIN d ON d.type = p.type FULL JOIN l ON l.type = coalesce(p.type, d.type)
 )
-SELECT s.type, coalesce(w.app, ''), s.pending, s.in_flight, s.dead, s.delivered, s.oldest
+SELECT s.type, coalesce(w.app, ''), s.pending, s.in_flight, s.dead, s.delivered, s.oldest, s.in_doubt, s.oldest_doubt
 FROM s LEFT JOIN {{schema}}.owners w ON w.kind = 'type' AND w.name = s.type
 ORDER BY 1;

@@ -52,6 +52,14 @@ type flags struct {
 	lease, timeout                                                time.Duration
 	dropAcks                                                      float64
 	conns                                                         int
+	// At-most-once routes (the at-most-once suite): statuses declared not
+	// applied, the reconcile probe's URL template, the key prefix whose
+	// deliveries hold after their mark (for a SIGKILL between mark and
+	// send), and how often probes run.
+	once               bool
+	notApplied, probe  string
+	holdPrefix         string
+	reconcile, holdFor time.Duration
 }
 
 func main() {
@@ -70,6 +78,12 @@ func main() {
 	flag.DurationVar(&f.timeout, "timeout", 1500*time.Millisecond, "HTTP request timeout (relay)")
 	flag.Float64Var(&f.dropAcks, "drop-acks", 0, "probability of applying a message and then dropping the answer (receiver)")
 	flag.IntVar(&f.conns, "conns", 4, "database connections")
+	flag.BoolVar(&f.once, "once", false, "at-most-once routes (relay)")
+	flag.StringVar(&f.notApplied, "not-applied", "", "comma-separated statuses that prove the receiver did not apply a request (relay, -once)")
+	flag.StringVar(&f.probe, "probe", "", "reconcile probe URL template with {key} (relay, -once)")
+	flag.StringVar(&f.holdPrefix, "hold-prefix", "", "keys with this prefix wait -hold-for after their mark, before their request, printing 'holding KEY' (relay, -once)")
+	flag.DurationVar(&f.holdFor, "hold-for", 30*time.Second, "see -hold-prefix")
+	flag.DurationVar(&f.reconcile, "reconcile", 200*time.Millisecond, "reconcile interval (relay, -once)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -172,6 +186,9 @@ func (hook) OnDelivery(ev mensageria.DeliveryEvent) {
 	if ev.Outcome == mensageria.OutcomeFenced || ev.Outcome == mensageria.OutcomeExpired {
 		emit("fenced %s", ev.Type)
 	}
+	if (ev.Outcome == mensageria.OutcomeRetry || ev.Outcome == mensageria.OutcomePostponed) && mensageria.IsNotSent(ev.Err) {
+		emit("notsent %s", ev.Type)
+	}
 }
 
 func (hook) OnElection(ev mensageria.ElectionEvent) { emit("leader %v %d", ev.Leader, ev.Epoch) }
@@ -184,12 +201,29 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	hs, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: f.url, Token: f.token, Timeout: f.timeout, MaxConcurrent: 16})
+	var notApplied []int
+	for _, s := range split(f.notApplied) {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("-not-applied: %w", err)
+		}
+		notApplied = append(notApplied, n)
+	}
+	hs, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: f.url, Token: f.token, Timeout: f.timeout, MaxConcurrent: 16, NotApplied: notApplied})
 	if err != nil {
 		return err
 	}
 	label := f.label
 	send := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+		if f.holdPrefix != "" && strings.HasPrefix(d.Key, f.holdPrefix) && d.Attempt == 1 {
+			// Marked, not yet sent: the harness kills us here.
+			emit("holding %s", d.Key)
+			select {
+			case <-time.After(f.holdFor):
+			case <-ctx.Done():
+				return mensageria.NotSent(ctx.Err())
+			}
+		}
 		dd := *d
 		dd.Headers = make(map[string]string, len(d.Headers)+1)
 		for k, v := range d.Headers {
@@ -202,9 +236,20 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 	for _, t := range split(f.ordered) {
 		ordered[t] = true
 	}
+	var onceOpts []mensageria.RouteOption
+	if f.once {
+		onceOpts = append(onceOpts, mensageria.Mode(mensageria.AtMostOnce))
+		if f.probe != "" {
+			p, err := m2mhttp.NewProbe(m2mhttp.ProbeConfig{URL: f.probe, Token: f.token, Timeout: f.timeout})
+			if err != nil {
+				return err
+			}
+			onceOpts = append(onceOpts, mensageria.Reconcile(p))
+		}
+	}
 	reg := mensageria.NewRegistry()
 	for _, t := range split(f.types) {
-		var opts []mensageria.RouteOption
+		opts := append([]mensageria.RouteOption(nil), onceOpts...)
 		if ordered[t] {
 			opts = append(opts, mensageria.Ordered())
 		}
@@ -228,6 +273,8 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 		RoutePauseMax: 2 * time.Second,
 		Logger:        log,
 		Hooks:         []mensageria.Hook{hook{}},
+
+		ReconcileInterval: f.reconcile,
 	})
 	if err != nil {
 		return err

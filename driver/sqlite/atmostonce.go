@@ -1,0 +1,274 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+var _ driver.AtMostOnce = (*Driver)(nil)
+
+// onceQueries are the at-most-once statements (queries/mark.sql and the
+// others), prefix and job columns filled in.
+type onceQueries struct {
+	mark, claimInDoubt, doubtRows                                    string
+	resolveDelivered, resolveKept, resolveRetry, resolveDead, record string
+}
+
+func newOnceQueries(prefix, jobCols string) onceQueries {
+	load := func(name string) string {
+		b, err := queryFS.ReadFile("queries/" + name + ".sql")
+		if err != nil {
+			panic(err) // embedded at build time; missing means a broken build
+		}
+		return strings.NewReplacer("{{p}}", prefix, "{{jobcols}}", jobCols).Replace(string(b))
+	}
+	return onceQueries{
+		mark: load("mark"), claimInDoubt: load("claim_in_doubt"), doubtRows: load("doubt_rows"),
+		resolveDelivered: load("resolve_delivered"), resolveKept: load("resolve_delivered_kept"),
+		resolveRetry: load("resolve_retry"), resolveDead: load("resolve_dead"), record: load("resolve_record"),
+	}
+}
+
+// Mark records the at-most-once attempt of the rows of p: each still
+// leased to p.Token under a live lease and not marked yet gets
+// attempted_at. The transaction commits with synchronous=FULL, so the WAL
+// is on disk before Mark returns (the driver's NORMAL survives a crash of
+// the process but not of the machine); only the rows returned may be sent.
+func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error) {
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	var marked []int64
+	err := d.writeDurable(ctx, func(w writer, now int64) error {
+		marked = marked[:0]
+		rows, err := w.QueryContext(ctx, d.once.mark, now, int64sJSON(p.IDs), p.Token)
+		if err != nil {
+			return wrap("mark", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return wrap("mark", err)
+			}
+			marked = append(marked, id)
+		}
+		return wrap("mark", rows.Err())
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(marked)
+	return marked, nil
+}
+
+// writeDurable is write with synchronous=FULL on its connection for the
+// transaction (EXTRA is kept), put back as it was afterwards.
+func (d *Driver) writeDurable(ctx context.Context, fn func(w writer, now int64) error) error {
+	select {
+	case d.gate <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("mensageria/sqlite: waiting for the write lock: %w", ctx.Err())
+	}
+	defer func() { <-d.gate }()
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("mensageria/sqlite: %w", err)
+	}
+	defer c.Close()
+	var was int
+	if err := c.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&was); err != nil {
+		return wrap("reading synchronous", err)
+	}
+	if was >= 2 { // FULL or EXTRA already
+		return d.writeOn(ctx, c, fn)
+	}
+	if _, err := c.ExecContext(ctx, "PRAGMA synchronous = FULL"); err != nil {
+		return wrap("synchronous = FULL", err)
+	}
+	defer func() {
+		if _, err := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA synchronous = %d", was)); err != nil {
+			_ = c.Raw(func(any) error { return errBadConn })
+		}
+	}()
+	return d.writeOn(ctx, c, fn)
+}
+
+// ClaimInDoubt leases rows in doubt of p.Types whose probe time has come
+// and whose lease ended at least p.Quiet ago,
+// without counting an attempt, for a reconcile probe. The fence is the
+// claim's.
+func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
+	types := dedupe(p.Types)
+	if len(types) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("mensageria/sqlite: claim in doubt: lease must be positive, got %s", p.Lease)
+	}
+	var jobs []driver.Job
+	err := d.write(ctx, func(w writer, now int64) error {
+		if p.Fence != nil {
+			var epoch int64
+			var holder string
+			err := w.QueryRowContext(ctx, "SELECT epoch, holder FROM "+d.prefix+"leader WHERE app = ?", p.Fence.App).Scan(&epoch, &holder)
+			if err == sql.ErrNoRows || (err == nil && (epoch != p.Fence.Epoch || holder == "")) {
+				return nil
+			}
+			if err != nil {
+				return wrap("claim in doubt fence", err)
+			}
+		}
+		// The leased row reads as pending while the probe runs; RETURNING
+		// sees the row after the update.
+		rows, err := w.QueryContext(ctx, d.once.claimInDoubt,
+			now, p.Token, now+p.Lease.Microseconds(), stringsJSON(types), p.Limit, now-max(p.Quiet, 0).Microseconds())
+		if err != nil {
+			return wrap("claim in doubt", err)
+		}
+		jobs, err = scanJobs(rows, false)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		jobs[i].State = driver.StateInDoubt
+	}
+	slices.SortFunc(jobs, func(a, b driver.Job) int { return int(a.ID - b.ID) })
+	return jobs, nil
+}
+
+// Resolve records an operator's decision on rows in doubt, in one
+// transaction with the record of it.
+func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.ResolveResult, error) {
+	if err := driver.CheckResolve(p); err != nil {
+		return driver.ResolveResult{}, err
+	}
+	var res driver.ResolveResult
+	err := d.write(ctx, func(w writer, now int64) error {
+		res = driver.ResolveResult{}
+		type doubtRow struct {
+			id       int64
+			mid, typ string
+			key      string
+		}
+		rows, err := w.QueryContext(ctx, d.once.doubtRows, now, int64sJSON(p.IDs))
+		if err != nil {
+			return wrap("resolve", err)
+		}
+		var found []doubtRow
+		for rows.Next() {
+			var r doubtRow
+			if err := rows.Scan(&r.id, &r.mid, &r.typ, &r.key); err != nil {
+				rows.Close()
+				return wrap("resolve", err)
+			}
+			found = append(found, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return wrap("resolve", err)
+		}
+		delivered := map[string]int64{}
+		for _, r := range found {
+			var q string
+			args := []any{r.id}
+			switch {
+			case p.Outcome == driver.ResolveDelivered && !p.KeepDelivered:
+				q = d.once.resolveDelivered
+			case p.Outcome == driver.ResolveDelivered:
+				q = d.once.resolveKept
+				args = append(args, now)
+			case p.Outcome == driver.ResolveRetry:
+				q = d.once.resolveRetry
+				args = append(args, now, "resolved by "+p.By+": retry ("+p.Reason+")")
+			default:
+				q = d.once.resolveDead
+				args = append(args, "resolved by "+p.By+": dead ("+p.Reason+")")
+			}
+			if _, err := w.ExecContext(ctx, q, args...); err != nil {
+				return wrap("resolve", err)
+			}
+			if _, err := w.ExecContext(ctx, d.once.record,
+				r.id, r.mid, r.typ, r.key, string(p.Outcome), p.By, p.Reason, now); err != nil {
+				return wrap("resolve record", err)
+			}
+			if p.Outcome == driver.ResolveDelivered {
+				delivered[r.typ]++
+			}
+		}
+		minute := now - now%60_000_000
+		for typ, n := range delivered {
+			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"delivered_counts (type, minute, n) VALUES (?, ?, ?) ON CONFLICT (type, minute) DO UPDATE SET n = n + excluded.n",
+				typ, minute, n); err != nil {
+				return wrap("resolve counts", err)
+			}
+		}
+		done := map[int64]bool{}
+		for _, r := range found {
+			done[r.id] = true
+		}
+		seen := map[int64]bool{}
+		for _, id := range p.IDs {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			if done[id] {
+				res.Resolved = append(res.Resolved, id)
+			} else {
+				res.NotInDoubt = append(res.NotInDoubt, id)
+			}
+		}
+		return nil
+	})
+	return res, err
+}
+
+// Resolutions lists recorded decisions, newest first.
+func (d *Driver) Resolutions(ctx context.Context, messageIDs [][16]byte, limit int) ([]driver.ResolutionRecord, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	q := "SELECT outbox_id, message_id, type, key, outcome, resolved_by, reason, resolved_at FROM " + d.prefix + "resolutions"
+	var args []any
+	if len(messageIDs) > 0 {
+		ids := make([]string, len(messageIDs))
+		for i, m := range messageIDs {
+			ids[i] = uuid.UUID(m).String()
+		}
+		q += " WHERE message_id IN (SELECT value FROM json_each(?))"
+		args = append(args, stringsJSON(ids))
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := d.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, wrap("resolutions", err)
+	}
+	defer rows.Close()
+	var out []driver.ResolutionRecord
+	for rows.Next() {
+		var x driver.ResolutionRecord
+		var mid, outcome string
+		var at int64
+		if err := rows.Scan(&x.OutboxID, &mid, &x.Type, &x.Key, &outcome, &x.By, &x.Reason, &at); err != nil {
+			return nil, wrap("resolutions", err)
+		}
+		id, err := uuid.Parse(strings.TrimSpace(mid))
+		if err != nil {
+			return nil, fmt.Errorf("mensageria/sqlite: resolution of outbox row %d has message_id %q, not a UUID: %w", x.OutboxID, mid, err)
+		}
+		x.MessageID, x.Outcome, x.At = id, driver.Resolution(outcome), fromMicros(at)
+		out = append(out, x)
+	}
+	return out, wrap("resolutions", rows.Err())
+}

@@ -1,0 +1,5 @@
+-- The record of one decision about a row in doubt, which outlives the row:
+-- outbox id, message id, type, key, outcome, who, why, when (the database
+-- clock).
+INSERT INTO {{p}}resolutions (outbox_id, message_id, type, key, outcome, resolved_by, reason, resolved_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);

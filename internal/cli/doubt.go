@@ -1,0 +1,335 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// DoubtMessage is one message in doubt as `doubt list|show --json` print it.
+type DoubtMessage struct {
+	DeadMessage
+	// AttemptedAt is when the attempt that may have reached the receiver
+	// began (the relay's mark).
+	AttemptedAt *time.Time `json:"attempted_at"`
+	// Resolutions are the decisions recorded about this message, newest
+	// first (show only).
+	Resolutions []DoubtResolution `json:"resolutions,omitempty"`
+}
+
+// DoubtResolution is one recorded decision about a message in doubt.
+type DoubtResolution struct {
+	Outcome string    `json:"outcome"`
+	By      string    `json:"by"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
+func doubtOf(j driver.Job, full bool) DoubtMessage {
+	d := DoubtMessage{DeadMessage: deadOf(j, full)}
+	if j.AttemptedAt != nil {
+		t := j.AttemptedAt.UTC()
+		d.AttemptedAt = &t
+	}
+	return d
+}
+
+func atMostOnceOf(drv driver.Driver) (driver.AtMostOnce, error) {
+	a, ok := drv.(driver.AtMostOnce)
+	if !ok {
+		return nil, failErr("this database's driver keeps no messages in doubt (no at-most-once support)")
+	}
+	return a, nil
+}
+
+// operator names who runs a command, for the record of a resolution.
+func operator() string {
+	who := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = u.Username
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		who += "@" + h
+	}
+	return who
+}
+
+func (a *app) doubtCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doubt",
+		Short: "List, show and resolve messages in doubt (at_most_once routes)",
+		Long: `doubt operates the messages of at_most_once routes whose attempt may have
+reached the receiver without the relay learning what happened (a timeout,
+a connection cut after the request was written, the relay dying after it
+marked the attempt). The relay never sends them again by itself; a route's
+reconcile probe asks the receiver, and these commands are the operator's.
+
+  doubt list [--type T]                         one line per message in doubt
+  doubt show ID                                 everything about one, and its recorded resolutions
+  doubt resolve ID... --outcome O --reason R    decide: delivered (the receiver has it),
+                                                retry (it does not: one more attempt),
+                                                dead (nobody sends it again)
+
+Every resolution is recorded with who (--by, default the OS user@host),
+when (the database clock) and why (--reason, required), and 'doubt show'
+prints them. Only rows still in doubt change: one being probed or sent is
+left alone and reported. Scope as for 'dead': the config's app's types,
+or every app's with --all-apps.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("doubt needs a sub-command: list, show or resolve (see 'mensageria doubt --help')")
+		},
+	}
+
+	var listTypes []string
+	var listJSON, listAll bool
+	var limit int
+	var after int64
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List messages in doubt",
+		Args:  noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, b, err := a.connectCurrent(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			scope, err := newDeadScope(ctx, c, b.drv, listAll)
+			if err != nil {
+				return err
+			}
+			types, err := scope.filter(ctx, b.drv, listTypes)
+			if err != nil {
+				return err
+			}
+			var jobs []driver.Job
+			if !scope.none() {
+				if jobs, err = b.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateInDoubt, Types: types, AfterID: after, Limit: limit}); err != nil {
+					return err
+				}
+			}
+			if listJSON {
+				out := make([]DoubtMessage, len(jobs))
+				for i, j := range jobs {
+					out[i] = doubtOf(j, false)
+				}
+				return json.NewEncoder(a.io.Out).Encode(out)
+			}
+			if len(jobs) == 0 {
+				fmt.Fprintf(a.io.Out, "no messages in doubt of app %s\n", c.App)
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tATTEMPTED\tLAST ROUTE\tLAST ERROR")
+			for _, j := range jobs {
+				at := "-"
+				if j.AttemptedAt != nil {
+					at = j.AttemptedAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
+			}
+			_ = tw.Flush()
+			if len(jobs) == limit {
+				fmt.Fprintf(a.io.Out, "(first %d; next page: --after %d)\n", limit, jobs[len(jobs)-1].ID)
+			}
+			return nil
+		}),
+	}
+	list.Flags().StringSliceVarP(&listTypes, "type", "t", nil, "only these types (repeatable)")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
+	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	list.Flags().BoolVar(&listAll, "all-apps", false, "every app's messages in doubt (for a DBA)")
+
+	var showJSON, showAll bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one message in doubt in full, with its recorded resolutions",
+		Args:  exactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, b, err := a.connectCurrent(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			amo, err := atMostOnceOf(b.drv)
+			if err != nil {
+				return err
+			}
+			scope, err := newDeadScope(ctx, c, b.drv, showAll)
+			if err != nil {
+				return err
+			}
+			jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
+			if err != nil {
+				return err
+			}
+			var d DoubtMessage
+			var recs []driver.ResolutionRecord
+			if len(jobs) == 1 {
+				if err := scope.check(jobs); err != nil {
+					return err
+				}
+				d = doubtOf(jobs[0], true)
+				if recs, err = amo.Resolutions(ctx, [][16]byte{jobs[0].MessageID}, 20); err != nil {
+					return err
+				}
+			} else {
+				// A message resolved delivered is gone from the outbox; its
+				// record is kept.
+				all, err := amo.Resolutions(ctx, nil, 1000)
+				if err != nil {
+					return err
+				}
+				for _, r := range all {
+					if r.OutboxID == ids[0] {
+						recs = append(recs, r)
+					}
+				}
+				if len(recs) == 0 {
+					return failErr("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
+				}
+				if err := scope.check([]driver.Job{{ID: ids[0], Type: recs[0].Type}}); err != nil {
+					return err
+				}
+				d.ID, d.MessageID, d.Type, d.Key = ids[0], uuid.UUID(recs[0].MessageID).String(), recs[0].Type, recs[0].Key
+			}
+			for _, r := range recs {
+				d.Resolutions = append(d.Resolutions, DoubtResolution{Outcome: string(r.Outcome), By: r.By, Reason: r.Reason, At: r.At.UTC()})
+			}
+			if showJSON {
+				enc := json.NewEncoder(a.io.Out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(d)
+			}
+			w := a.io.Out
+			state := "gone from the outbox (resolved delivered)"
+			if len(jobs) == 1 {
+				state = string(jobs[0].State)
+			}
+			at := "-"
+			if d.AttemptedAt != nil {
+				at = d.AttemptedAt.Format(time.RFC3339Nano)
+			}
+			fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nkey         %s\nstate       %s\nattempts    %d\nattempted   %s\nlast route  %s\nlast error  %s\n",
+				d.ID, d.MessageID, d.Type, d.Key, state, d.Attempts, at, cellOr(d.LastRoute), d.LastError)
+			if len(jobs) == 1 {
+				fmt.Fprintf(w, "payload     %s\n", string(jobs[0].Payload))
+			}
+			for _, r := range d.Resolutions {
+				fmt.Fprintf(w, "resolved    %s by %s at %s: %s\n", r.Outcome, r.By, r.At.Format(time.RFC3339), r.Reason)
+			}
+			return nil
+		}),
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	show.Flags().BoolVar(&showAll, "all-apps", false, "show a message of any app (for a DBA)")
+
+	cmd.AddCommand(list, show, a.doubtResolveCommand())
+	return cmd
+}
+
+func (a *app) doubtResolveCommand() *cobra.Command {
+	var outcome, reason, by string
+	var yes, asJSON, allApps, keep bool
+	cmd := &cobra.Command{
+		Use:   "resolve ID... --outcome delivered|retry|dead --reason WHY",
+		Short: "Decide what happened to messages in doubt, recorded with who, when and why",
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return usageErr("doubt resolve needs message ids (the numbers 'doubt list' shows)")
+			}
+			if by == "" {
+				by = operator()
+			}
+			p := driver.ResolveParams{IDs: ids, Outcome: driver.Resolution(outcome), By: by, Reason: reason, KeepDelivered: keep}
+			if err := driver.CheckResolve(p); err != nil {
+				return usageErr("%v (see 'mensageria doubt resolve --help')", err)
+			}
+			ctx := cmd.Context()
+			c, b, err := a.connectCurrent(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			amo, err := atMostOnceOf(b.drv)
+			if err != nil {
+				return err
+			}
+			scope, err := newDeadScope(ctx, c, b.drv, allApps)
+			if err != nil {
+				return err
+			}
+			if !allApps {
+				jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: len(ids)})
+				if err != nil {
+					return err
+				}
+				if err := scope.check(jobs); err != nil {
+					return err
+				}
+			}
+			if len(ids) > 1 && !yes {
+				ok, err := confirm(a, fmt.Sprintf("Resolve %d messages in doubt (%s) as %s in schema %s?", len(ids), joinIDs(ids), outcome, c.Schema))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					fmt.Fprintln(a.io.Err, "nothing changed")
+					return silentExit(ExitFailure)
+				}
+			}
+			res, err := amo.Resolve(ctx, p)
+			if errors.Is(err, driver.ErrInvalidResolve) {
+				return usageErr("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(a.io.Out).Encode(map[string]any{"outcome": outcome, "by": by, "resolved": orEmpty(res.Resolved), "not_in_doubt": orEmpty(res.NotInDoubt)})
+			}
+			fmt.Fprintf(a.io.Out, "%d message(s) resolved %s by %s\n", len(res.Resolved), outcome, by)
+			if len(res.NotInDoubt) > 0 {
+				fmt.Fprintf(a.io.Err, "note: %s not in doubt (settled, being probed or sent, or no such row) and left alone\n", joinIDs(res.NotInDoubt))
+				return silentExit(ExitFailure)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&outcome, "outcome", "", "delivered (the receiver has the effect), retry (it does not: one more attempt) or dead")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required): what you checked, a ticket")
+	cmd.Flags().StringVar(&by, "by", "", "who decides (default: the OS user@host)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "with --outcome delivered, keep the row as delivered instead of deleting it")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&allApps, "all-apps", false, "act on messages of any app (for a DBA)")
+	return cmd
+}
+
+func orEmpty(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
