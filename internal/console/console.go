@@ -1,7 +1,8 @@
 // Package console is the operator's web console (`mensageria console`,
 // docs/adr/0017-web-console.md): per app and type the owner, the counts,
 // the oldest age, deliveries per minute and the route's health; each
-// app's election holder; the dead letters, with retry and discard.
+// app's election holder; the dead letters, with retry and discard; the
+// messages in doubt of at-most-once routes, with resolve.
 //
 // Everything it shows is behind authentication (a token or basic auth),
 // every action needs the session's CSRF token and passes the standard

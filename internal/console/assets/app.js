@@ -257,7 +257,10 @@ async function openDetail(id, quiet) {
   try {
     m = await api("GET", "/api/messages/" + id);
   } catch (e) {
-    if (quiet && e.status === 404) $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+    if (quiet && e.status === 404) {
+      $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+      for (const b of document.querySelectorAll("#detail .actions button.act")) b.disabled = true;
+    }
     return quiet ? undefined : notice(e.message, "error");
   }
   state.detail = m;
@@ -284,7 +287,12 @@ async function openDetail(id, quiet) {
   const dead = m.state === "dead";
   $("retry-one").disabled = !dead;
   $("discard-one").disabled = !dead;
-  for (const o of ["delivered", "retry", "dead"]) $("resolve-" + o + "-one").hidden = m.state !== "in_doubt";
+  const inDoubt = m.state === "in_doubt";
+  for (const o of ["delivered", "retry", "dead"]) {
+    $("resolve-" + o + "-one").hidden = !inDoubt;
+    $("resolve-" + o + "-one").disabled = false;
+  }
+  $("retry-one").hidden = $("discard-one").hidden = inDoubt;
   $("detail").hidden = false;
 }
 
