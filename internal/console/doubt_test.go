@@ -213,3 +213,18 @@ func TestResolveIsGuardedAsTheDeadLetterActions(t *testing.T) {
 func basicOf(user, password string) string {
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
 }
+
+// plainDriver hides every optional interface of the driver it wraps, as a
+// third-party driver without at-most-once support has none.
+type plainDriver struct{ driver.Driver }
+
+// A driver that keeps no messages in doubt answers the doubt API with a
+// problem naming that, and the overview still loads.
+func TestDoubtWithoutAtMostOnceIsAProblem(t *testing.T) {
+	d := sqliteDriver(t)
+	h := newHarness(t, plainDriver{d}, nil)
+	cl, csrf := h.client(true)
+	wantProblem(t, h.do(cl, "GET", "/api/doubt?type=order.placed", "", nil), 501, "no_at_most_once")
+	wantProblem(t, h.do(cl, "POST", "/api/doubt/resolve", resolveBody("dead", "r", 1), map[string]string{csrfHeader: csrf}), 501, "no_at_most_once")
+	wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
+}
