@@ -161,6 +161,9 @@ func jsonBody(r *http.Request) bool {
 type SessionInfo struct {
 	CSRF     string `json:"csrf"`
 	ReadOnly bool   `json:"read_only"`
+	// Operator is the name a resolution of messages in doubt is recorded
+	// under (By).
+	Operator string `json:"operator"`
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +197,11 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusUnauthorized, "unauthorized", "wrong credentials")
 		return
 	}
-	id, err := c.newSession()
+	by := tokenOperator
+	if l.Token == "" {
+		by = l.User
+	}
+	id, err := c.newSession(by)
 	if err != nil {
 		problem(w, r, http.StatusInternalServerError, "internal", "cannot make a session")
 		return
@@ -204,7 +211,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		SameSite: http.SameSiteStrictMode, Secure: c.opt.SecureCookie || r.TLS != nil,
 		MaxAge: int(c.opt.SessionTTL / time.Second),
 	})
-	writeJSON(w, SessionInfo{CSRF: c.csrfToken(principal{id: "s:" + id, session: id}), ReadOnly: c.opt.ReadOnly})
+	writeJSON(w, SessionInfo{CSRF: c.csrfToken(principal{id: "s:" + id, session: id}), ReadOnly: c.opt.ReadOnly, Operator: by})
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, p principal) {
@@ -218,7 +225,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, p principal) {
 }
 
 func (c *Console) session(w http.ResponseWriter, _ *http.Request, p principal) {
-	writeJSON(w, SessionInfo{CSRF: c.csrfToken(p), ReadOnly: c.opt.ReadOnly})
+	writeJSON(w, SessionInfo{CSRF: c.csrfToken(p), ReadOnly: c.opt.ReadOnly, Operator: p.by})
 }
 
 // Overview is the main page's data.
@@ -257,6 +264,11 @@ type TypeView struct {
 	Dead             int64   `json:"dead"`
 	DeliveredLastHr  int64   `json:"delivered_last_hour"`
 	OldestPendingSec float64 `json:"oldest_pending_seconds"`
+	// InDoubt and OldestInDoubtSec are the type's messages in doubt (an
+	// at-most-once route's attempt whose outcome is unknown, ADR 0015):
+	// an operator must resolve them, nothing else moves them on.
+	InDoubt          int64   `json:"in_doubt"`
+	OldestInDoubtSec float64 `json:"oldest_in_doubt_seconds"`
 	PerMinute        []int64 `json:"per_minute"`
 	// Actionable says whether this console retries and discards the
 	// type's dead letters (not read-only, and its owner among
@@ -353,6 +365,7 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 		v := add(s.Type)
 		v.Pending, v.InFlight, v.Dead, v.DeliveredLastHr = s.Pending, s.InFlight, s.Dead, s.DeliveredLastHr
 		v.OldestPendingSec = s.OldestPending.Seconds()
+		v.InDoubt, v.OldestInDoubtSec = s.InDoubt, s.OldestInDoubt.Seconds()
 	}
 	// The owner comes from the catalog as it is now, not as it was at the
 	// count; a type with no rows yet still gets its line.
@@ -452,12 +465,19 @@ type Letter struct {
 	Reason    string    `json:"reason"`
 	Route     string    `json:"route,omitempty"`
 	Owner     string    `json:"owner"`
+	// AttemptedAt is when the attempt of a message in doubt began.
+	AttemptedAt *time.Time `json:"attempted_at,omitempty"`
 	// Payload and Headers are in the detail only.
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Headers json.RawMessage `json:"headers,omitempty"`
+	// Resolutions are the decisions recorded about the message while it
+	// was in doubt, newest first (detail only, on a backend that keeps
+	// messages in doubt).
+	Resolutions []ResolutionView `json:"resolutions,omitempty"`
 }
 
-// DeadPage is one page of a type's dead letters.
+// DeadPage is one page of a type's dead letters (GET /api/dead), or of its
+// messages in doubt (GET /api/doubt).
 type DeadPage struct {
 	Type    string   `json:"type"`
 	Letters []Letter `json:"letters"`
@@ -474,6 +494,10 @@ func letterOf(j driver.Job, detail bool) Letter {
 	l := Letter{
 		ID: j.ID, MessageID: uuidString(j.MessageID), Type: j.Type, Key: j.Key, State: string(j.State),
 		Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), Reason: redact(j.LastError), Route: redact(j.LastRoute), Owner: j.Owner,
+	}
+	if j.AttemptedAt != nil {
+		at := j.AttemptedAt.UTC()
+		l.AttemptedAt = &at
 	}
 	if detail {
 		l.Payload = rawOrString(j.Payload)
@@ -498,10 +522,16 @@ func rawOrString(b []byte) json.RawMessage {
 const maxPage = 500
 
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request, _ principal) {
+	c.listOf(w, r, driver.StateDead, "dead letters")
+}
+
+// listOf answers one page of a type's rows in state (dead, or in doubt),
+// on that type's part of the state's index.
+func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state driver.State, what string) {
 	q := r.URL.Query()
 	typ := q.Get("type")
 	if typ == "" {
-		problem(w, r, http.StatusBadRequest, "bad_request", "type= is required: dead letters are listed one type at a time, on that type's part of the dead index")
+		problem(w, r, http.StatusBadRequest, "bad_request", "type= is required: "+what+" are listed one type at a time, on that type's part of the index")
 		return
 	}
 	after, err := queryInt(q.Get("after"), 0)
@@ -514,7 +544,7 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request, _ principal) 
 		problem(w, r, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit= must be between 1 and %d", maxPage))
 		return
 	}
-	jobs, err := c.opt.Driver.ListMessages(r.Context(), driver.ListFilter{State: driver.StateDead, Types: []string{typ}, AfterID: after, Limit: int(limit) + 1})
+	jobs, err := c.opt.Driver.ListMessages(r.Context(), driver.ListFilter{State: state, Types: []string{typ}, AfterID: after, Limit: int(limit) + 1})
 	if err != nil {
 		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
 		return
@@ -552,7 +582,16 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, _ principal) {
 		problem(w, r, http.StatusNotFound, "not_found", fmt.Sprintf("no message %d in the outbox (delivered and deleted, discarded, or never there)", id))
 		return
 	}
-	writeJSON(w, letterOf(jobs[0], true))
+	l := letterOf(jobs[0], true)
+	if amo, ok := c.opt.Driver.(driver.AtMostOnce); ok {
+		recs, err := amo.Resolutions(r.Context(), [][16]byte{jobs[0].MessageID}, 20)
+		if err != nil {
+			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+			return
+		}
+		l.Resolutions = resolutionViews(recs)
+	}
+	writeJSON(w, l)
 }
 
 // ActionResult is what an action answers.

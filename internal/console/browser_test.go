@@ -130,6 +130,13 @@ func TestBrowserOperatorJourney(t *testing.T) {
 		}
 		return nil
 	}))
+	// An at-most-once route whose receiver times out: the attempt may have
+	// reached it, so the message is left in doubt for an operator.
+	var payments atomic.Int32
+	reg.MustRegister("payment.captured", mensageria.SenderFunc(func(_ context.Context, m *mensageria.Delivery) error {
+		payments.Add(1)
+		return fmt.Errorf("legacy ledger: no answer in 10s: %w", context.DeadlineExceeded)
+	}), mensageria.Mode(mensageria.AtMostOnce))
 	shop, err := mensageria.New(d, &mensageria.Config{App: "shop", Registry: reg, MaxAttempts: 1, DeliveredRetention: time.Hour, PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +148,7 @@ func TestBrowserOperatorJourney(t *testing.T) {
 	if _, err := shop.Enqueue(ctx,
 		mensageria.Message{Type: "order.placed", Key: "order-1", Payload: json.RawMessage(`{"order":1,"customer":"c-42"}`)},
 		mensageria.Message{Type: "order.placed", Key: "order-2", Payload: json.RawMessage(`{"order":2,"customer":"c-42"}`)},
+		mensageria.Message{Type: "payment.captured", Key: "pay-7", Payload: json.RawMessage(`{"payment":7,"cents":1250}`)},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +170,17 @@ func TestBrowserOperatorJourney(t *testing.T) {
 	for _, j := range dead {
 		byKey[j.Key] = j.ID
 	}
+	var doubtful []driver.Job
+	for len(doubtful) < 1 {
+		if doubtful, err = d.ListMessages(ctx, driver.ListFilter{State: driver.StateInDoubt, Types: []string{"payment.captured"}}); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the timed-out payment never went in doubt: %+v", doubtful)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	payID := doubtful[0].ID
 
 	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
 	if err != nil {
@@ -236,6 +255,37 @@ func TestBrowserOperatorJourney(t *testing.T) {
 	left, err := d.ListMessages(ctx, driver.ListFilter{IDs: []int64{byKey["order-1"], byKey["order-2"]}})
 	if err != nil || len(left) != 1 || left[0].Key != "order-1" || left[0].State != driver.StateDelivered {
 		t.Fatalf("after retry and discard: %+v %v", left, err)
+	}
+
+	// The payment in doubt: marked on its type's line, listed, opened.
+	waitFor(t, b, "one payment in doubt, marked", `(() => { const r = document.querySelector('tr[data-type="payment.captured"]'); return !!r && r.classList.contains("in-doubt") && r.querySelector("button.open-doubt").textContent === "1"; })()`)
+	resolveBody := fmt.Sprintf(`{"ids":[%d],"outcome":"delivered","reason":"x"}`, payID)
+	if got := fetchJS(t, b, `fetch("/api/doubt/resolve", {method: "POST", headers: {"Content-Type": "application/json"}, body: '`+resolveBody+`'})`+problemOf); got != "403 csrf_token_missing" {
+		t.Fatalf("resolve without the CSRF token: %s", got)
+	}
+	payRow := fmt.Sprintf(`#doubts tr[data-id="%d"]`, payID)
+	run(t, b, "open the messages in doubt", chromedp.Click(chromedp.CSS(`tr[data-type="payment.captured"] button.open-doubt`)),
+		chromedp.WaitVisible(chromedp.CSS(payRow)), chromedp.Click(chromedp.CSS(payRow+" button.open")))
+	waitFor(t, b, "pay-7's detail", `document.getElementById("detail-key").textContent === "pay-7" && document.getElementById("detail-state").textContent === "in_doubt"`)
+	if reason, payload := text(t, b, "#detail-reason"), text(t, b, "#detail-payload"); !strings.Contains(reason, "no answer in 10s") || !strings.Contains(payload, `"cents": 1250`) {
+		t.Fatalf("doubt detail: reason %q payload %q", reason, payload)
+	}
+	// The operator checked the ledger: it has the payment. Confirm needs a
+	// reason before it can be pressed.
+	run(t, b, "resolve pay-7 delivered", chromedp.Click(chromedp.CSS("#resolve-delivered-one")), chromedp.WaitVisible(chromedp.CSS("#confirm-reason")))
+	waitFor(t, b, "confirm disabled without a reason", `document.getElementById("confirm-ok").disabled`)
+	const why = "ledger shows payment 7 captured at 03:12"
+	run(t, b, "give the reason", chromedp.SendKeys(chromedp.CSS("#confirm-reason"), why))
+	waitFor(t, b, "confirm enabled with a reason", `!document.getElementById("confirm-ok").disabled`)
+	run(t, b, "confirm the resolution", chromedp.Click(chromedp.CSS("#confirm-ok")))
+	waitFor(t, b, "nothing in doubt", `(() => { const r = document.querySelector('tr[data-type="payment.captured"]'); return !!r && !r.classList.contains("in-doubt") && r.querySelector("td.in-doubt").textContent === "0"; })()`)
+	amo := driver.AtMostOnce(d)
+	recs, err := amo.Resolutions(ctx, [][16]byte{doubtful[0].MessageID}, 10)
+	if err != nil || len(recs) != 1 || recs[0].Outcome != driver.ResolveDelivered || recs[0].By != tokenOperator || recs[0].Reason != why || recs[0].OutboxID != payID {
+		t.Fatalf("the recorded resolution: %+v %v", recs, err)
+	}
+	if n := payments.Load(); n != 1 {
+		t.Fatalf("the at-most-once receiver got %d requests, want 1", n)
 	}
 
 	// Logged out, the page is refused again.

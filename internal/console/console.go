@@ -1,7 +1,8 @@
 // Package console is the operator's web console (`mensageria console`,
 // docs/adr/0017-web-console.md): per app and type the owner, the counts,
 // the oldest age, deliveries per minute and the route's health; each
-// app's election holder; the dead letters, with retry and discard.
+// app's election holder; the dead letters, with retry and discard; the
+// messages in doubt of at-most-once routes, with resolve.
 //
 // Everything it shows is behind authentication (a token or basic auth),
 // every action needs the session's CSRF token and passes the standard
@@ -99,7 +100,7 @@ type Console struct {
 	guard  *throttle // failed credentials
 
 	mu       sync.Mutex
-	sessions map[string]time.Time // session id → expiry
+	sessions map[string]sessionEntry // session id → its expiry and who logged in
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -151,7 +152,7 @@ func New(opt Options) (*Console, error) {
 	c := &Console{
 		opt: opt, key: key, cop: http.NewCrossOriginProtection(),
 		static:   sub,
-		sessions: map[string]time.Time{},
+		sessions: map[string]sessionEntry{},
 		ctx:      ctx, cancel: cancel,
 	}
 	c.counts = newCounter(ctx, opt.Driver, opt.MinRefresh, opt.Logger)
@@ -179,6 +180,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /api/messages/{id}", c.authed(c.message))
 	m.HandleFunc("POST /api/dead/retry", c.authed(c.action(c.revive(false), true)))
 	m.HandleFunc("POST /api/dead/discard", c.authed(c.action(c.revive(true), true)))
+	m.HandleFunc("GET /api/doubt", c.authed(c.doubtList))
+	m.HandleFunc("POST /api/doubt/resolve", c.authed(c.action(c.resolve, true)))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, "not_found", "no such page or API: "+r.URL.Path)
 	})
@@ -240,6 +243,19 @@ func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 type principal struct {
 	id      string // "s:<session>" or "h:<digest of the header>"
 	session string // the session id, "" for header credentials
+	// by names the operator in the record of a resolution (By): the basic
+	// auth user name, or tokenOperator for the token's holder.
+	by string
+}
+
+// tokenOperator is the By of a decision taken by the holder of the
+// console's token: the token names nobody, and is never recorded itself.
+const tokenOperator = "console (token)"
+
+// sessionEntry is one login.
+type sessionEntry struct {
+	expires time.Time
+	by      string
 }
 
 const cookieName = "mensageria_console"
@@ -282,7 +298,11 @@ func (c *Console) identify(r *http.Request) (principal, bool) {
 			return principal{}, false
 		}
 		d := sha256.Sum256([]byte(h))
-		return principal{id: "h:" + hex.EncodeToString(d[:])}, true
+		by := tokenOperator
+		if u, _, ok := r.BasicAuth(); ok {
+			by = u
+		}
+		return principal{id: "h:" + hex.EncodeToString(d[:]), by: by}, true
 	}
 	ck, err := r.Cookie(cookieName)
 	if err != nil || len(ck.Value) != 64 {
@@ -290,15 +310,15 @@ func (c *Console) identify(r *http.Request) (principal, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	exp, ok := c.sessions[ck.Value]
+	e, ok := c.sessions[ck.Value]
 	if !ok {
 		return principal{}, false
 	}
-	if time.Now().After(exp) {
+	if time.Now().After(e.expires) {
 		delete(c.sessions, ck.Value)
 		return principal{}, false
 	}
-	return principal{id: "s:" + ck.Value, session: ck.Value}, true
+	return principal{id: "s:" + ck.Value, session: ck.Value, by: e.by}, true
 }
 
 // credentialOK checks an Authorization header against the configured
@@ -356,14 +376,14 @@ func (c *Console) action(next func(http.ResponseWriter, *http.Request, principal
 			return
 		}
 		if mutates && c.opt.ReadOnly {
-			problem(w, r, http.StatusForbidden, "read_only", "this console is read-only: retry and discard are refused")
+			problem(w, r, http.StatusForbidden, "read_only", "this console is read-only: retry, discard and resolve are refused")
 			return
 		}
 		next(w, r, p)
 	}
 }
 
-func (c *Console) newSession() (string, error) {
+func (c *Console) newSession(by string) (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
@@ -372,11 +392,11 @@ func (c *Console) newSession() (string, error) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, exp := range c.sessions { // bounded by the logins of one TTL
-		if now.After(exp) {
+	for k, e := range c.sessions { // bounded by the logins of one TTL
+		if now.After(e.expires) {
 			delete(c.sessions, k)
 		}
 	}
-	c.sessions[id] = now.Add(c.opt.SessionTTL)
+	c.sessions[id] = sessionEntry{expires: now.Add(c.opt.SessionTTL), by: by}
 	return id, nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/xadm/mensageria/driver"
 )
 
 // An action body never selects nothing, never both ways, never an id that
@@ -69,6 +71,50 @@ func FuzzDecodeLogin(f *testing.F) {
 		}
 		if len(body) > maxBody || strings.TrimSpace(string(body)) == "" {
 			t.Fatalf("%q: accepted", body)
+		}
+	})
+}
+
+// A resolve body selects by distinct positive ids only (at most
+// maxActionIDs), names one of the three outcomes and carries a non-blank
+// reason; it never says who decides. Anything refused is an ErrBadRequest.
+func FuzzDecodeResolve(f *testing.F) {
+	for _, s := range []string{`{"ids":[1],"outcome":"delivered","reason":"billing has it"}`, `{"ids":[1,2],"outcome":"retry","reason":"x"}`,
+		`{"ids":[1],"outcome":"dead","reason":"  "}`, `{"ids":[],"outcome":"dead","reason":"r"}`, `{"ids":[1],"outcome":"maybe","reason":"r"}`,
+		`{"ids":[1,1],"outcome":"dead","reason":"r"}`, `{"ids":[-1],"outcome":"dead","reason":"r"}`, `{"ids":[1],"outcome":"dead","reason":"r","by":"root"}`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := DecodeResolve(bytes.NewReader(body))
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("%q: error %v is not ErrBadRequest", body, err)
+			}
+			return
+		}
+		if p.By != "" {
+			t.Fatalf("%q: the body named who decides: %q", body, p.By)
+		}
+		if strings.TrimSpace(p.Reason) == "" || len(p.Reason) > maxReason {
+			t.Fatalf("%q: reason %q", body, p.Reason)
+		}
+		if p.Outcome != "delivered" && p.Outcome != "retry" && p.Outcome != "dead" {
+			t.Fatalf("%q: outcome %q", body, p.Outcome)
+		}
+		if len(p.IDs) == 0 || len(p.IDs) > maxActionIDs {
+			t.Fatalf("%q: %d ids", body, len(p.IDs))
+		}
+		seen := map[int64]bool{}
+		for _, id := range p.IDs {
+			if id <= 0 || seen[id] {
+				t.Fatalf("%q: ids %v", body, p.IDs)
+			}
+			seen[id] = true
+		}
+		// With By set, the driver accepts the decision as it is.
+		p.By = "ops"
+		if err := driver.CheckResolve(p); err != nil {
+			t.Fatalf("%q: decoded %+v, which the driver refuses: %v", body, p, err)
 		}
 	})
 }

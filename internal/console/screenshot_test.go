@@ -24,12 +24,13 @@ import (
 const EnvScreenshot = "MENSAGERIA_CONSOLE_SCREENSHOT"
 
 // seedShowcase fills d with what an operator's morning looks like: three
-// apps, a backlog, dead letters, a paused route and an hour of deliveries.
+// apps, a backlog, dead letters, messages in doubt, a paused route and an
+// hour of deliveries.
 func seedShowcase(t *testing.T, d *sqlite.Driver) {
 	t.Helper()
 	ctx := context.Background()
 	apps := map[string][]string{
-		"pedidos":   {"pedido.criado", "pedido.pago", "pedido.cancelado"},
+		"pedidos":   {"pedido.criado", "pedido.pago", "pedido.cancelado", "pagamento.capturado"},
 		"billing":   {"fatura.emitida", "fatura.vencida"},
 		"logistica": {"envio.despachado", "envio.entregue"},
 	}
@@ -48,6 +49,13 @@ func seedShowcase(t *testing.T, d *sqlite.Driver) {
 	kill(t, d, "fatura.vencida", "destination answered 422: invoice already settled")
 	insert(t, d, "pedido.cancelado", "p-77")
 	kill(t, d, "pedido.cancelado", "permanent: order p-77 unknown to billing")
+	// Two payments on an at-most-once route whose receiver timed out, in
+	// doubt since 7 minutes.
+	insert(t, d, "pagamento.capturado", "pg-1", "pg-2")
+	leaveInDoubt(t, d, "pagamento.capturado", "legacy ledger: no answer in 10s")
+	if _, err := d.DB().Exec("UPDATE mensageria_outbox SET attempted_at = attempted_at - ? WHERE type = ?", (7*time.Minute + 12*time.Second).Microseconds(), "pagamento.capturado"); err != nil {
+		t.Fatal(err)
+	}
 	// Ages as a backlog has them: the paused route's oldest waits since it
 	// paused.
 	for typ, ago := range map[string]time.Duration{"fatura.emitida": 12*time.Minute + 31*time.Second, "pedido.criado": 4 * time.Second, "pedido.pago": 1500 * time.Millisecond, "envio.despachado": 800 * time.Millisecond} {
@@ -128,6 +136,7 @@ func TestBrowserScreenshot(t *testing.T) {
 	run(t, b, "log in", chromedp.Navigate(srv.URL), chromedp.WaitVisible(chromedp.CSS("#login-form")),
 		chromedp.SetValue(chromedp.CSS("#token"), testToken), chromedp.Click(chromedp.CSS("#login-submit")))
 	waitFor(t, b, "the paused route", `(() => { const e = document.querySelector('tr[data-type="fatura.emitida"] td.route'); return !!e && e.textContent.startsWith("paused"); })()`)
+	waitFor(t, b, "two payments in doubt", `(() => { const e = document.querySelector('tr[data-type="pagamento.capturado"].in-doubt button.open-doubt'); return !!e && e.textContent === "2"; })()`)
 	waitFor(t, b, "logistica without a holder", `(() => { const e = document.querySelector('tr[data-app="logistica"] td.holder'); return !!e && e.textContent === "no holder"; })()`)
 	run(t, b, "open the dead letters", chromedp.Click(chromedp.CSS(`tr[data-type="fatura.vencida"] button.open-dead`)))
 	waitFor(t, b, "five dead invoices", `document.querySelectorAll("#letters tr[data-id]").length === 5`)

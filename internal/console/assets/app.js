@@ -2,7 +2,7 @@
 // server is set with textContent, never parsed as HTML.
 "use strict";
 
-const state = { csrf: "", readOnly: false, deadType: "", deadAfter: 0, detail: null, timer: 0, types: {} };
+const state = { csrf: "", readOnly: false, operator: "", deadType: "", deadAfter: 0, doubtType: "", doubtAfter: 0, detail: null, timer: 0, types: {} };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs, text) {
@@ -81,6 +81,7 @@ async function start() {
 function enter(s) {
   state.csrf = s.csrf;
   state.readOnly = s.read_only;
+  state.operator = s.operator || "";
   document.body.classList.toggle("read-only", s.read_only);
   $("mode").textContent = s.read_only ? "read-only" : "";
   $("login").hidden = true;
@@ -131,6 +132,7 @@ function actionable(type) {
 function renderTypes(types) {
   state.types = Object.fromEntries(types.map((t) => [t.type, t]));
   if (state.deadType) $("dead").classList.toggle("no-act", !actionable(state.deadType));
+  if (state.doubtType) $("doubt").classList.toggle("no-act", !actionable(state.doubtType));
   if (state.detail) $("detail").classList.toggle("no-act", !actionable(state.detail.type));
   const body = $("types").tBodies[0];
   body.replaceChildren(...types.map((t) => {
@@ -142,6 +144,14 @@ function renderTypes(types) {
       b.addEventListener("click", () => openDead(t.type));
       dead.append(b);
     } else dead.textContent = "0";
+    // Messages in doubt wait for an operator: marked, and one click away.
+    const doubt = el("td", { class: "n in-doubt" });
+    if (t.in_doubt > 0) {
+      tr.classList.add("in-doubt");
+      const b = el("button", { class: "open-doubt", title: "oldest in doubt " + age(t.oldest_in_doubt_seconds) }, String(t.in_doubt));
+      b.addEventListener("click", () => openDoubt(t.type));
+      doubt.append(b, " ", el("span", { class: "oldest-doubt" }, age(t.oldest_in_doubt_seconds)));
+    } else doubt.textContent = "0";
     const route = el("td", { class: "route" });
     if (t.route) {
       route.append(el("span", { class: t.route.state === "flowing" ? "ok" : "bad" }, t.route.state));
@@ -154,6 +164,7 @@ function renderTypes(types) {
       el("td", { class: "n pending" }, String(t.pending)),
       el("td", { class: "n in-flight" }, String(t.in_flight)),
       dead,
+      doubt,
       el("td", { class: "n oldest" }, age(t.oldest_pending_seconds)),
       el("td", { class: "n delivered" }, String(t.delivered_last_hour)),
       el("td", { class: "chart" }), route);
@@ -207,12 +218,49 @@ async function openDead(type, more) {
   $("dead-more").hidden = !page.next_after;
 }
 
+async function openDoubt(type, more) {
+  if (!more) {
+    state.doubtType = type;
+    state.doubtAfter = 0;
+    $("doubts").tBodies[0].replaceChildren();
+    $("doubt-select-all").checked = false;
+  }
+  $("doubt-type").textContent = type;
+  $("doubt").classList.toggle("no-act", !actionable(type));
+  $("doubt").hidden = false;
+  let page;
+  try {
+    page = await api("GET", "/api/doubt?type=" + encodeURIComponent(type) + "&after=" + state.doubtAfter + "&limit=50");
+  } catch (e) {
+    return notice(e.message, "error");
+  }
+  const body = $("doubts").tBodies[0];
+  for (const l of page.letters) {
+    const tr = el("tr", { "data-id": String(l.id) });
+    const box = el("input", { type: "checkbox", class: "pick act", "aria-label": "select " + l.id });
+    const open = el("button", { class: "open" }, "Open");
+    open.addEventListener("click", () => openDetail(l.id));
+    tr.append(el("td"), el("td", { class: "n" }, String(l.id)), el("td", {}, l.key),
+      el("td", { class: "n" }, String(l.attempts)), el("td", {}, l.attempted_at ? new Date(l.attempted_at).toLocaleString() : "-"),
+      el("td", { class: "reason" }, l.reason), el("td"));
+    tr.cells[0].append(box);
+    tr.cells[6].append(open);
+    body.append(tr);
+  }
+  if (body.rows.length === 0) body.append(el("tr", { class: "empty" }, "no messages in doubt"));
+  state.doubtAfter = page.next_after || 0;
+  $("doubt-more").hidden = !page.next_after;
+}
+
 async function openDetail(id, quiet) {
   let m;
   try {
     m = await api("GET", "/api/messages/" + id);
   } catch (e) {
-    if (quiet && e.status === 404) $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+    if (quiet && e.status === 404) {
+      $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+      for (const b of document.querySelectorAll("#detail .actions button.act")) b.disabled = true;
+    }
     return quiet ? undefined : notice(e.message, "error");
   }
   state.detail = m;
@@ -226,25 +274,49 @@ async function openDetail(id, quiet) {
   $("detail-route").textContent = m.route || "-";
   $("detail-payload").textContent = JSON.stringify(m.payload, null, 2);
   $("detail-headers").textContent = JSON.stringify(m.headers, null, 2);
+  $("detail-attempted").textContent = m.attempted_at ? new Date(m.attempted_at).toLocaleString() : "-";
+  const recs = m.resolutions || [];
+  $("detail-resolutions-box").hidden = recs.length === 0;
+  $("detail-resolutions").tBodies[0].replaceChildren(...recs.map((r) => {
+    const tr = el("tr");
+    tr.append(el("td", {}, new Date(r.at).toLocaleString()), el("td", { class: "outcome" }, r.outcome),
+      el("td", { class: "by" }, r.by), el("td", { class: "reason" }, r.reason));
+    return tr;
+  }));
   $("detail").classList.toggle("no-act", !actionable(m.type));
   const dead = m.state === "dead";
   $("retry-one").disabled = !dead;
   $("discard-one").disabled = !dead;
+  const inDoubt = m.state === "in_doubt";
+  for (const o of ["delivered", "retry", "dead"]) {
+    $("resolve-" + o + "-one").hidden = !inDoubt;
+    $("resolve-" + o + "-one").disabled = false;
+  }
+  $("retry-one").hidden = $("discard-one").hidden = inDoubt;
   $("detail").hidden = false;
 }
 
-// confirm shows the in-page confirmation and resolves true on Confirm.
-function confirmAction(text) {
+// confirm shows the in-page confirmation and resolves true on Confirm;
+// with needReason, it asks for a reason, Confirm stays disabled until one
+// is typed, and it resolves to the reason ("" on Cancel).
+function confirmAction(text, needReason) {
   return new Promise((resolve) => {
     const d = $("confirm");
+    const reason = $("confirm-reason");
     $("confirm-text").textContent = text;
+    $("confirm-reason-box").hidden = !needReason;
+    reason.value = "";
+    const ok = $("confirm-ok");
+    ok.disabled = !!needReason;
+    reason.oninput = () => { ok.disabled = !!needReason && reason.value.trim() === ""; };
     const done = (v) => (ev) => {
       if (ev) ev.preventDefault();
-      $("confirm-ok").onclick = $("confirm-cancel").onclick = d.oncancel = null;
+      ok.onclick = $("confirm-cancel").onclick = d.oncancel = reason.oninput = null;
+      ok.disabled = false;
       d.close();
-      resolve(v);
+      resolve(v && needReason ? reason.value.trim() : v && !needReason);
     };
-    $("confirm-ok").onclick = done(true);
+    ok.onclick = done(true);
     $("confirm-cancel").onclick = done(false);
     d.oncancel = done(false); // Escape is a cancel
     d.showModal();
@@ -264,8 +336,24 @@ async function act(verb, body, what) {
   refresh();
 }
 
-function selected() {
-  return [...document.querySelectorAll("#letters input.pick:checked")].map((b) => Number(b.closest("tr").dataset.id));
+function selected(table) {
+  return [...document.querySelectorAll("#" + (table || "letters") + " input.pick:checked")].map((b) => Number(b.closest("tr").dataset.id));
+}
+
+// resolveDoubt records an operator's decision about messages in doubt,
+// under the logged-in operator's name and the reason asked for.
+async function resolveDoubt(outcome, ids, what) {
+  const reason = await confirmAction("Resolve " + what + " as " + outcome + "? Recorded as decided by " + state.operator + ".", true);
+  if (!reason) return;
+  try {
+    const r = await api("POST", "/api/doubt/resolve", { ids, outcome, reason });
+    notice("resolved " + r.resolved.length + " as " + outcome + (r.not_in_doubt.length ? "; not in doubt, left alone: " + r.not_in_doubt.join(", ") : ""), r.not_in_doubt.length ? "warn" : "ok");
+  } catch (e) {
+    notice("resolve refused: " + e.message, "error");
+  }
+  if (state.doubtType) openDoubt(state.doubtType);
+  if (state.detail) openDetail(state.detail.id, true);
+  refresh();
 }
 
 function wire() {
@@ -288,6 +376,19 @@ function wire() {
   $("dead-close").addEventListener("click", () => { $("dead").hidden = true; state.deadType = ""; });
   $("detail-close").addEventListener("click", () => { $("detail").hidden = true; state.detail = null; });
   $("dead-more").addEventListener("click", () => openDead(state.deadType, true));
+  $("doubt-close").addEventListener("click", () => { $("doubt").hidden = true; state.doubtType = ""; });
+  $("doubt-more").addEventListener("click", () => openDoubt(state.doubtType, true));
+  $("doubt-select-all").addEventListener("change", (ev) => {
+    for (const b of document.querySelectorAll("#doubts input.pick")) b.checked = ev.target.checked;
+  });
+  for (const o of ["delivered", "retry", "dead"]) {
+    $("resolve-" + o + "-one").addEventListener("click", () => resolveDoubt(o, [state.detail.id], "message " + state.detail.id));
+    $("resolve-" + o + "-selected").addEventListener("click", () => {
+      const ids = selected("doubts");
+      if (ids.length === 0) return notice("select messages in doubt first", "warn");
+      resolveDoubt(o, ids, ids.length + " selected message" + (ids.length === 1 ? "" : "s") + " in doubt");
+    });
+  }
   $("select-all").addEventListener("change", (ev) => {
     for (const b of document.querySelectorAll("#letters input.pick")) b.checked = ev.target.checked;
   });
