@@ -139,6 +139,28 @@ func (s deadScope) check(jobs []driver.Job) error {
 // filter would select every app's rows.
 func (s deadScope) none() bool { return !s.allApps && len(s.types) == 0 }
 
+// listInScope lists the rows in state of the asked types that the config's
+// app may see (every app's with allApps), one page after the id after, as
+// 'dead list' and 'doubt list' do: a type of another app is refused with
+// its owner's name, and an app that owns nothing lists nothing.
+func (a *app) listInScope(ctx context.Context, state driver.State, allApps bool, asked []string, after int64, limit int) (*Config, deadScope, []driver.Job, error) {
+	c, b, err := a.connectCurrent(ctx)
+	if err != nil {
+		return nil, deadScope{}, nil, err
+	}
+	defer b.Close()
+	scope, err := newDeadScope(ctx, c, b.drv, allApps)
+	if err != nil {
+		return nil, deadScope{}, nil, err
+	}
+	types, err := scope.filter(ctx, b.drv, asked)
+	if err != nil || scope.none() {
+		return c, scope, nil, err
+	}
+	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: after, Limit: limit})
+	return c, scope, jobs, err
+}
+
 func (a *app) deadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dead",
@@ -173,25 +195,9 @@ standard input unless --yes is given.`,
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
+			c, scope, jobs, err := a.listInScope(cmd.Context(), driver.StateDead, listAll, listTypes, after, limit)
 			if err != nil {
 				return err
-			}
-			defer b.Close()
-			scope, err := newDeadScope(ctx, c, b.drv, listAll)
-			if err != nil {
-				return err
-			}
-			types, err := scope.filter(ctx, b.drv, listTypes)
-			if err != nil {
-				return err
-			}
-			var jobs []driver.Job
-			if !scope.none() {
-				if jobs, err = b.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, Types: types, AfterID: after, Limit: limit}); err != nil {
-					return err
-				}
 			}
 			if listJSON {
 				out := make([]DeadMessage, len(jobs))

@@ -99,25 +99,9 @@ or every app's with --all-apps.`,
 		Short: "List messages in doubt",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
+			c, _, jobs, err := a.listInScope(cmd.Context(), driver.StateInDoubt, listAll, listTypes, after, limit)
 			if err != nil {
 				return err
-			}
-			defer b.Close()
-			scope, err := newDeadScope(ctx, c, b.drv, listAll)
-			if err != nil {
-				return err
-			}
-			types, err := scope.filter(ctx, b.drv, listTypes)
-			if err != nil {
-				return err
-			}
-			var jobs []driver.Job
-			if !scope.none() {
-				if jobs, err = b.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateInDoubt, Types: types, AfterID: after, Limit: limit}); err != nil {
-					return err
-				}
 			}
 			if listJSON {
 				out := make([]DoubtMessage, len(jobs))
