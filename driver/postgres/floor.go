@@ -9,7 +9,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// Claim floors (docs/adr/0009-claim-floor.md). A claim that walks the claim
+// Claim floors (docs/adr/0019-claim-floor.md). A claim that walks the claim
 // index from its oldest entry steps over the entries of every row already
 // delivered and not yet vacuumed; while a transaction holds the xmin horizon
 // (an idle session, a long report, a replica's feedback) none of them can

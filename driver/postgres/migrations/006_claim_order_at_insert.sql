@@ -3,7 +3,7 @@
 -- {{schema}} is replaced by the configured schema name.
 --
 -- The claim starts each type's index walk at a floor a second behind the
--- previous claim (queries/claim.sql, docs/adr/0009-claim-floor.md). A row
+-- previous claim (queries/claim.sql, docs/adr/0019-claim-floor.md). A row
 -- whose available_at is older than that floor when it commits waits for the
 -- next sweep. now() is the enqueueing transaction's start: a transaction
 -- that runs a few seconds of business work before its enqueue would commit
