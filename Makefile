@@ -52,4 +52,4 @@ model-bug: tools
 
 ## model-long: check the protocol model within the longer bounds (minutes, a few GB)
 model-long: tools
-	MENSAGERIA_MODEL_LONG=1 $(GO) test -count=1 -v -run 'TestModelLong' -timeout 3h ./internal/model/
+	$(GO) test -tags modellong -count=1 -v -run 'TestModelLong' -timeout 3h ./internal/model/

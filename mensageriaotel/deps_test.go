@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // TestCoreDoesNotDependOnOpenTelemetry: the library's own packages (the
@@ -12,7 +14,7 @@ import (
 func TestCoreDoesNotDependOnOpenTelemetry(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go command on the PATH: ", err)
+		testdb.Unavailable(t, "the go command", err)
 	}
 	out, err := exec.Command(goBin, "list", "-deps",
 		"github.com/xadm/mensageria",

@@ -70,23 +70,6 @@ var bugs = []check{
 	{Name: "a dead row blocks its key", Defines: []string{"-DLIVE", "-DSTOPS=0", "-DCRASHES=0", "-DBUG_DEAD_BLOCKS_KEY"}, Live: true, Want: propLiveness},
 }
 
-// The longer bounds of `make model-long` (MENSAGERIA_MODEL_LONG=1).
-var long = []check{
-	{Name: "plain sender, 3 messages", Defines: []string{"-DN=3"}, Big: true},
-	{Name: "plain sender, 3 relays", Defines: []string{"-DR=3"}, Big: true},
-	{Name: "plain sender, lease and backoff of 2 ticks", Defines: []string{"-DLEASE=2", "-DDELAY=2"}, Big: true},
-	{Name: "plain sender, 2 of each fault", Defines: []string{"-DCRASHES=2", "-DSTOPS=2", "-DSESSIONLOSS=2", "-DSETTLEFAILS=2"}, Big: true},
-	{Name: "plain sender, unordered, 3 messages", Defines: []string{"-DUNORDERED", "-DN=3", "-DSTOPS=0", "-DSETTLEFAILS=0"}, Big: true},
-	{Name: "plain sender, attempts counted", Defines: []string{"-DATTEMPTS"}, Big: true},
-	{Name: "election none, 3 messages", Defines: []string{"-DNOELECTION", "-DN=3"}, Big: true},
-	{Name: "kafka transactional, 2 messages", Defines: []string{"-DKAFKA"}, Big: true},
-	{Name: "kafka transactional, unordered, 2 messages", Defines: []string{"-DKAFKA", "-DUNORDERED"}, Big: true},
-	{Name: "kafka transactional, 3 relays", Defines: []string{"-DKAFKA", "-DN=1", "-DR=3"}, Big: true},
-	{Name: "kafka transactional, 2 kafka faults", Defines: []string{"-DKAFKA", "-DN=1", "-DKFAULTS=2"}, Big: true},
-	{Name: "liveness, plain sender, every fault", Defines: []string{"-DLIVE"}, Live: true, Big: true},
-	{Name: "liveness, kafka transactional, 2 messages", Defines: []string{"-DLIVE", "-DKAFKA"}, Live: true, Big: true},
-}
-
 func TestModel(t *testing.T) {
 	tools(t)
 	for _, c := range bounded {
@@ -106,18 +89,6 @@ func TestModelCatchesBugs(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			run(t, c, 2*time.Minute)
-		})
-	}
-}
-
-func TestModelLong(t *testing.T) {
-	if os.Getenv("MENSAGERIA_MODEL_LONG") == "" {
-		t.Skip("the longer bounds run with MENSAGERIA_MODEL_LONG=1 (make model-long)")
-	}
-	tools(t)
-	for _, c := range long {
-		t.Run(c.Name, func(t *testing.T) {
-			run(t, c, 30*time.Minute)
 		})
 	}
 }
