@@ -27,7 +27,7 @@ import (
 // that nothing but a synchronous commit writes them out before the crash.
 func TestEpochAndRegistrationSurviveACrash(t *testing.T) {
 	testdb.Long(t, "private PostgreSQL server")
-	srv := pgserver.ForTest(t, pgserver.Config{Settings: map[string]string{"autovacuum": "off"}})
+	srv := testdb.PrivateServer(t, pgserver.Config{Settings: map[string]string{"autovacuum": "off"}})
 	ctx := context.Background()
 	const schema = "crash"
 	setup, err := pgx.Connect(ctx, srv.URL)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/xadm/mensageria/internal/pgserver"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -368,7 +369,7 @@ func TestStressHarnessOnSQLite(t *testing.T) {
 
 // Benchmarks. The stress scenario and the outbox tax run against the
 // server named by -stress.db, else a private one started here with
-// production defaults (StartPostgres). Phase lengths are flags, so that a
+// production defaults (testdb.PrivateServer). Phase lengths are flags, so that a
 // quick look on a busy machine and the full run on a quiet one are the
 // same code:
 //
@@ -400,12 +401,7 @@ func stressEnv(b *testing.B) Env {
 				settings[strings.TrimSpace(k)] = strings.TrimSpace(v)
 			}
 		}
-		srv, err := StartPostgres(ctx, PostgresServerConfig{Settings: settings})
-		if err != nil {
-			testdb.Unavailable(b, "a private PostgreSQL server", err)
-		}
-		b.Cleanup(func() { _ = srv.Stop() })
-		url = srv.URL
+		url = testdb.PrivateServer(b, pgserver.Config{Settings: settings}).URL
 	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {

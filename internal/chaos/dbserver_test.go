@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria/internal/pgserver"
+	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // The run's database: a private PostgreSQL server the harness starts, so
@@ -44,7 +45,7 @@ type chaosDB struct {
 
 // startDB starts the run's server and creates its database and roles.
 func startDB(t *testing.T) *chaosDB {
-	srv := pgserver.ForTest(t, pgserver.Config{Settings: serverSettings})
+	srv := testdb.PrivateServer(t, pgserver.Config{Settings: serverSettings})
 	t.Logf("private PostgreSQL server on port %d, log %s", srv.Port, srv.LogPath())
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, srv.URL)

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/internal/pgserver"
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.
@@ -272,7 +273,7 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 	if !o.asJSON {
 		fmt.Fprintln(a.io.Err, "bench: starting a private PostgreSQL server")
 	}
-	srv, err := bench.StartPostgres(ctx, bench.PostgresServerConfig{})
+	srv, err := pgserver.Start(ctx, pgserver.Config{})
 	if err != nil {
 		return failErr("--private-server: %v", err)
 	}

@@ -26,7 +26,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,27 +128,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	return nil, lastErr
-}
-
-// ForTest starts a server for t and stops it when t ends. Without the
-// server programs t is skipped, or fails when CI is set.
-func ForTest(t testing.TB, cfg Config) *Server {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, ErrNoPostgres) && os.Getenv("CI") == "" {
-			t.Skipf("%v; set CI=1 to make this a failure", err)
-		}
-		t.Fatalf("private PostgreSQL server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Logf("private PostgreSQL server: stop: %v", err)
-		}
-	})
-	return s
 }
 
 // URLFor connects to database as user (trust authentication).

@@ -1,14 +1,12 @@
 //go:build !unix
 
-// Package pgserver runs a private PostgreSQL server for tests; on this
-// system it is not available.
+// Package pgserver runs a private PostgreSQL server; on this system it is
+// not available.
 package pgserver
 
 import (
 	"context"
 	"errors"
-	"os"
-	"testing"
 )
 
 // ErrNoPostgres means the PostgreSQL server programs were not found.
@@ -36,16 +34,6 @@ type Server struct {
 
 // Start is not available on this system.
 func Start(context.Context, Config) (*Server, error) { return nil, ErrNoPostgres }
-
-// ForTest skips t, or fails it when CI is set.
-func ForTest(t testing.TB, _ Config) *Server {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatal(ErrNoPostgres)
-	}
-	t.Skip(ErrNoPostgres)
-	return nil
-}
 
 func (s *Server) URLFor(user, database string) string     { return "" }
 func (s *Server) LogPath() string                         { return "" }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package pgserver
+package pgserver_test
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/xadm/mensageria/internal/pgserver"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // run runs sql on a new connection to s.
-func run(t *testing.T, s *Server, sql string) {
+func run(t *testing.T, s *pgserver.Server, sql string) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, s.URL)
@@ -28,7 +29,7 @@ func run(t *testing.T, s *Server, sql string) {
 	}
 }
 
-func rows(t *testing.T, s *Server) []string {
+func rows(t *testing.T, s *pgserver.Server) []string {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, s.URL)
@@ -55,7 +56,7 @@ func TestCrashLosesOnlyAsynchronousCommits(t *testing.T) {
 	testdb.Long(t, "private PostgreSQL server")
 	// No autovacuum: nothing but the walwriter may write the WAL out while
 	// it is held.
-	s := ForTest(t, Config{Settings: map[string]string{"autovacuum": "off"}})
+	s := testdb.PrivateServer(t, pgserver.Config{Settings: map[string]string{"autovacuum": "off"}})
 	ctx := context.Background()
 	if !strings.HasPrefix(s.URL, "postgres://postgres@127.0.0.1:") || s.Port == 5432 {
 		t.Fatalf("URL %s, port %d: want a private port of 127.0.0.1", s.URL, s.Port)
@@ -95,7 +96,7 @@ func TestCrashLosesOnlyAsynchronousCommits(t *testing.T) {
 	if _, err := held.Exec(ctx, "SELECT 1"); err == nil {
 		t.Fatal("a session survived the crash")
 	}
-	if err := s.Crash(); !errors.Is(err, ErrDown) {
+	if err := s.Crash(); !errors.Is(err, pgserver.ErrDown) {
 		t.Fatalf("Crash of a stopped server: %v", err)
 	}
 	if err := s.Start(ctx); err != nil {
@@ -130,7 +131,7 @@ func TestCrashLosesOnlyAsynchronousCommits(t *testing.T) {
 // and anything once stopped for good.
 func TestStoppedForGood(t *testing.T) {
 	testdb.Long(t, "private PostgreSQL server")
-	s := ForTest(t, Config{})
+	s := testdb.PrivateServer(t, pgserver.Config{})
 	ctx := context.Background()
 	_, err := pgx.Connect(ctx, s.URLFor("nobody", "postgres"))
 	var pe *pgconn.PgError

@@ -8,6 +8,7 @@ package testdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria/internal/pgserver"
 )
 
 // EnvURL names the variable that points tests at PostgreSQL.
@@ -127,4 +130,27 @@ func sanitize(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// PrivateServer starts a private PostgreSQL server (pgserver.Start) for t
+// and stops it when t ends: for a test that must crash, restart or
+// reconfigure its server, which it may never do to the shared one. Without
+// the server programs t is skipped, or fails when CI is set.
+func PrivateServer(t testing.TB, cfg pgserver.Config) *pgserver.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := pgserver.Start(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, pgserver.ErrNoPostgres) {
+			Unavailable(t, "the PostgreSQL server programs", err)
+		}
+		t.Fatalf("private PostgreSQL server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Logf("private PostgreSQL server: stop: %v", err)
+		}
+	})
+	return s
 }
