@@ -293,8 +293,8 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 		return nil, ErrDown
 	}
 	// A writer stopped in the middle of a write still holds the WAL write
-	// lock, and every synchronous commit would then wait for it forever (an
-	// LWLock wait no timeout interrupts). So a synchronous commit is tried
+	// lock or the buffer-mapping lock, and every statement that needs it
+	// would then wait forever (an LWLock wait no timeout interrupts). So a synchronous commit is tried
 	// once it is stopped; if it does not get through, the writer resumes,
 	// lets it finish, and is stopped again.
 	for try := 0; ; try++ {
@@ -332,7 +332,10 @@ func (s *Server) flushes(ctx context.Context) bool {
 			return
 		}
 		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-		_, err = conn.Exec(ctx, "SET synchronous_commit = on; BEGIN; SELECT pg_current_xact_id(); COMMIT")
+		// A record of several WAL pages, so that the commit needs the
+		// buffer-mapping lock as well as the write lock: the writer takes
+		// both, and a later statement of the test may need either.
+		_, err = conn.Exec(ctx, "SET synchronous_commit = on; BEGIN; SELECT pg_logical_emit_message(true, 'mensageria.pgserver', repeat('x', 262144)); COMMIT")
 		done <- err
 	}()
 	select {
