@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 

@@ -345,7 +345,7 @@ func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
 // The annotated examples in docs/config.md are valid configs that mean
 // what their comments say.
 func TestDocumentedConfigExample(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/config.md")
+	doc, err := os.ReadFile("../../../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/pgserver"
 )
 

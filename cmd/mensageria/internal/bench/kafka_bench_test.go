@@ -1,4 +1,4 @@
-package kafka_test
+package bench_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -95,7 +95,7 @@ func processBrokers(b *testing.B) []string {
 		if err != nil {
 			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		out, err := exec.Command(goBin, "build", "-o", kfakeBinary.path, "github.com/xadm/mensageria/internal/bench/kfake").CombinedOutput()
+		out, err := exec.Command(goBin, "build", "-o", kfakeBinary.path, "github.com/xadm/mensageria/cmd/mensageria/internal/bench/kfake").CombinedOutput()
 		if err != nil {
 			kfakeBinary.err = fmt.Errorf("go build internal/bench/kfake: %v\n%s", err, out)
 		}

@@ -136,7 +136,7 @@ func buildWorker(t testing.TB, dir string) string {
 		gobin = "go"
 	}
 	out := filepath.Join(dir, "chaosworker")
-	cmd := exec.Command(gobin, "build", "-o", out, "github.com/xadm/mensageria/internal/chaos/cmd/chaosworker")
+	cmd := exec.Command(gobin, "build", "-o", out, "github.com/xadm/mensageria/cmd/mensageria/internal/chaos/cmd/chaosworker")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build worker: %v\n%s", err, b)
 	}

@@ -230,7 +230,7 @@ func TestReceiveSQLProtocolPostgres(t *testing.T) {
 // copies is what this test runs.
 func sqliteProtocol(t *testing.T) map[string]string {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/config.md")
+	doc, err := os.ReadFile("../../../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}

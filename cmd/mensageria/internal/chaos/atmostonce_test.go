@@ -23,9 +23,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/cli"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/cli"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 

@@ -112,7 +112,7 @@ func TestConsoleConfigRefusals(t *testing.T) {
 // The console block of docs/config.md is a valid block that means what
 // its comments say.
 func TestDocumentedConsoleExample(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/config.md")
+	doc, err := os.ReadFile("../../../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}

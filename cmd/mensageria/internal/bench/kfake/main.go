@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 )
 
 func main() {

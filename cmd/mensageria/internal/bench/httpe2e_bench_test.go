@@ -1,11 +1,11 @@
-package m2mhttp_test
+package bench_test
 
 import (
 	"context"
 	"flag"
 	"testing"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 

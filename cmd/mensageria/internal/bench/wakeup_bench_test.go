@@ -1,11 +1,11 @@
-package postgres_test
+package bench_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/console"
 )
 
 // ConsoleConfig sizes the console scenario (issue #15): the web console's

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/console"
 )
 
 // defaultConsoleListen is where the console listens unless the config's

@@ -1,4 +1,4 @@
-package nats_test
+package bench_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/xadm/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 

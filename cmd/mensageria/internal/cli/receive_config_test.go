@@ -114,7 +114,7 @@ func TestParseReceiveConfigErrors(t *testing.T) {
 // The annotated receive example in docs/config.md is a valid config that
 // means what its comments say.
 func TestDocumentedReceiveExample(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/config.md")
+	doc, err := os.ReadFile("../../../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
