@@ -1,4 +1,4 @@
-package mensageria_test
+package coretest_test
 
 import (
 	"context"

@@ -1,10 +1,12 @@
-package m2mhttp
+package openapi_test
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
 // TestOpenAPIDocument loads docs/openapi.yaml as OpenAPI 3.1 with
@@ -12,11 +14,12 @@ import (
 // JSON Schema 2020-12 dialect.
 func TestOpenAPIDocument(t *testing.T) {
 	doc, _ := contract(t)
+	rules := recorded(t).rules
 	if !doc.IsOpenAPI31OrLater() {
 		t.Fatalf("openapi %q: the contract is meant to be 3.1", doc.OpenAPI)
 	}
 	env := doc.Components.Schemas["Envelope"].Value
-	for _, f := range requiredFields {
+	for _, f := range rules.Required {
 		found := false
 		for _, r := range env.Required {
 			found = found || r == f
@@ -25,7 +28,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("Envelope schema does not require %q, the decoder does", f)
 		}
 	}
-	for f := range envelopeFields {
+	for _, f := range rules.Fields {
 		if _, ok := env.Properties[f]; !ok {
 			t.Errorf("Envelope schema lacks field %q", f)
 		}
@@ -33,7 +36,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	// The limits are bytes of UTF-8, said so by x-max-bytes and in the
 	// description; maxLength, which counts characters, is not there to be
 	// taken for the limit.
-	for field, limit := range map[string]int{"type": maxTypeLen, "key": maxKeyLen} {
+	for field, limit := range map[string]int{"type": rules.MaxTypeLen, "key": rules.MaxKeyLen} {
 		p := env.Properties[field].Value
 		if p.MaxLength != nil || fmt.Sprint(p.Extensions["x-max-bytes"]) != fmt.Sprint(limit) ||
 			!strings.Contains(p.Description, fmt.Sprintf("%s bytes", humanInt(limit))) || !strings.Contains(p.Description, "surrogate") {
@@ -78,22 +81,22 @@ func TestOpenAPIBatch(t *testing.T) {
 	doc, _ := contract(t)
 	batchRoute(t)
 	msgs := doc.Components.Schemas["Batch"].Value.Properties["messages"].Value
-	if msgs.Items.Ref != "#/components/schemas/Envelope" || msgs.MinItems != 1 || msgs.MaxItems == nil || *msgs.MaxItems != DefaultMaxBatchItems {
+	if msgs.Items.Ref != "#/components/schemas/Envelope" || msgs.MinItems != 1 || msgs.MaxItems == nil || *msgs.MaxItems != m2mhttp.DefaultMaxBatchItems {
 		t.Errorf("Batch.messages: items %q, %d..%v", msgs.Items.Ref, msgs.MinItems, msgs.MaxItems)
 	}
 	var enum []string
 	for _, v := range doc.Components.Schemas["BatchResult"].Value.Properties["status"].Value.Enum {
 		enum = append(enum, v.(string))
 	}
-	want := []string{ItemApplied, ItemDuplicate, ItemRefused, ItemStale, ItemRetry}
+	want := []string{m2mhttp.ItemApplied, m2mhttp.ItemDuplicate, m2mhttp.ItemRefused, m2mhttp.ItemStale, m2mhttp.ItemRetry}
 	if strings.Join(enum, ",") != strings.Join(want, ",") {
 		t.Errorf("BatchResult.status enum %v, want %v", enum, want)
 	}
 	op := batchRoute(t).Operation
-	if _, ok := op.RequestBody.Value.Content[ContentTypeBatch]; !ok {
-		t.Errorf("deliver does not take %s", ContentTypeBatch)
+	if _, ok := op.RequestBody.Value.Content[m2mhttp.ContentTypeBatch]; !ok {
+		t.Errorf("deliver does not take %s", m2mhttp.ContentTypeBatch)
 	}
-	if _, ok := op.Responses.Status(200).Value.Content[ContentTypeBatch]; !ok {
-		t.Errorf("deliver does not answer %s", ContentTypeBatch)
+	if _, ok := op.Responses.Status(200).Value.Content[m2mhttp.ContentTypeBatch]; !ok {
+		t.Errorf("deliver does not answer %s", m2mhttp.ContentTypeBatch)
 	}
 }

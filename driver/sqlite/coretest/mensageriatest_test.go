@@ -1,4 +1,4 @@
-package mensageriatest_test
+package coretest_test
 
 import (
 	"context"

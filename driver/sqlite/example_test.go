@@ -1,4 +1,4 @@
-package mensageria_test
+package sqlite_test
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func Example_failFast() {
 
 // The inbox applies each natural key once, in the same transaction as the
 // effect, however many times the message arrives.
-func ExampleInbox_Apply() {
+func Example_inbox() {
 	drv, done := openExampleDB()
 	defer done()
 	ctx := context.Background()
