@@ -12,7 +12,7 @@ import (
 // The scenarios run once per benchmark invocation whatever b.N is: each is
 // a whole measurement with its own clock. Run them with
 //
-//	go test -run '^$' -bench . -benchtime 1x .
+//	go test -run '^$' -bench '^Benchmark(RelayDrain|SteadyState|EnqueueOverhead|Backlog|TracedDrain)$' -benchtime 1x ./cmd/mensageria/internal/bench/
 //
 // and see docs/benchmarks.md for the figures.
 

@@ -14,7 +14,7 @@ import (
 // it disabled), for the driver's Insert of 1 and of 100 rows and for a
 // plain SQL INSERT. It runs once whatever b.N is; run it with
 //
-//	go test -run '^$' -bench EnqueueCheck -benchtime 1x ./driver/postgres/
+//	go test -run '^$' -bench 'EnqueueCheck$' -benchtime 1x ./cmd/mensageria/internal/bench/
 //
 // The -ratio metrics are checked/unchecked (target: at least 0.95).
 func BenchmarkEnqueueCheck(b *testing.B) {

@@ -22,7 +22,7 @@ import (
 // The figures come from kfake, franz-go's fake cluster: no disk, no
 // replication. The mode comparisons run on two clusters: one in this
 // process, sharing its scheduler and heap, and one run apart on loopback
-// (the internal/bench/kfake program, built and started by the benchmark),
+// (the bench/kfake program, built and started by the benchmark),
 // which shows the network's costs, the producer's linger among them.
 // MENSAGERIA_BENCH_KAFKA_BROKERS points them at a cluster of one's own
 // instead. They compare the two modes' protocol cost; a real cluster adds
@@ -80,7 +80,7 @@ var kfakeBinary struct {
 	err  error
 }
 
-// processBrokers builds internal/bench/kfake (once) and starts it as a
+// processBrokers builds bench/kfake (once) and starts it as a
 // process of its own.
 func processBrokers(b *testing.B) []string {
 	b.Helper()
@@ -97,7 +97,7 @@ func processBrokers(b *testing.B) []string {
 		}
 		out, err := exec.Command(goBin, "build", "-o", kfakeBinary.path, "github.com/xadm/mensageria/cmd/mensageria/internal/bench/kfake").CombinedOutput()
 		if err != nil {
-			kfakeBinary.err = fmt.Errorf("go build internal/bench/kfake: %v\n%s", err, out)
+			kfakeBinary.err = fmt.Errorf("go build bench/kfake: %v\n%s", err, out)
 		}
 	})
 	if kfakeBinary.err != nil {

@@ -15,7 +15,7 @@ import (
 // delivery latency of plain SQL INSERTs paced at 200 a second, with it and
 // without it. It runs once whatever b.N is; run it with
 //
-//	go test -run '^$' -bench EnqueueWakeup -benchtime 1x -timeout 20m ./driver/postgres/
+//	go test -run '^$' -bench EnqueueWakeup -benchtime 1x -timeout 20m ./cmd/mensageria/internal/bench/
 //
 // The <kind>-ratio metrics are wakeup/off (target: at least 0.95); the
 // target latency is wakeup-p50-ms at most 50.
