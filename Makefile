@@ -1,6 +1,9 @@
 # Every target runs from a clean checkout; `make test` is what CI runs.
 GO ?= go
-PKGS := ./...
+# Every module of go.work: in workspace mode ./... stops at a nested module's
+# go.mod, so the targets name each module's tree.
+MODULES := $(shell $(GO) list -m -f '{{.Dir}}')
+PKGS := $(addsuffix /...,$(MODULES))
 
 .PHONY: test test-short lint services tools demo bench fuzz chaos chaos-long model model-long model-bug
 
@@ -14,7 +17,8 @@ test-short:
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	@# each module on its own go.mod (GOWORK=off): what a user of that module builds
+	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 ## services: install the tools the tests need, start PostgreSQL and NATS if they are down (idempotent)
 services: tools
@@ -28,7 +32,7 @@ demo:
 	$(GO) run ./cmd/mensageria demo
 
 bench: services
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s)
 fuzz: services
@@ -36,20 +40,20 @@ fuzz: services
 
 ## chaos: the fault-injection suite, short profile, verbose (docs/reliability.md)
 chaos: services
-	$(GO) test -count=1 -v -run 'TestChaos$$' -timeout 15m ./internal/chaos/
+	$(GO) test -count=1 -v -run 'TestChaos$$' -timeout 15m ./cmd/mensageria/internal/chaos/
 
 ## chaos-long: the fault-injection suite with 1,000,000 messages
 chaos-long: services
-	MENSAGERIA_CHAOS_MESSAGES=1000000 $(GO) test -count=1 -v -run 'TestChaos$$' -timeout 4h ./internal/chaos/
+	MENSAGERIA_CHAOS_MESSAGES=1000000 $(GO) test -count=1 -v -run 'TestChaos$$' -timeout 4h ./cmd/mensageria/internal/chaos/
 
 ## model: check the protocol model within the bounds of `make test`, with its figures (docs/model/README.md)
 model: tools
-	$(GO) test -count=1 -v -run 'TestModel$$|TestEveryStateChangeIsModelled' ./internal/model/
+	$(GO) test -count=1 -v -run 'TestModel$$|TestEveryStateChangeIsModelled' ./cmd/mensageria/internal/model/
 
 ## model-bug: show that every deliberate bug of the model is caught
 model-bug: tools
-	$(GO) test -count=1 -v -run 'TestModelCatchesBugs' ./internal/model/
+	$(GO) test -count=1 -v -run 'TestModelCatchesBugs' ./cmd/mensageria/internal/model/
 
 ## model-long: check the protocol model within the longer bounds (minutes, a few GB)
 model-long: tools
-	$(GO) test -tags modellong -count=1 -v -run 'TestModelLong' -timeout 3h ./internal/model/
+	$(GO) test -tags modellong -count=1 -v -run 'TestModelLong' -timeout 3h ./cmd/mensageria/internal/model/

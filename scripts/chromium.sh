@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's chromium for the console's browser tests
-# (internal/console), only when it is missing. Safe to run any number of
+# (cmd/mensageria/internal/console), only when it is missing. Safe to run any number of
 # times; scripts/services.sh calls it. The tests run it headless with
 # --headless --no-sandbox --disable-gpu and no network.
 set -euo pipefail

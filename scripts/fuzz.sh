@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the module for FUZZTIME each (default 30s).
+# Runs every fuzz target of every module of go.work for FUZZTIME each (default 30s).
 # New inputs the fuzzer finds stay in the Go build cache; a failing one is
 # written under the package's testdata/fuzz and fails the run.
 set -euo pipefail

@@ -39,5 +39,5 @@ echo "services: PostgreSQL and NATS are up; python3 and sqlite3 are installed"
 # Java, Node.js and the contract tools, for the tests in other languages.
 bash scripts/polyglot.sh
 
-# Chromium, for the web console's browser tests (internal/console).
+# Chromium, for the web console's browser tests (cmd/mensageria/internal/console).
 bash scripts/chromium.sh

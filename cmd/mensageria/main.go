@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/xadm/mensageria/internal/cli"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/cli"
 )
 
 func main() {

@@ -1,0 +1,586 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
+	"github.com/xadm/mensageria/internal/pgserver"
+)
+
+// benchScenarios are the scenarios `bench` knows, in run order.
+var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite", "console"}
+
+// privateScenarios need no database of the config: with --private-server
+// (or on SQLite, in a temporary directory) they bring their own.
+var privateScenarios = []string{"stress", "tax", "stress-sqlite"}
+
+type benchOptions struct {
+	scenarios      []string
+	messages       int
+	duration       time.Duration
+	overheadDur    time.Duration
+	producers      int
+	large          int
+	brokerMessages int
+	batch          int
+	rounds         int
+	pacedFor       time.Duration
+	httpPacedFor   time.Duration // 0: the http scenario's own default
+	checkFor       time.Duration
+	kafkaBrokers   []string
+	kafkaClusters  []string
+	kafkaClaims    []int
+	serveKfake     bool
+	natsURL        string
+	keep           bool
+	asJSON         bool
+
+	stressRate    int
+	stressWarmup  time.Duration
+	stressPhase   time.Duration
+	stressPinned  time.Duration
+	stressLease   time.Duration
+	stressReaders int
+	taxRun        time.Duration
+	taxPaced      time.Duration
+	private       bool
+	stressRelay   bool
+	stressOutbox  []string
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the project's benchmark scenarios against the configured PostgreSQL",
+		Long: `bench runs the scenarios behind docs/benchmarks.md against the config's
+database, in a scratch schema of its own (<schema>_bench_<random>) that is
+dropped afterwards: it never touches the configured schema's rows.
+
+  drain      relay drain of a backlog to a no-op Sender, against the raw
+             UPDATE ... SKIP LOCKED drain in the same run (msgs/s, raw-ratio)
+  steady     producers commit single-message transactions while the relay
+             delivers (enqueue/s, delivered/s, keepup-ratio, p50-ms, p99-ms)
+  overhead   a business transaction with and without one enqueue
+             (overhead-ratio; NOTIFY's share apart)
+  enqueue-check
+             what the outbox's insert check (the type's owner, the key,
+             type and headers rules) costs: rows/s of a Go enqueue of 1
+             and of 100 rows and of a plain SQL INSERT, with the check and
+             with it disabled, --rounds alternating rounds of --check-for
+             each (<kind>-ratio; not run unless asked for)
+  wakeup     what the outbox's wake-up of plain SQL enqueues costs the
+             enqueue rate (rows/s with it, without it, and with the designs
+             it was chosen over, --rounds alternating rounds of --check-for
+             each; <kind>-ratio) and what it buys: commit-to-delivery p50
+             and p99 of plain SQL INSERTs paced at 200 a second, with and
+             without it (not run unless asked for)
+  http       outbox -> relay -> HTTP over loopback -> receiver inbox: the
+             library's single and batch delivery, and the daemon's path (this
+             command's relay from a config with batch: true) side by side
+             (msgs/s, batch-msgs/s, daemon-msgs/s, batch-ratio, daemon-ratio;
+             p50-ms, p99-ms at a paced 1,000 msgs/s; slow: run with
+             --scenario http)
+  backlog    drain rate with a large backlog against a small one (slow:
+             not run unless asked for with --scenario backlog)
+  kafka      the relay draining the outbox into Kafka, idempotent vs
+             transactional at each claim size of --kafka-claims (1, 20, 100,
+             500), counted by a read_committed consumer: each mode's msgs/s
+             and idem/tx-ratio (target >= 1 at each), on each cluster of
+             --kafka-cluster; then, on the first cluster, commit-to-consumer
+             latency through the relay at a paced 1,000 msgs/s
+             (--paced-for), the drain and the Sender alone at claims of
+             --batch, and a sink with the offsets in the database vs plain
+             at-least-once. Without --kafka-brokers it runs against
+             franz-go's kfake (3 brokers, 6 partitions, no disk) started as
+             a process of its own on loopback and in this one
+  nats       the JetStream Sender with vs without Nats-Msg-Id, and a sink
+             with the stream sequence in the database vs plain at-least-once,
+             on scratch streams at --nats-url
+
+  stress     issue #14: --stress-rate single-message business transactions
+             a second (8 producers, credited on wall-clock time) through
+             the phases warmup (--stress-warmup), clean, idle-in-tx (a
+             session holding the xmin horizon for --stress-pinned),
+             recovery, active-readers (--stress-readers REPEATABLE READ
+             sessions scanning the outbox), high-load (1.5x), recovery-2
+             and crash (the relay process SIGKILLed a quarter in and
+             restarted), each --stress-phase long; per phase: offered,
+             enqueued and delivered per second, pickup p50/p95/p99 (commit
+             to Sender), max depth, the outbox's dead tuples and sizes, and
+             a lost/duplicate audit at the end (not run unless asked for)
+  tax        the outbox tax: 8 producers run one business transaction as
+             fast as they can with and without one enqueue (and with the
+             outbox's insert check disabled), the relay delivering to a
+             no-op Sender, --rounds rounds of --tax-run; then pickup
+             latency at 80% of the outbox rate for --tax-paced (not run
+             unless asked for)
+  stress-sqlite
+             the stress scenario's warmup, clean and crash phases on the
+             embedded SQLite, in a temporary directory (not run unless
+             asked for)
+  console    the web console's main page over 1,000,000 pending rows of 50
+             types: its server time (page-p50-ms, page-p99-ms; target at
+             most 200) against the per-type count it keeps out of page
+             loads (count-ms), a dead-letter page and a detail (not run
+             unless asked for)
+
+kafka, nats, enqueue-check, wakeup and tax run each mode once per round (--rounds),
+rotating which goes first, and report medians and ratios.
+
+The stress figures only mean production on a server with production
+settings (autovacuum on): --private-server starts a PostgreSQL of its own
+(initdb in a temporary directory, a free port of 127.0.0.1, initdb's
+defaults; the server programs from $MENSAGERIA_PG_BIN or
+/usr/lib/postgresql/*/bin, run as the postgres OS user when bench runs as
+root) and runs every PostgreSQL scenario there instead of the config's
+database, which is then not needed. The stress result's notes name the
+server's settings and say when autovacuum is off.
+
+--json prints one JSON object per scenario.`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if o.stressRelay {
+				spec, _ := a.io.Env(bench.StressRelayEnv)
+				return bench.RunStressRelay(cmd.Context(), spec, a.io.In, a.io.Out, a.io.Err)
+			}
+			if o.serveKfake {
+				return bench.ServeKfake(a.io.In, a.io.Out)
+			}
+			for _, k := range o.kafkaClusters {
+				if k != bench.KafkaProcess && k != bench.KafkaInProcess {
+					return usageErr("--kafka-cluster %q: use %s or %s", k, bench.KafkaProcess, bench.KafkaInProcess)
+				}
+			}
+			if len(o.kafkaClusters) == 0 {
+				return usageErr("--kafka-cluster: name at least one of %s, %s", bench.KafkaProcess, bench.KafkaInProcess)
+			}
+			for _, c := range o.kafkaClaims {
+				if c < 1 || c > 10000 {
+					return usageErr("--kafka-claims %d: 1..10000", c)
+				}
+			}
+			for _, s := range o.scenarios {
+				if !slices.Contains(benchScenarios, s) {
+					return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
+				}
+			}
+			switch {
+			case o.brokerMessages < 100:
+				return usageErr("--broker-messages %d: at least 100", o.brokerMessages)
+			case o.batch < 1 || o.batch > o.brokerMessages:
+				return usageErr("--batch %d: 1..--broker-messages", o.batch)
+			case o.rounds < 1:
+				return usageErr("--rounds %d: at least 1", o.rounds)
+			case o.pacedFor < 100*time.Millisecond:
+				return usageErr("--paced-for %s: at least 100ms", o.pacedFor)
+			case o.checkFor < 100*time.Millisecond:
+				return usageErr("--check-for %s: at least 100ms", o.checkFor)
+			case o.stressRate < 1 || o.stressReaders < 1:
+				return usageErr("--stress-rate %d and --stress-readers %d: at least 1", o.stressRate, o.stressReaders)
+			case o.stressWarmup < 100*time.Millisecond || o.stressPhase < 100*time.Millisecond || o.stressPinned < 100*time.Millisecond:
+				return usageErr("--stress-warmup %s, --stress-phase %s, --stress-pinned %s: at least 100ms each", o.stressWarmup, o.stressPhase, o.stressPinned)
+			case o.stressLease != 0 && o.stressLease < time.Second:
+				return usageErr("--stress-lease %s: at least 1s (0: the relay's default)", o.stressLease)
+			case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
+				return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
+			}
+			if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
+				return usageErr("--stress-outbox-set: %v", err)
+			}
+			if o.private || onlyPrivate(o.scenarios) {
+				return a.runBenchPrivate(cmd.Context(), o)
+			}
+			if cmd.Flags().Changed("paced-for") {
+				o.httpPacedFor = o.pacedFor
+			}
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			if c.Backend() != "postgres" {
+				return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
+			}
+			return a.runBench(cmd.Context(), c, o)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.scenarios, "scenario", []string{"drain", "steady", "overhead"}, "scenarios to run: "+strings.Join(benchScenarios, ", "))
+	f.IntVar(&o.messages, "messages", 100000, "drain: backlog size")
+	f.DurationVar(&o.duration, "duration", 20*time.Second, "steady: how long the producers run")
+	f.DurationVar(&o.overheadDur, "overhead-duration", 10*time.Second, "overhead: how long each variant runs")
+	f.IntVar(&o.producers, "producers", 8, "steady: concurrent producers")
+	f.IntVar(&o.large, "backlog-large", 1000000, "backlog: the large backlog (the small one is 10,000)")
+	f.IntVar(&o.brokerMessages, "broker-messages", 30000, "kafka, nats: messages per run")
+	f.IntVar(&o.batch, "batch", 100, "kafka: the relay's claim size")
+	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats, enqueue-check, wakeup: rounds of alternating modes")
+	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka, http: how long each mode's latency phase paces 1,000 msgs/s (http: 10s unless given)")
+	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check, wakeup: how long each mode enqueues per round")
+	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: kfake clusters, see --kafka-cluster)")
+	f.StringSliceVar(&o.kafkaClusters, "kafka-cluster", []string{bench.KafkaProcess, bench.KafkaInProcess}, "kafka, without --kafka-brokers: kfake run as a process of its own on loopback (process), in this one (in-process), or both")
+	f.IntSliceVar(&o.kafkaClaims, "kafka-claims", bench.KafkaClaims, "kafka: the claim sizes the idempotent and transactional drains are compared at (none: skip)")
+	f.BoolVar(&o.serveKfake, "serve-kfake", false, "internal: run as the kafka scenario's kfake cluster process")
+	_ = f.MarkHidden("serve-kfake")
+	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
+	f.IntVar(&o.stressRate, "stress-rate", 800, "stress: base offered rate, business transactions a second")
+	f.DurationVar(&o.stressWarmup, "stress-warmup", 30*time.Second, "stress: the warmup phase")
+	f.DurationVar(&o.stressPhase, "stress-phase", 90*time.Second, "stress: every other phase but idle-in-tx")
+	f.DurationVar(&o.stressPinned, "stress-pinned", 2*time.Minute, "stress: how long idle-in-tx holds the xmin horizon")
+	f.DurationVar(&o.stressLease, "stress-lease", 0, "stress: the relay's lease (0: its default, 30s)")
+	f.IntVar(&o.stressReaders, "stress-readers", 3, "stress: REPEATABLE READ sessions of the active-readers phase")
+	f.StringSliceVar(&o.stressOutbox, "stress-outbox-set", nil, "stress: storage parameters set on the scratch outbox first (name=value,...), to measure a table setting")
+	f.DurationVar(&o.taxRun, "tax-run", 10*time.Second, "tax: each mode's run per round")
+	f.DurationVar(&o.taxPaced, "tax-paced", 30*time.Second, "tax: the paced run at 80% of the outbox rate")
+	f.BoolVar(&o.private, "private-server", false, "run the PostgreSQL scenarios on a private server with production defaults, started and removed by bench")
+	f.BoolVar(&o.stressRelay, "stress-relay", false, "internal: run as the stress scenario's relay process")
+	_ = f.MarkHidden("stress-relay")
+	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
+	return cmd
+}
+
+// onlyPrivate reports whether every scenario asked for brings its own
+// database, so that no config is needed.
+func onlyPrivate(scenarios []string) bool {
+	for _, s := range scenarios {
+		if s != "stress-sqlite" {
+			return false
+		}
+	}
+	return true
+}
+
+// runBenchPrivate runs the scenarios on a private PostgreSQL server (when
+// any needs PostgreSQL), started here and removed afterwards.
+func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
+	if onlyPrivate(o.scenarios) {
+		return a.runScenarios(ctx, nil, bench.Env{}, o)
+	}
+	if !o.asJSON {
+		fmt.Fprintln(a.io.Err, "bench: starting a private PostgreSQL server")
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Config{})
+	if err != nil {
+		return failErr("--private-server: %v", err)
+	}
+	defer func() { _ = srv.Stop() }()
+	if !o.asJSON {
+		fmt.Fprintf(a.io.Err, "bench: private server at %s (%s)\n", srv.URL, srv.Dir)
+	}
+	return a.runBench(ctx, &Config{Database: srv.URL, Schema: "mensageria"}, o)
+}
+
+func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
+	b, err := openBackend(ctx, c.Database, c.Schema)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.ping(ctx); err != nil {
+		return err
+	}
+	schema := fmt.Sprintf("%s_bench_%08x", c.Schema, rand.Uint32())
+	if len(schema) > 63 {
+		schema = fmt.Sprintf("mensageria_bench_%08x", rand.Uint32())
+	}
+	if _, err := b.pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return fmt.Errorf("bench: create scratch schema: %w", err)
+	}
+	if !o.keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_, _ = b.pool.Exec(dctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		}()
+	}
+	if !o.asJSON {
+		fmt.Fprintf(a.io.Err, "bench: scratch schema %s\n", schema)
+	}
+	return a.runScenarios(ctx, c, bench.Env{Pool: b.pool, Schema: schema}, o)
+}
+
+// runScenarios runs the scenarios asked for, in benchScenarios' order, in
+// env (a zero env and no config when only scenarios that bring their own
+// database run).
+func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benchOptions) error {
+	var err error
+	failed := 0
+	for _, s := range benchScenarios {
+		if !slices.Contains(o.scenarios, s) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !o.asJSON {
+			fmt.Fprintf(a.io.Err, "bench: running %s...\n", s)
+		}
+		var r bench.Result
+		switch s {
+		case "drain":
+			r, err = bench.Drain(ctx, env, o.messages)
+		case "steady":
+			r, err = bench.SteadyState(ctx, env, o.producers, o.duration)
+		case "overhead":
+			r, err = bench.EnqueueOverhead(ctx, env, o.overheadDur)
+		case "enqueue-check":
+			r, err = bench.EnqueueCheck(ctx, env, bench.EnqueueCheckConfig{Rounds: o.rounds, Run: o.checkFor})
+		case "wakeup":
+			r, err = bench.Wakeup(ctx, env, bench.WakeupConfig{Rounds: o.rounds, Run: o.checkFor})
+		case "http":
+			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2, PacedFor: o.httpPacedFor, Daemon: daemonRelay(c)})
+		case "backlog":
+			r, err = bench.Backlog(ctx, env, 10000, o.large, 10000)
+		case "kafka":
+			var rs []bench.Result
+			rs, err = benchKafka(ctx, env, o)
+			if err == nil {
+				r = rs[len(rs)-1]
+				for _, extra := range rs[:len(rs)-1] {
+					if err := a.writeBench(extra, o.asJSON); err != nil {
+						return err
+					}
+				}
+			}
+		case "nats":
+			r, err = benchNats(ctx, env, o)
+		case "stress":
+			r, err = bench.Stress(ctx, env, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
+				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand})
+		case "tax":
+			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})
+		case "stress-sqlite":
+			r, err = benchStressSQLite(ctx, o)
+		case "console":
+			r, err = bench.Console(ctx, env, bench.ConsoleConfig{})
+		}
+		if err != nil {
+			failed++
+			fmt.Fprintf(a.io.Err, "bench: %s failed: %v\n", s, err)
+			continue
+		}
+		if err := a.writeBench(r, o.asJSON); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return silentExit(ExitFailure)
+	}
+	return nil
+}
+
+// daemonRelay runs the relay command itself, in process, from a config
+// file like an operator's with batch: true on its one HTTP route: the
+// daemon's whole path (config, registry, Sender, hooks, election)
+// measured beside the library's.
+func daemonRelay(c *Config) bench.DaemonRelay {
+	return func(ctx context.Context, t bench.DaemonTarget) (func() error, error) {
+		dir, err := os.MkdirTemp("", "mensageria-bench-daemon-")
+		if err != nil {
+			return nil, err
+		}
+		// Values are written as JSON strings (valid YAML), with $ doubled
+		// so that the parser does not expand them again.
+		q := func(s string) string {
+			b, _ := json.Marshal(strings.ReplaceAll(s, "$", "$$"))
+			return string(b)
+		}
+		path := filepath.Join(dir, "relay.yaml")
+		conf := fmt.Sprintf(`database: %s
+schema: %s
+app: %s
+routes:
+  - type: %s
+    http: {url: %s, token: ${BENCH_TOKEN}, batch: true, max_batch_items: %d, max_concurrent: %d}
+relay: {batch: %d, concurrency: %d}
+`, q(c.Database), q(t.Schema), q(t.App), q(t.Type), q(t.URL), t.BatchItems, t.Concurrency, t.Claim, t.Concurrency)
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		var log syncWriter
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(rctx, []string{"relay", "--config", path, "--listen", ""}, IO{Err: &log, Out: io.Discard,
+				Env: func(k string) (string, bool) { return t.Token, k == "BENCH_TOKEN" }})
+		}()
+		stop := func() error {
+			cancel()
+			code := <-done
+			_ = os.RemoveAll(dir)
+			if code != 0 {
+				return fmt.Errorf("the relay exited %d: %s", code, log.String())
+			}
+			return nil
+		}
+		for !strings.Contains(log.String(), "relay started") {
+			select {
+			case code := <-done:
+				_ = os.RemoveAll(dir)
+				cancel()
+				return nil, fmt.Errorf("the relay exited %d: %s", code, log.String())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return stop, nil
+	}
+}
+
+// syncWriter collects a relay's log lines for the bench to read while it
+// runs.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// stressRelayCommand starts this executable again as the stress scenario's
+// relay process.
+func stressRelayCommand() *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe, "bench", "--stress-relay")
+}
+
+// benchStressSQLite runs the SQLite phases in a temporary directory.
+func benchStressSQLite(ctx context.Context, o benchOptions) (bench.Result, error) {
+	dir, err := os.MkdirTemp("", "mensageria-stress-")
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	return bench.StressSQLite(ctx, dir, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, RelayCommand: stressRelayCommand,
+		Phases: []bench.StressPhase{
+			{Name: "warmup", For: o.stressWarmup, Load: 1},
+			{Name: "clean", For: o.stressPhase, Load: 1},
+			{Name: "crash", For: o.stressPhase, Load: 1, Crash: true},
+		}})
+}
+
+// benchKafka compares the Kafka modes' drains at each of --kafka-claims on
+// each cluster (--kafka-brokers, or kfake as a process of its own and in
+// this one), then runs the relay comparison at --batch and the sink
+// comparison on the first cluster.
+func benchKafka(ctx context.Context, env bench.Env, o benchOptions) ([]bench.Result, error) {
+	type cluster struct {
+		kind    string
+		brokers []string
+	}
+	var clusters []cluster
+	if len(o.kafkaBrokers) > 0 {
+		clusters = append(clusters, cluster{"given", o.kafkaBrokers})
+	}
+	for _, kind := range o.kafkaClusters {
+		if len(o.kafkaBrokers) > 0 {
+			break
+		}
+		switch kind {
+		case bench.KafkaInProcess:
+			c, err := bench.NewKfakeCluster()
+			if err != nil {
+				return nil, fmt.Errorf("in-process Kafka cluster: %w", err)
+			}
+			defer c.Close()
+			clusters = append(clusters, cluster{kind, c.ListenAddrs()})
+		case bench.KafkaProcess:
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			p, err := bench.StartKfakeProcess(ctx, exe, "bench", "--serve-kfake")
+			if err != nil {
+				return nil, err
+			}
+			defer p.Stop()
+			clusters = append(clusters, cluster{kind, p.Brokers})
+		}
+	}
+	var out []bench.Result
+	if len(o.kafkaClaims) > 0 {
+		for _, c := range clusters {
+			r, err := bench.KafkaClaimsCompare(ctx, env, c.brokers, c.kind, o.kafkaClaims, o.rounds)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	brokers := clusters[0].brokers
+	relay, err := bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: brokers, Batch: o.batch,
+		Messages: o.brokerMessages, Rounds: o.rounds, PacedFor: o.pacedFor})
+	if err != nil {
+		return nil, err
+	}
+	relay.Notes += "; on the " + clusters[0].kind + " cluster"
+	sink, err := bench.KafkaSinkCompare(ctx, env, brokers, o.brokerMessages, o.rounds)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, relay, sink), nil
+}
+
+func benchNats(ctx context.Context, env bench.Env, o benchOptions) (bench.Result, error) {
+	nc, err := natsgo.Connect(o.natsURL, natsgo.Timeout(5*time.Second))
+	if err != nil {
+		return bench.Result{}, fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
+	}
+	defer nc.Close()
+	return bench.NatsCompare(ctx, env, nc, o.brokerMessages, o.rounds)
+}
+
+func (a *app) writeBench(r bench.Result, asJSON bool) error {
+	if asJSON {
+		return r.WriteJSON(a.io.Out)
+	}
+	writeBenchResult(a, r)
+	return nil
+}
+
+func writeBenchResult(a *app, r bench.Result) {
+	names := make([]string, 0, len(r.Metrics))
+	for k := range r.Metrics {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	width := 0
+	for _, k := range names {
+		width = max(width, len(k))
+	}
+	fmt.Fprintf(a.io.Out, "%s\n", r.Scenario)
+	for _, k := range names {
+		fmt.Fprintf(a.io.Out, "  %-*s %12.2f\n", width, k, r.Metrics[k])
+	}
+	if r.Notes != "" {
+		for _, line := range strings.Split(r.Notes, "\n") {
+			fmt.Fprintf(a.io.Out, "  %s\n", line)
+		}
+	}
+}

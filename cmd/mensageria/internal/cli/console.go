@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
+	"github.com/xadm/mensageria/driver"
+)
+
+// defaultConsoleListen is where the console listens unless the config's
+// console.listen or --listen says otherwise: the loopback, so that a
+// console is never exposed by default.
+const defaultConsoleListen = "127.0.0.1:9470"
+
+func (a *app) consoleCommand() *cobra.Command {
+	var listen, logFormat, logLevel string
+	var readOnly, allApps bool
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console: per type counts, route health, elections, dead letters with retry and discard",
+		Long: `console serves the operator's web console (docs/config.md#the-web-console)
+for the config's database and schema, every app of it: per message type the
+owning app, pending, in flight, dead, the oldest pending age, deliveries per
+minute over the last hour and the route's health as its relay recorded it;
+each app's election holder; the dead letters of a type with their reason and
+payload, and retry or discard of one, of those selected, or of every dead
+letter of a type, each confirmed.
+
+It needs the config's console: block, with a token: or a user: and
+password: (${ENV} expanded) that everything it shows is behind. Every
+action carries the session's CSRF token; read_only: true (or --read-only)
+refuses every action. It shows every app of the schema, and, as the dead
+commands, retries and discards only the config's app's dead letters
+unless all_apps: true (or --all-apps). It runs until SIGTERM or SIGINT.
+
+The per-type counts read every pending row, so the console keeps the last
+ones and counts again in the background at most once a second (longer when
+a count takes long): a page load never waits for a count.`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(a.io.Err, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			c, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			if c.Console == nil {
+				return &ConfigError{File: c.File, Msg: "console: block missing: 'mensageria console' needs at least console: {token: ${MENSAGERIA_CONSOLE_TOKEN}} (docs/config.md#the-web-console)"}
+			}
+			cc := c.Console
+			addr := listen
+			if addr == "" {
+				addr = cc.Listen
+			}
+			if addr == "" {
+				addr = defaultConsoleListen
+			}
+			ctx := cmd.Context()
+			b, err := openBackend(ctx, c.Database, c.Schema)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.ping(ctx); err != nil {
+				return err
+			}
+			res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
+			switch {
+			case errors.Is(err, driver.ErrSchemaBehind):
+				return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up'", c.Schema, res.From, res.To)
+			case err != nil:
+				return fmt.Errorf("schema check: %w", err)
+			}
+			var apps []string // every app's
+			if !cc.AllApps && !allApps {
+				apps = []string{c.App}
+			}
+			con, err := console.New(console.Options{
+				Apps:         apps,
+				Driver:       b.drv,
+				Auth:         console.Auth{Token: cc.Token.Reveal(), User: cc.User, Password: cc.Password.Reveal()},
+				ReadOnly:     cc.ReadOnly || readOnly,
+				SecureCookie: cc.SecureCookie,
+				Logger:       log,
+			})
+			if err != nil {
+				return usageErr("console: %v", err)
+			}
+			defer con.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return usageErr("console listen %s: %v", addr, err)
+			}
+			srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ln) }()
+			actsFor := c.App
+			if apps == nil {
+				actsFor = "every app"
+			}
+			log.Info("console serving", "addr", ln.Addr().String(), "schema", c.Schema, "read_only", cc.ReadOnly || readOnly, "acts_for", actsFor)
+			select {
+			case <-ctx.Done():
+			case err := <-done:
+				return fmt.Errorf("console server: %w", err)
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			log.Info("console stopped")
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "address to serve on (default: the config's console.listen, else "+defaultConsoleListen+")")
+	f.BoolVar(&readOnly, "read-only", false, "refuse every action, whatever the config says")
+	f.BoolVar(&allApps, "all-apps", false, "retry and discard every app's dead letters, not only the config's app's (the config's console.all_apps)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,337 @@
+package coretest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+)
+
+// Contract 7: between replicas of one app, one relay is active.
+func TestOneActiveRelayPerApp(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		app := uniqueApp("replicas")
+		recA, recB := &recorder{}, &recorder{}
+		// A lease long enough that a loaded machine does not stall the
+		// leader's renewals past it (which would be a legitimate failover).
+		cfgA := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recA))
+		cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB))
+		cfgA.Lease, cfgB.Lease = 5*time.Second, 5*time.Second
+		a := newClient(t, b.open(), cfgA)
+		bb := newClient(t, b.open(), cfgB)
+		start(t, a)
+		start(t, bb)
+		eventually(t, 10*time.Second, "a leader is elected", func() bool { return a.IsLeader() || bb.IsLeader() })
+		time.Sleep(400 * time.Millisecond) // several election rounds
+		if a.IsLeader() == bb.IsLeader() {
+			t.Fatalf("leaders: a=%v b=%v; want exactly one", a.IsLeader(), bb.IsLeader())
+		}
+		for i := range 20 {
+			if _, err := a.Enqueue(ctx, mensageria.Message{Type: "t", Key: fmt.Sprintf("k%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 10*time.Second, "delivered", func() bool { return recA.len()+recB.len() >= 20 })
+		if recA.len() > 0 && recB.len() > 0 {
+			t.Fatalf("both replicas delivered (%d and %d)", recA.len(), recB.len())
+		}
+		// A graceful stop hands over at once.
+		leader, standby, standbyRec := a, bb, recB
+		if bb.IsLeader() {
+			leader, standby, standbyRec = bb, a, recA
+		}
+		stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := leader.Stop(stopCtx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "the standby takes over", standby.IsLeader)
+		if _, err := standby.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after"}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "the new leader delivers", func() bool { return standbyRec.keys()["after"] == 1 })
+	})
+}
+
+// A leader whose database session dies is replaced.
+func TestFailoverWhenLeaderConnectionDies(t *testing.T) {
+	b := pgBackend(t)
+	ctx := context.Background()
+	app := uniqueApp("failover")
+	recA, recB := &recorder{}, &recorder{}
+	a := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recA)))
+	start(t, a)
+	eventually(t, 10*time.Second, "a leads", a.IsLeader)
+	bb := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB)))
+	start(t, bb)
+	time.Sleep(500 * time.Millisecond)
+	if bb.IsLeader() {
+		t.Fatal("b leads while a is alive")
+	}
+	// Kill every session holding an advisory lock for this app's relay.
+	if err := b.exec(`SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
+		JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted
+		WHERE a.application_name = $1`, "mensageria relay "+app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b takes over", func() bool { return bb.IsLeader() && !a.IsLeader() })
+	if _, err := a.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after-failover"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b delivers", func() bool { return recB.keys()["after-failover"] == 1 })
+	if recA.keys()["after-failover"] != 0 {
+		t.Fatal("the deposed leader delivered")
+	}
+}
+
+// pausable wraps a driver so a test can freeze its elector, as SIGSTOP
+// freezes a process.
+type pausable struct {
+	driver.Driver
+	paused atomic.Bool
+	resume chan struct{}
+}
+
+type pausedElector struct {
+	driver.Elector
+	p *pausable
+}
+
+func (p *pausable) Elector(app string, lease time.Duration) (driver.Elector, error) {
+	el, err := p.Driver.Elector(app, lease)
+	return &pausedElector{Elector: el, p: p}, err
+}
+
+func (e *pausedElector) Acquire(ctx context.Context) (int64, bool, error) {
+	if e.p.paused.Load() {
+		<-e.p.resume
+	}
+	return e.Elector.Acquire(ctx)
+}
+
+type outcomes struct {
+	mu  sync.Mutex
+	got []mensageria.Outcome
+}
+
+func (o *outcomes) OnDelivery(ev mensageria.DeliveryEvent) {
+	o.mu.Lock()
+	o.got = append(o.got, ev.Outcome)
+	o.mu.Unlock()
+}
+
+func (o *outcomes) has(k mensageria.Outcome) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, g := range o.got {
+		if g == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Contract 7, fencing: a leader paused past its lease is replaced, and when
+// it wakes its outcome cannot overwrite what the new leader settled.
+func TestPausedLeaderCannotOverwrite(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		app := uniqueApp("zombie")
+		p := &pausable{Driver: b.open(), resume: make(chan struct{})}
+		var resumeOnce sync.Once
+		wake := func() { resumeOnce.Do(func() { close(p.resume) }) }
+		t.Cleanup(wake)
+		inSend := make(chan struct{})
+		var once sync.Once
+		zombieSender := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+			once.Do(func() {
+				p.paused.Store(true)
+				close(inSend)
+			})
+			<-p.resume // frozen mid-delivery
+			return mensageria.Permanent(errors.New("zombie says no"))
+		})
+		seen := &outcomes{}
+		cfgA := fastConfig(app, mensageria.NewRegistry().MustRegister("t", zombieSender))
+		cfgA.Hooks = []mensageria.Hook{seen}
+		a := newClient(t, p, cfgA)
+		start(t, a)
+		eventually(t, 10*time.Second, "a leads", a.IsLeader)
+		if _, err := a.Enqueue(ctx, mensageria.Message{Type: "t", Key: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		<-inSend
+
+		recB := &recorder{}
+		cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB))
+		cfgB.DeliveredRetention = time.Hour // keep the row to inspect it
+		bb := newClient(t, b.open(), cfgB)
+		start(t, bb)
+		eventually(t, 15*time.Second, "b takes over and delivers", func() bool { return recB.keys()["x"] == 1 })
+		// b's Sender has the message before b settles it: wait for the
+		// settle, so what follows tests the zombie and not b's pace.
+		delivered := func() int {
+			return b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'x' AND state = 'delivered'")
+		}
+		eventually(t, 15*time.Second, "b's settle recorded", func() bool { return delivered() == 1 })
+
+		wake() // the zombie wakes
+		eventually(t, 10*time.Second, "the zombie's settle is fenced", func() bool { return seen.has(mensageria.OutcomeFenced) })
+		if n := delivered(); n != 1 {
+			t.Fatalf("the zombie overwrote the new leader's outcome")
+		}
+		eventually(t, 10*time.Second, "the zombie steps down", func() bool { return !a.IsLeader() })
+	})
+}
+
+// Contract 6: per-key order holds under retries, and a failing message
+// blocks only its own key.
+func TestPerKeyOrderUnderRetries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		var stuck atomic.Bool
+		stuck.Store(true)
+		var mu sync.Mutex
+		seq := map[string][]int{}
+		var rngMu sync.Mutex
+		rng := rand.New(rand.NewPCG(1, 2))
+		sender := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+			if d.Key == "stuck" && stuck.Load() {
+				return errors.New("receiver for this key is down")
+			}
+			rngMu.Lock()
+			fail := rng.IntN(3) == 0
+			rngMu.Unlock()
+			if fail {
+				return errors.New("transient")
+			}
+			var p struct{ N int }
+			if err := json.Unmarshal(d.Payload, &p); err != nil {
+				return mensageria.Permanent(err)
+			}
+			mu.Lock()
+			seq[d.Key] = append(seq[d.Key], p.N)
+			mu.Unlock()
+			return nil
+		})
+		cfg := fastConfig(uniqueApp("order"), mensageria.NewRegistry().MustRegister("status", sender, mensageria.Ordered()))
+		cfg.MaxAttempts = 1000
+		c := newClient(t, b.open(), cfg)
+		keys := []string{"a", "b", "c", "d", "stuck"}
+		const per = 15
+		for n := range per {
+			for _, k := range keys {
+				if _, err := c.Enqueue(ctx, mensageria.Message{Type: "status", Key: k, Payload: json.RawMessage(fmt.Sprintf(`{"N":%d}`, n))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		start(t, c)
+		eventually(t, 30*time.Second, "the healthy keys drain while one is blocked", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seq["a"]) == per && len(seq["b"]) == per && len(seq["c"]) == per && len(seq["d"]) == per
+		})
+		mu.Lock()
+		if len(seq["stuck"]) != 0 {
+			t.Fatalf("the blocked key delivered %v", seq["stuck"])
+		}
+		mu.Unlock()
+		stuck.Store(false)
+		eventually(t, 30*time.Second, "the blocked key drains", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seq["stuck"]) == per
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			for i, n := range seq[k] {
+				if n != i {
+					t.Fatalf("key %s delivered out of order: %v", k, seq[k])
+				}
+			}
+		}
+	})
+}
+
+// Stop is graceful: it stops claiming, lets the batch in flight finish and
+// settle, and a second client finds nothing left half-done.
+func TestStopFinishesInFlight(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		release := make(chan struct{})
+		var started atomic.Int32
+		sender := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+			started.Add(1)
+			<-release
+			return nil
+		})
+		app := uniqueApp("stop")
+		cfg := fastConfig(app, mensageria.NewRegistry().MustRegister("t", sender))
+		cfg.Concurrency = 4
+		cfg.BatchSize = 4
+		cfg.DeliveredRetention = time.Hour
+		c := newClient(t, b.open(), cfg)
+		for i := range 12 {
+			if _, err := c.Enqueue(ctx, mensageria.Message{Type: "t", Key: fmt.Sprintf("k%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "deliveries in flight", func() bool { return started.Load() == 4 })
+		done := make(chan error)
+		go func() { done <- c.Stop(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		delivered := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE state = 'delivered'")
+		leased := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE lease_token IS NOT NULL")
+		if delivered != int(started.Load()) || leased != 0 {
+			t.Fatalf("after Stop: %d delivered of %d started, %d still leased", delivered, started.Load(), leased)
+		}
+
+		// A stop whose deadline passes releases what is in flight, without
+		// counting the attempt. (The next relay of the app: the type is
+		// its.)
+		block := make(chan struct{})
+		defer close(block)
+		cfg2 := fastConfig(app, mensageria.NewRegistry().MustRegister("t", mensageria.SenderFunc(
+			func(ctx context.Context, d *mensageria.Delivery) error {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-block:
+					return nil
+				}
+			})))
+		c2 := newClient(t, b.open(), cfg2)
+		if err := c2.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "claimed", func() bool {
+			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE lease_token IS NOT NULL") > 0
+		})
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if err := c2.Stop(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop past its deadline: %v", err)
+		}
+		if n := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE state = 'pending' AND (lease_token IS NOT NULL OR attempts <> 0)"); n != 0 {
+			t.Fatalf("%d rows left leased or with a counted attempt after a cancelled stop", n)
+		}
+	})
+}
