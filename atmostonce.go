@@ -141,18 +141,18 @@ const OutcomeInDoubt Outcome = "in_doubt"
 // when an AtMostOnce route runs on a driver that cannot mark attempts.
 var ErrAtMostOnceUnsupported = errors.New("mensageria: the driver has no at-most-once support (driver.AtMostOnce)")
 
-// atMostOnce returns the driver's capability when some route needs it.
-func (r *relay) atMostOnce() (driver.AtMostOnce, error) {
+// atMostOnceOf returns the driver's capability when some route needs it.
+func atMostOnceOf(drv driver.Driver, rts []*route) (driver.AtMostOnce, error) {
 	need := false
-	for _, rt := range r.rts {
+	for _, rt := range rts {
 		need = need || rt.mode == AtMostOnce
 	}
 	if !need {
 		return nil, nil
 	}
-	a, ok := r.c.drv.(driver.AtMostOnce)
+	a, ok := drv.(driver.AtMostOnce)
 	if !ok {
-		return nil, fmt.Errorf("%w: %w", ErrAtMostOnceUnsupported, &ConfigError{Field: "Mode", Reason: fmt.Sprintf("%T cannot carry an at-most-once route; use a driver of this module (postgres, sqlite) at its current schema", r.c.drv)})
+		return nil, fmt.Errorf("%w: %w", ErrAtMostOnceUnsupported, &ConfigError{Field: "Mode", Reason: fmt.Sprintf("%T cannot carry an at-most-once route; use a driver of this module (postgres, sqlite) at its current schema", drv)})
 	}
 	return a, nil
 }
@@ -161,11 +161,11 @@ func (r *relay) atMostOnce() (driver.AtMostOnce, error) {
 // rows on at-most-once routes, in one statement, and returns which of
 // them may be sent. On an error none may: they are left as release,
 // which also takes back a mark that committed unseen.
-func (r *relay) markOnce(b *claimed) map[int]bool {
+func (d *deliverer) markOnce(b *claimed) map[int]bool {
 	var idx []int
 	var ids []int64
 	for i := range b.jobs {
-		if rt := r.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce {
+		if rt := d.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce {
 			idx = append(idx, i)
 			ids = append(ids, b.jobs[i].ID)
 		}
@@ -174,12 +174,12 @@ func (r *relay) markOnce(b *claimed) map[int]bool {
 		return nil
 	}
 	ok := map[int]bool{}
-	ctx, cancel := context.WithDeadline(r.runCtx, b.deadline)
-	marked, err := r.amo.Mark(ctx, driver.MarkParams{Token: b.token, IDs: ids})
+	ctx, cancel := context.WithDeadline(d.runCtx, b.deadline)
+	marked, err := d.amo.Mark(ctx, driver.MarkParams{Token: b.token, IDs: ids})
 	cancel()
 	if err != nil {
-		if r.runCtx.Err() == nil {
-			r.cfg.Logger.Warn("marking at-most-once attempts failed; those messages are not sent now and are given back", "app", r.cfg.App, "rows", len(ids), "err", err)
+		if d.runCtx.Err() == nil {
+			d.cfg.Logger.Warn("marking at-most-once attempts failed; those messages are not sent now and are given back", "app", d.cfg.App, "rows", len(ids), "err", err)
 		}
 		return ok
 	}
@@ -198,10 +198,10 @@ func (r *relay) markOnce(b *claimed) map[int]bool {
 // classifyOnce is classify for an at-most-once route: only an answer, or
 // a failure that proves the request never reached the receiver, is
 // definite; anything else leaves the message in doubt.
-func (r *relay) classifyOnce(ctx context.Context, rt *route, seen uint64, d *Delivery, err error) outcome {
+func (d *deliverer) classifyOnce(ctx context.Context, rt *route, seen uint64, dv *Delivery, err error) outcome {
 	switch {
 	case err == nil, IsPermanent(err), IsNotSent(err):
-		return r.classify(ctx, rt, seen, d, err)
+		return d.classify(ctx, rt, seen, dv, err)
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("delivery ran past the lease or the relay stopped, after the request may have left: %w", err)
@@ -209,7 +209,7 @@ func (r *relay) classifyOnce(ctx context.Context, rt *route, seen uint64, d *Del
 	if IsUnavailable(err) {
 		ra, _ := RetryAfterOf(err)
 		c, h := rt.do(func(b *breaker) *change { return b.fail(time.Now(), errText(err), ra) })
-		r.routeChanged(rt, c, h)
+		d.routeEvents.routeChanged(rt, c, h)
 	}
 	return outcome{kind: OutcomeInDoubt, err: fmt.Errorf("in doubt: the request may have reached the receiver: %w", err)}
 }
@@ -217,30 +217,30 @@ func (r *relay) classifyOnce(ctx context.Context, rt *route, seen uint64, d *Del
 // reconcile runs, on the active relay, the probes of the routes that have
 // one: every ReconcileInterval, and soon after a message is left in
 // doubt, each route's rows in doubt are probed, a batch at a time.
-func (r *relay) reconcile() {
+func (m *maintenance) reconcile() {
 	var rts []*route
-	for _, rt := range r.rts {
+	for _, rt := range m.rts {
 		if rt.mode == AtMostOnce && rt.reconciler != nil {
 			rts = append(rts, rt)
 		}
 	}
-	if len(rts) == 0 || r.amo == nil {
+	if len(rts) == 0 || m.amo == nil {
 		return
 	}
-	t := time.NewTicker(r.cfg.ReconcileInterval)
+	t := time.NewTicker(m.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-r.runCtx.Done():
+		case <-m.runCtx.Done():
 			return
 		case <-t.C:
-		case <-r.doubted:
+		case <-m.doubted:
 		}
-		if !r.leader.Load() || r.stopped() {
+		if !m.lead.isLeader() || closed(m.stopping) {
 			continue
 		}
 		for _, rt := range rts {
-			for r.runCtx.Err() == nil && r.probeBatch(rt) == r.cfg.BatchSize {
+			for m.runCtx.Err() == nil && m.probeBatch(rt) == m.cfg.BatchSize {
 			}
 		}
 	}
@@ -248,28 +248,25 @@ func (r *relay) reconcile() {
 
 // probeBatch probes one batch of a route's rows in doubt and returns how
 // many it claimed.
-func (r *relay) probeBatch(rt *route) int {
-	p := driver.InDoubtClaimParams{Types: rt.types, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease, Token: r.token(), Quiet: r.cfg.Lease}
-	if r.elector != nil {
-		p.Fence = &driver.Fence{App: r.cfg.App, Epoch: r.epoch.Load()}
-	}
+func (m *maintenance) probeBatch(rt *route) int {
+	p := driver.InDoubtClaimParams{Types: rt.types, Limit: m.cfg.BatchSize, Lease: m.cfg.Lease, Token: m.tokens.token(), Quiet: m.cfg.Lease, Fence: m.lead.fence()}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Lease/2)
-	jobs, err := r.amo.ClaimInDoubt(ctx, p)
+	ctx, cancel := context.WithTimeout(m.runCtx, m.cfg.Lease/2)
+	jobs, err := m.amo.ClaimInDoubt(ctx, p)
 	cancel()
 	if err != nil {
-		if r.runCtx.Err() == nil {
-			r.cfg.Logger.Warn("claiming messages in doubt for their probe failed", "app", r.cfg.App, "route", rt.name, "err", err)
+		if m.runCtx.Err() == nil {
+			m.cfg.Logger.Warn("claiming messages in doubt for their probe failed", "app", m.cfg.App, "route", rt.name, "err", err)
 		}
 		return 0
 	}
 	if len(jobs) == 0 {
 		return 0
 	}
-	b := &claimed{token: p.Token, deadline: start.Add(r.cfg.Lease - r.cfg.Lease/10), leaseEnd: start.Add(r.cfg.Lease), jobs: jobs}
-	dctx, dcancel := context.WithDeadline(r.runCtx, b.deadline)
+	b := leased(p.Token, start, m.cfg.Lease, jobs)
+	dctx, dcancel := context.WithDeadline(m.runCtx, b.deadline)
 	defer dcancel()
-	sp := driver.SettleParams{Token: b.token, KeepDelivered: r.cfg.DeliveredRetention > 0}
+	sp := driver.SettleParams{Token: b.token, KeepDelivered: m.cfg.DeliveredRetention > 0}
 	answers := make([]Reconciliation, len(jobs))
 	for i := range jobs {
 		d := toDelivery(&jobs[i])
@@ -279,7 +276,7 @@ func (r *relay) probeBatch(rt *route) int {
 		switch {
 		case perr == nil && ans == Applied:
 			sp.Delivered = append(sp.Delivered, jobs[i].ID)
-		case perr == nil && ans == NotApplied && d.Attempt >= r.cfg.MaxAttempts:
+		case perr == nil && ans == NotApplied && d.Attempt >= m.cfg.MaxAttempts:
 			sp.Dead = append(sp.Dead, driver.Failure{ID: jobs[i].ID, Route: rt.name,
 				Error: fmt.Sprintf("the reconcile probe says not applied, and the message had its %d attempts", d.Attempt)})
 		case perr == nil && ans == NotApplied:
@@ -289,21 +286,21 @@ func (r *relay) probeBatch(rt *route) int {
 			if perr == nil {
 				perr = errors.New("the probe gave no answer")
 			}
-			sp.InDoubt = append(sp.InDoubt, driver.Doubt{ID: jobs[i].ID, Route: rt.name, ProbeAfter: r.cfg.ReconcileInterval,
+			sp.InDoubt = append(sp.InDoubt, driver.Doubt{ID: jobs[i].ID, Route: rt.name, ProbeAfter: m.cfg.ReconcileInterval,
 				Error: storable("in doubt; reconcile probe: "+perr.Error(), maxErrorLen)})
 		}
 	}
-	res, err := r.settleWithRetry(b, sp)
+	res, err := m.settles.settleWithRetry(b, sp)
 	if err != nil {
-		r.cfg.Logger.Warn("recording the answers of reconcile probes failed; the messages stay in doubt and are probed again", "app", r.cfg.App, "route", rt.name, "err", err)
+		m.cfg.Logger.Warn("recording the answers of reconcile probes failed; the messages stay in doubt and are probed again", "app", m.cfg.App, "route", rt.name, "err", err)
 		return len(jobs)
 	}
 	if n := len(sp.Delivered) + len(sp.Retry) + len(sp.Dead); n > 0 {
-		r.cfg.Logger.Info("reconcile probe resolved messages in doubt", "app", r.cfg.App, "route", rt.name,
+		m.cfg.Logger.Info("reconcile probe resolved messages in doubt", "app", m.cfg.App, "route", rt.name,
 			"applied", len(sp.Delivered), "not_applied", len(sp.Retry)+len(sp.Dead), "still_in_doubt", len(sp.InDoubt), "settled", len(res.Settled))
 	}
 	if len(sp.Retry) > 0 {
-		r.wakeAll()
+		m.waker.wakeAll()
 	}
 	return len(jobs)
 }

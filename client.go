@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // Client enqueues this app's messages and runs its relay.
@@ -53,6 +54,9 @@ type Client struct {
 	mu      sync.Mutex // guards relay and stopped
 	relay   *relay
 	stopped bool // Stop ran since the last Start
+	// signals are the test signals of the next relay (testsignal.ForClient);
+	// nil, every signal off, outside tests.
+	signals *testsignal.Relay
 }
 
 // New returns a client over drv. It validates cfg and fills its defaults;
@@ -255,7 +259,7 @@ func (c *Client) Ready() error {
 	case r.stopped():
 		return fmt.Errorf("%w: stopping", ErrNotReady)
 	}
-	if since, err := r.health.failing(); err != nil {
+	if since, err := r.settles.health.failing(); err != nil {
 		return fmt.Errorf("%w: settle failing for %s: %w", ErrNotReady, time.Since(since).Round(time.Second), err)
 	}
 	return nil

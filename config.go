@@ -139,6 +139,12 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Registry == nil {
 		out.Registry = NewRegistry()
 	}
+	out.fillDefaults()
+	return out, out.validate()
+}
+
+// fillDefaults sets every zero field to its default.
+func (c *Config) fillDefaults() {
 	def := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -149,64 +155,68 @@ func (c *Config) withDefaults() (Config, error) {
 			*p = v
 		}
 	}
-	def(&out.BatchSize, DefaultBatchSize)
-	def(&out.Concurrency, DefaultConcurrency)
-	def(&out.BatchesInFlight, DefaultBatchesInFlight)
-	def(&out.MaxAttempts, DefaultMaxAttempts)
-	defd(&out.Lease, DefaultLease)
-	defd(&out.BackoffBase, DefaultBackoffBase)
-	defd(&out.BackoffMax, DefaultBackoffMax)
-	defd(&out.PollInterval, DefaultPollInterval)
-	defd(&out.NotifyDebounce, DefaultNotifyDebounce)
-	defd(&out.PurgeInterval, DefaultPurgeInterval)
-	defd(&out.ReconcileInterval, DefaultReconcileInterval)
-	defd(&out.RetryAfterCeiling, DefaultRetryAfterCeiling)
-	def(&out.RouteFailureThreshold, DefaultRouteFailureThreshold)
-	defd(&out.RoutePause, DefaultRoutePause)
-	defd(&out.RoutePauseMax, DefaultRoutePauseMax)
-	if out.Election == "" {
-		out.Election = ElectionLeader
+	def(&c.BatchSize, DefaultBatchSize)
+	def(&c.Concurrency, DefaultConcurrency)
+	def(&c.BatchesInFlight, DefaultBatchesInFlight)
+	def(&c.MaxAttempts, DefaultMaxAttempts)
+	defd(&c.Lease, DefaultLease)
+	defd(&c.BackoffBase, DefaultBackoffBase)
+	defd(&c.BackoffMax, DefaultBackoffMax)
+	defd(&c.PollInterval, DefaultPollInterval)
+	defd(&c.NotifyDebounce, DefaultNotifyDebounce)
+	defd(&c.PurgeInterval, DefaultPurgeInterval)
+	defd(&c.ReconcileInterval, DefaultReconcileInterval)
+	defd(&c.RetryAfterCeiling, DefaultRetryAfterCeiling)
+	def(&c.RouteFailureThreshold, DefaultRouteFailureThreshold)
+	defd(&c.RoutePause, DefaultRoutePause)
+	defd(&c.RoutePauseMax, DefaultRoutePauseMax)
+	if c.Election == "" {
+		c.Election = ElectionLeader
 	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
+}
+
+// validate returns the first invalid field.
+func (c *Config) validate() error {
 	switch {
-	case out.BatchSize < 1 || out.BatchSize > 10000:
-		return out, &ConfigError{Field: "BatchSize", Reason: "must be 1..10000"}
-	case out.Concurrency < 1:
-		return out, &ConfigError{Field: "Concurrency", Reason: "must be at least 1"}
-	case out.BatchesInFlight < 1 || out.BatchesInFlight > 64:
-		return out, &ConfigError{Field: "BatchesInFlight", Reason: "must be 1..64"}
-	case out.MaxAttempts < 1:
-		return out, &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
-	case out.Lease < time.Second:
-		return out, &ConfigError{Field: "Lease", Reason: "must be at least 1s"}
-	case out.BackoffBase < 0 || out.BackoffMax < out.BackoffBase:
-		return out, &ConfigError{Field: "BackoffMax", Reason: "must be at least BackoffBase"}
-	case out.PollInterval < time.Millisecond:
-		return out, &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
-	case out.Election != ElectionLeader && out.Election != ElectionNone:
-		return out, &ConfigError{Field: "Election", Reason: fmt.Sprintf("unknown policy %q (use %q or %q)", out.Election, ElectionLeader, ElectionNone)}
-	case out.DeliveredRetention < 0:
-		return out, &ConfigError{Field: "DeliveredRetention", Reason: "must not be negative"}
-	case out.PurgeInterval < 0:
-		return out, &ConfigError{Field: "PurgeInterval", Reason: "must not be negative"}
-	case out.ReconcileInterval < time.Millisecond:
-		return out, &ConfigError{Field: "ReconcileInterval", Reason: "must be at least 1ms"}
-	case out.RetryAfterCeiling < time.Second:
-		return out, &ConfigError{Field: "RetryAfterCeiling", Reason: "must be at least 1s"}
-	case out.RouteFailureThreshold < 1:
-		return out, &ConfigError{Field: "RouteFailureThreshold", Reason: "must be at least 1"}
-	case out.RoutePause < time.Millisecond:
-		return out, &ConfigError{Field: "RoutePause", Reason: "must be at least 1ms"}
-	case out.RoutePauseMax < out.RoutePause:
-		return out, &ConfigError{Field: "RoutePauseMax", Reason: "must be at least RoutePause"}
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return &ConfigError{Field: "BatchSize", Reason: "must be 1..10000"}
+	case c.Concurrency < 1:
+		return &ConfigError{Field: "Concurrency", Reason: "must be at least 1"}
+	case c.BatchesInFlight < 1 || c.BatchesInFlight > 64:
+		return &ConfigError{Field: "BatchesInFlight", Reason: "must be 1..64"}
+	case c.MaxAttempts < 1:
+		return &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
+	case c.Lease < time.Second:
+		return &ConfigError{Field: "Lease", Reason: "must be at least 1s"}
+	case c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
+		return &ConfigError{Field: "BackoffMax", Reason: "must be at least BackoffBase"}
+	case c.PollInterval < time.Millisecond:
+		return &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
+	case c.Election != ElectionLeader && c.Election != ElectionNone:
+		return &ConfigError{Field: "Election", Reason: fmt.Sprintf("unknown policy %q (use %q or %q)", c.Election, ElectionLeader, ElectionNone)}
+	case c.DeliveredRetention < 0:
+		return &ConfigError{Field: "DeliveredRetention", Reason: "must not be negative"}
+	case c.PurgeInterval < 0:
+		return &ConfigError{Field: "PurgeInterval", Reason: "must not be negative"}
+	case c.ReconcileInterval < time.Millisecond:
+		return &ConfigError{Field: "ReconcileInterval", Reason: "must be at least 1ms"}
+	case c.RetryAfterCeiling < time.Second:
+		return &ConfigError{Field: "RetryAfterCeiling", Reason: "must be at least 1s"}
+	case c.RouteFailureThreshold < 1:
+		return &ConfigError{Field: "RouteFailureThreshold", Reason: "must be at least 1"}
+	case c.RoutePause < time.Millisecond:
+		return &ConfigError{Field: "RoutePause", Reason: "must be at least 1ms"}
+	case c.RoutePauseMax < c.RoutePause:
+		return &ConfigError{Field: "RoutePauseMax", Reason: "must be at least RoutePause"}
 	}
-	for i, h := range out.Hooks {
+	for i, h := range c.Hooks {
 		if !isHook(h) {
-			return out, &ConfigError{Field: fmt.Sprintf("Hooks[%d]", i),
+			return &ConfigError{Field: fmt.Sprintf("Hooks[%d]", i),
 				Reason: fmt.Sprintf("%T implements none of OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt and OnEnqueue, so it would never be called", h)}
 		}
 	}
-	return out, nil
+	return nil
 }

@@ -1,13 +1,11 @@
 package mensageria
 
 import (
-	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/xadm/mensageria/driver"
 )
 
 // RouteHealth is the state of one route: the types registered with one
@@ -118,6 +116,25 @@ func newRoutes(cfg *Config, names map[string]string, now time.Time) ([]*route, m
 	return out, of
 }
 
+// routeNames says, per type, who answers a delivery: the app and the
+// Sender's destination (DestinationNamer), or the Sender's Go type.
+func routeNames(cfg *Config) map[string]string {
+	out := map[string]string{}
+	for _, s := range cfg.Registry.senders() {
+		dest := fmt.Sprintf("%T", s.sender)
+		if dn, ok := s.sender.(DestinationNamer); ok {
+			if d := dn.Destination(); d != "" {
+				dest = d
+			}
+		}
+		name := storable(cfg.App+" → "+dest, maxRouteLen)
+		for _, t := range s.types {
+			out[t] = name
+		}
+	}
+	return out
+}
+
 func (rt *route) health() RouteHealth {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -157,15 +174,30 @@ func (rt *route) do(step func(b *breaker) *change) (*change, RouteHealth) {
 	return c, rt.healthLocked()
 }
 
+// routeObserver is told of every transition of a route.
+type routeObserver interface {
+	routeChanged(rt *route, c *change, h RouteHealth)
+}
+
+// routeEvents reports the transitions of the relay's routes, for claiming
+// and delivering, which move them.
+type routeEvents struct {
+	app    string
+	log    *slog.Logger
+	hooks  []OnRouteState
+	wake   chan struct{} // claiming's main loop
+	record chan struct{} // maintenance's record of the routes' states
+}
+
 // routeChanged acts on one transition of a route: one log line saying what it
 // means and what to do, the hooks, a wake-up for whoever claims next, and
 // a record in the database.
-func (r *relay) routeChanged(rt *route, c *change, h RouteHealth) {
+func (e *routeEvents) routeChanged(rt *route, c *change, h RouteHealth) {
 	if c == nil {
 		return
 	}
-	log := r.cfg.Logger
-	args := []any{"app", r.cfg.App, "route", h.Route, "types", h.Types}
+	log := e.log
+	args := []any{"app", e.app, "route", h.Route, "types", h.Types}
 	switch {
 	case c.to == RoutePaused && c.from == RouteFlowing && h.RetryAfter:
 		log.Warn("route paused: its destination asked to be left alone until the time it gave (Retry-After); its messages wait without counting attempts, other routes keep flowing, and one probe is sent then; nothing to do unless it lasts (see err)",
@@ -181,77 +213,12 @@ func (r *relay) routeChanged(rt *route, c *change, h RouteHealth) {
 	case c.to == RouteFlowing:
 		log.Info("route resumed: its destination answered a probe; every waiting message is claimed again", args...)
 	}
-	for _, hk := range r.hooks.route {
-		hk.OnRouteState(RouteEvent{App: r.cfg.App, From: c.from, RouteHealth: h})
+	for _, hk := range e.hooks {
+		hk.OnRouteState(RouteEvent{App: e.app, From: c.from, RouteHealth: h})
 	}
 	signal(rt.kick)
 	if c.to == RouteFlowing {
-		signal(r.wake)
+		signal(e.wake)
 	}
-	signal(r.record)
-}
-
-// recordRoutes writes the routes' states to the database while this relay
-// leads: every route when it becomes the leader (replacing what an earlier
-// relay of the app left), then each route that changed. Writes happen on
-// transitions only, off the delivery path; a failed write is logged once
-// and tried again at the next signal or poll.
-func (r *relay) recordRoutes() {
-	if len(r.rts) == 0 {
-		return
-	}
-	var failing bool
-	wasLeader := false
-	t := time.NewTicker(r.cfg.PollInterval * 5)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.runCtx.Done():
-			return
-		case <-r.record:
-		case <-t.C:
-		}
-		leader := r.leader.Load()
-		if !leader {
-			wasLeader = false
-			continue
-		}
-		replace := !wasLeader
-		var states []driver.RouteState
-		var took []*route
-		for _, rt := range r.rts {
-			rt.mu.Lock()
-			if rt.dirty || replace {
-				h := rt.healthLocked()
-				rt.dirty = false
-				took = append(took, rt)
-				for _, typ := range rt.types {
-					states = append(states, driver.RouteState{Type: typ, App: r.cfg.App, Route: h.Route, State: string(h.State),
-						Since: h.Since, Until: h.Until, Failures: h.Failures, LastError: storable(h.LastError, maxErrorLen)})
-				}
-			}
-			rt.mu.Unlock()
-		}
-		if len(states) == 0 {
-			wasLeader = true
-			continue
-		}
-		ctx, cancel := context.WithTimeout(r.runCtx, settleTimeout)
-		err := r.c.drv.SetRouteStates(ctx, driver.RouteStatesParams{App: r.cfg.App, States: states, Replace: replace})
-		cancel()
-		if err != nil {
-			for _, rt := range took {
-				rt.mu.Lock()
-				rt.dirty = true
-				rt.mu.Unlock()
-			}
-			if !failing && r.runCtx.Err() == nil {
-				r.cfg.Logger.Warn("recording the routes' states failed; 'mensageria status' shows older ones until a write succeeds", "app", r.cfg.App, "err", err)
-			}
-			failing = true
-			continue
-		}
-		failing = false
-		wasLeader = true
-	}
+	signal(e.record)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // Idempotency describes a receiver under test.
@@ -114,10 +115,17 @@ type Partition struct {
 	// ForeignType is a type the app must not own. Default
 	// "mensageriatest.foreign".
 	ForeignType string
-	// Wait is how long the relay runs before the foreign row is checked.
+	// Wait bounds how long the relay runs before the foreign row is
+	// checked: it is checked as soon as the relay has claimed
+	// partitionClaims (5) times with the row in the table, or once Wait
+	// has passed, whichever comes first (a standby relay never claims).
 	// Default 5 poll intervals.
 	Wait time.Duration
 }
+
+// partitionClaims is how many claims of the relay AssertPartition waits
+// for: as many as the default Wait of five poll intervals gives it.
+const partitionClaims = 5
 
 // foreignOwner is the stand-in app AssertPartition records as the owner of
 // the foreign type when no app owns it.
@@ -144,7 +152,22 @@ func AssertPartition(t testing.TB, p Partition) {
 		return
 	}
 	ctx := context.Background()
-	drv := p.Client.Driver()
+	assertNoSender(t, ctx, p.Client, foreign)
+	id, ok := insertForeign(t, ctx, p.Client, foreign)
+	if !ok {
+		return
+	}
+	if !runRelay(t, ctx, p) {
+		return
+	}
+	assertUntouched(t, ctx, p.Client.Driver(), foreign, id)
+}
+
+// assertNoSender checks that enqueueing the foreign type fails with
+// ErrNoSender and writes no row.
+func assertNoSender(t testing.TB, ctx context.Context, c *mensageria.Client, foreign string) {
+	t.Helper()
+	drv := c.Driver()
 	count := func() int {
 		jobs, err := drv.ListMessages(ctx, driver.ListFilter{Types: []string{foreign}, Limit: 10000})
 		if err != nil {
@@ -153,48 +176,74 @@ func AssertPartition(t testing.TB, p Partition) {
 		return len(jobs)
 	}
 	before := count()
-	_, err := p.Client.Enqueue(ctx, mensageria.Message{Type: foreign, Key: "mensageriatest-enqueue"})
+	_, err := c.Enqueue(ctx, mensageria.Message{Type: foreign, Key: "mensageriatest-enqueue"})
 	if !errors.Is(err, mensageria.ErrNoSender) {
 		t.Errorf("mensageriatest: enqueue of unregistered type %q: want ErrNoSender, got %v", foreign, err)
 	}
 	if after := count(); after != before {
 		t.Errorf("mensageriatest: a failed enqueue wrote %d rows", after-before)
 	}
+}
 
+// insertForeign writes a row of the foreign type, as its owner would,
+// and returns its message id; false when the test cannot go on.
+func insertForeign(t testing.TB, ctx context.Context, c *mensageria.Client, foreign string) (uuid.UUID, bool) {
+	t.Helper()
+	drv := c.Driver()
 	// The database refuses rows of a type no app owns: the foreign row
 	// belongs to a stand-in app, as it would to its real owner.
 	if _, err := drv.Register(ctx, driver.RegisterParams{App: foreignOwner, Resources: []driver.Resource{{Kind: driver.ResourceType, Name: foreign}}}); err != nil {
 		var oce *driver.OwnerConflictError
 		if !errors.As(err, &oce) {
 			t.Fatalf("mensageriatest: record the foreign type's owner: %v", err)
-			return
+			return uuid.Nil, false
 		}
-		for _, c := range oce.Conflicts {
-			if c.App == p.Client.Config().App {
+		for _, o := range oce.Conflicts {
+			if o.App == c.Config().App {
 				t.Errorf("mensageriatest: the catalog gives the foreign type %q to the app itself", foreign)
-				return
+				return uuid.Nil, false
 			}
 		}
 	}
 	id := uuid.Must(uuid.NewV7())
 	if err := drv.Insert(ctx, driver.InsertParams{Rows: []driver.InsertRow{{MessageID: id, Type: foreign, Key: "mensageriatest-claim", Payload: []byte("{}")}}}); err != nil {
 		t.Fatalf("mensageriatest: insert a foreign row: %v", err)
-		return
+		return uuid.Nil, false
 	}
+	return id, true
+}
+
+// runRelay starts the app's relay, lets it claim partitionClaims times
+// (at most p.Wait) and stops it; false when it could not start.
+func runRelay(t testing.TB, ctx context.Context, p Partition) bool {
+	t.Helper()
 	wait := p.Wait
 	if wait <= 0 {
 		wait = 5 * p.Client.Config().PollInterval
 	}
+	signals := testsignal.ForClient(p.Client)
 	if err := p.Client.Start(ctx); err != nil {
 		t.Fatalf("mensageriatest: start: %v", err)
-		return
+		return false
 	}
-	time.Sleep(wait)
+	deadline := time.Now().Add(wait)
+	for range partitionClaims {
+		if _, ok := signals.Claimed.Wait(time.Until(deadline)); !ok {
+			break
+		}
+	}
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := p.Client.Stop(stopCtx); err != nil {
 		t.Errorf("mensageriatest: stop: %v", err)
 	}
+	return true
+}
+
+// assertUntouched checks that the foreign row id is still pending and
+// never attempted.
+func assertUntouched(t testing.TB, ctx context.Context, drv driver.Driver, foreign string, id uuid.UUID) {
+	t.Helper()
 	jobs, err := drv.ListMessages(ctx, driver.ListFilter{Types: []string{foreign}, Limit: 10000})
 	if err != nil {
 		t.Fatalf("mensageriatest: list: %v", err)

@@ -632,7 +632,7 @@ start: /* a new process: nothing of the previous one survives */
 
 	/* ---- faults ---- */
 	/* step settle-refused: the database refused the settle (an error, not a
-	 * fence) until the lease ran out (relay.settleWithRetry): nothing of it
+	 * fence) until the lease ran out (settler.settleWithRetry): nothing of it
 	 * was recorded, and the batch is left to its leases */
 	:: atomic {
 		settlefails > 0 && batch != 0 && todo == 0 && !stopping -> settlefails--;

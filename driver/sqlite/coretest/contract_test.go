@@ -18,6 +18,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // Contract 1: enqueue is atomic with the caller's transaction.
@@ -135,6 +136,7 @@ func TestTwoAppsOneSchemaPartition(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		sigA, sigB := testsignal.ForClient(a), testsignal.ForClient(bb)
 		start(t, a)
 		start(t, bb)
 		start(t, idle)
@@ -149,7 +151,14 @@ func TestTwoAppsOneSchemaPartition(t *testing.T) {
 				t.Fatalf("app B received %s", d.Type)
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // a few more claim cycles
+		// A few more claim cycles of both relays that claim (idle has no
+		// type to claim), each a look at the table with the foreign row.
+		for _, sig := range []*testsignal.Relay{sigA, sigB} {
+			sig.Claimed.Drain()
+			for range 3 {
+				sig.Claimed.WaitOrTimeout(t)
+			}
+		}
 		if got := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE type = 'xadm.push' AND state = 'pending' AND attempts = 0 AND lease_token IS NULL"); got != 1 {
 			t.Fatalf("the foreign row was touched (untouched pending rows: %d)", got)
 		}

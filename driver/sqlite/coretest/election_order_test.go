@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // Contract 7: between replicas of one app, one relay is active.
@@ -28,10 +30,12 @@ func TestOneActiveRelayPerApp(t *testing.T) {
 		cfgA.Lease, cfgB.Lease = 5*time.Second, 5*time.Second
 		a := newClient(t, b.open(), cfgA)
 		bb := newClient(t, b.open(), cfgB)
+		sigA, sigB := testsignal.ForClient(a), testsignal.ForClient(bb)
 		start(t, a)
 		start(t, bb)
-		eventually(t, 10*time.Second, "a leader is elected", func() bool { return a.IsLeader() || bb.IsLeader() })
-		time.Sleep(400 * time.Millisecond) // several election rounds
+		// Once both have had their first election round, one leads.
+		sigA.Elected.WaitOrTimeout(t)
+		sigB.Elected.WaitOrTimeout(t)
 		if a.IsLeader() == bb.IsLeader() {
 			t.Fatalf("leaders: a=%v b=%v; want exactly one", a.IsLeader(), bb.IsLeader())
 		}
@@ -72,10 +76,12 @@ func TestFailoverWhenLeaderConnectionDies(t *testing.T) {
 	start(t, a)
 	eventually(t, 10*time.Second, "a leads", a.IsLeader)
 	bb := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB)))
+	sigB := testsignal.ForClient(bb)
 	start(t, bb)
-	time.Sleep(500 * time.Millisecond)
-	if bb.IsLeader() {
-		t.Fatal("b leads while a is alive")
+	for round := range 2 {
+		if sigB.Elected.WaitOrTimeout(t) || bb.IsLeader() {
+			t.Fatalf("b leads after election round %d while a is alive", round+1)
+		}
 	}
 	// Kill every session holding an advisory lock for this app's relay.
 	if err := b.exec(`SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
@@ -293,7 +299,12 @@ func TestStopFinishesInFlight(t *testing.T) {
 		eventually(t, 10*time.Second, "deliveries in flight", func() bool { return started.Load() == 4 })
 		done := make(chan error)
 		go func() { done <- c.Stop(ctx) }()
-		time.Sleep(50 * time.Millisecond)
+		// Ready says stopped once Stop has taken the relay, before it
+		// waits for the deliveries in flight.
+		eventually(t, 5*time.Second, "Stop began", func() bool {
+			err := c.Ready()
+			return err != nil && strings.Contains(err.Error(), "stopped")
+		})
 		close(release)
 		if err := <-done; err != nil {
 			t.Fatal(err)
