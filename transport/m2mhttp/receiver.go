@@ -31,8 +31,8 @@ import (
 // Retry-After; any other error → 500, retried. A panic is a 500 too. In a
 // batch the same outcomes become the envelope's result: applied, refused,
 // retry (with retry_after), retry; the envelopes of one type in a batch
-// run through Inbox.ApplyBatch, so one failing effect makes its
-// neighbours' effects run again, each in a transaction of its own.
+// run through Inbox.ApplyBatch, so one failing effect makes the effects
+// before it run again, in a transaction without it.
 type Handler struct {
 	Inbox  *mensageria.Inbox
 	Effect mensageria.Effect
