@@ -11,11 +11,28 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 )
+
+// publishEvents sends n events (keys key-1 to key-n) through a Sender into
+// a new stream.
+func publishEvents(t *testing.T, nc *natsgo.Conn, n int) (jetstream.Stream, []*mensageria.Delivery) {
+	t.Helper()
+	st, subj := newStream(t, nc, time.Minute)
+	sender, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: subj + ".events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := deliveries("event", 1, n)
+	if errs := sender.SendBatch(testCtx(t), ds); errs != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	return st, ds
+}
 
 // Messages whose effect fails for good are skipped on their own, their
 // sequence stored and acknowledged; the messages around them are applied
@@ -23,15 +40,8 @@ import (
 func TestSinkPoisonAndTransientEffects(t *testing.T) {
 	nc := connect(t)
 	store := newPGStore(t)
-	st, subj := newStream(t, nc, time.Minute)
-	sender, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: subj + ".events"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 10
-	if errs := sender.SendBatch(testCtx(t), deliveries("event", 1, n)); errs != nil {
-		t.Fatal(errors.Join(errs...))
-	}
+	st, _ := publishEvents(t, nc, n)
 	name := st.CachedInfo().Config.Name
 	var transient atomic.Bool
 	var log bytes.Buffer // written by Run only, read after it returns
