@@ -37,10 +37,10 @@ type Policy[T any] struct {
 	// error as the item's outcome (the inbox). An error from Poison stops
 	// Apply. Required.
 	Poison func(ctx context.Context, item T, err error) error
-	// Permanent tells an item's failure no retry can fix; such an item is
-	// poisoned at once. Nil: none is. A failure of the transaction as a
-	// whole is never permanent: no item is skipped for the database's
-	// sake.
+	// Permanent tells an item's failure no retry can fix: failing alone,
+	// such an item is poisoned without a retry. Nil: none is. A failure
+	// of the transaction as a whole is never permanent: no item is
+	// skipped for the database's sake.
 	Permanent func(error) bool
 	// Backoff is the first wait before a failure is retried; each next
 	// wait doubles, up to MaxBackoff when that is positive. Zero retries
