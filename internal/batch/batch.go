@@ -58,10 +58,10 @@ type Policy[T any] struct {
 //   - first all of them in one Commit;
 //   - when the effect of one item fails, the items before it (which did
 //     apply) commit in a transaction of their own, and the failing item is
-//     tried again at once, alone; then the rest go on the same way;
-//   - an item that fails alone is poisoned when its failure is permanent;
-//     any other failure is retried after a backoff, or, without one,
-//     poisons it;
+//     tried again at once, alone (even when it was alone in the batch);
+//     then the rest go on the same way;
+//   - when it fails again alone, a permanent failure poisons it; any other
+//     is retried after a backoff, or, without one, poisons it;
 //   - when a transaction fails as a whole, it is retried after a backoff;
 //     without one, the rest is tried one item per transaction, so that
 //     each item gets its own outcome.
@@ -76,6 +76,7 @@ func Apply[T any](ctx context.Context, items []T, p Policy[T]) error {
 	rest := items
 	size := len(rest) // items in the next Commit
 	isolate := false  // the item after the next Commit failed: it goes alone then
+	alone := false    // the next Commit is an item that failed, tried alone
 	singly := false   // a transaction failed as a whole: one item per Commit
 	attempt := 0      // failed tries of the next Commit
 	for len(rest) > 0 {
@@ -85,9 +86,12 @@ func Apply[T any](ctx context.Context, items []T, p Policy[T]) error {
 			if p.Committed != nil {
 				p.Committed(rest[:n])
 			}
-			rest, size, attempt = rest[n:], len(rest)-n, 0
-			if isolate || singly {
-				size, isolate = 1, false
+			rest, size, alone, attempt = rest[n:], len(rest)-n, false, 0
+			if isolate {
+				size, alone, isolate = 1, true, false
+			}
+			if singly {
+				size = 1
 			}
 			continue
 		}
@@ -100,17 +104,19 @@ func Apply[T any](ctx context.Context, items []T, p Policy[T]) error {
 		case itemFailed && ie.Index > 0:
 			size, isolate, attempt = ie.Index, true, 0
 			continue
-		case itemFailed && n > 1:
-			size, attempt = 1, 0
+		case itemFailed && !alone && !singly:
+			size, alone, attempt = 1, true, 0
+			continue
+		case !itemFailed && !singly && p.Backoff <= 0:
+			singly, size, attempt = true, 1, 0
 			continue
 		}
+		// The first item failed alone, or the transaction as a whole.
 		cause := err
 		if itemFailed {
 			cause = ie.Err
 		}
-		permanent := itemFailed && p.Permanent != nil && p.Permanent(cause)
-		switch {
-		case !permanent && p.Backoff > 0:
+		if permanent := itemFailed && p.Permanent != nil && p.Permanent(cause); !permanent && p.Backoff > 0 {
 			attempt++
 			if p.Retrying != nil {
 				p.Retrying(err, attempt, rest)
@@ -118,16 +124,14 @@ func Apply[T any](ctx context.Context, items []T, p Policy[T]) error {
 			if err := sleep(ctx, p.wait(attempt)); err != nil {
 				return err
 			}
-		case n == 1:
-			if err := p.Poison(ctx, rest[0], cause); err != nil {
-				return err
-			}
-			rest, size, attempt = rest[1:], len(rest)-1, 0
-			if singly {
-				size = 1
-			}
-		default:
-			singly, size = true, 1
+			continue
+		}
+		if err := p.Poison(ctx, rest[0], cause); err != nil {
+			return err
+		}
+		rest, size, alone, attempt = rest[1:], len(rest)-1, false, 0
+		if singly {
+			size = 1
 		}
 	}
 	return nil

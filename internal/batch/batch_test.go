@@ -139,6 +139,7 @@ func TestApply(t *testing.T) {
 		committed [][]int
 		poisoned  []int
 		retries   []int
+		tries     map[int]int // the effect runs of some items, when it matters
 	}{
 		{name: "all succeed", n: 5, backoff: true,
 			committed: [][]int{{0, 1, 2, 3, 4}}},
@@ -162,13 +163,19 @@ func TestApply(t *testing.T) {
 			committed: [][]int{{1, 2, 3, 4}}, poisoned: []int{0}},
 		{name: "poison middle", n: 5, backoff: true,
 			effect:    failing(2, errBad),
-			committed: [][]int{{0, 1}, {3, 4}}, poisoned: []int{2}},
+			committed: [][]int{{0, 1}, {3, 4}}, poisoned: []int{2}, tries: map[int]int{0: 2, 2: 2, 3: 1}},
 		{name: "poison last", n: 5, backoff: true,
 			effect:    failing(4, errBad),
 			committed: [][]int{{0, 1, 2, 3}}, poisoned: []int{4}},
 		{name: "poison alone", n: 1, backoff: true,
 			effect:   failing(0, errBad),
-			poisoned: []int{0}},
+			poisoned: []int{0}, tries: map[int]int{0: 2}},
+		{name: "a batch of one failing without retries gets a second try", n: 1,
+			effect:    failing(0, errDeadlock, 1),
+			committed: [][]int{{0}}, tries: map[int]int{0: 2}},
+		{name: "a batch of one failing as a whole without retries gets a second try", n: 1,
+			commit:    failingTxns(errCommitted, 1),
+			committed: [][]int{{0}}},
 		{name: "several poison items", n: 6, backoff: true,
 			effect: func(it, _ int) error {
 				if it == 1 || it == 3 || it == 4 {
@@ -217,6 +224,11 @@ func TestApply(t *testing.T) {
 			}
 			if !slices.Equal(s.retries, c.retries) {
 				t.Errorf("retries %v, want %v", s.retries, c.retries)
+			}
+			for it, n := range c.tries {
+				if s.tries[it] != n {
+					t.Errorf("item %d ran %d times, want %d", it, s.tries[it], n)
+				}
 			}
 			checkSettledOnceInOrder(t, s, c.n)
 		})
