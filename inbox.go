@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/batch"
 )
 
 // Tx is the transaction an inbox effect runs in. Raw returns the backend's
@@ -129,13 +130,16 @@ func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyRe
 
 // ApplyBatch applies many deliveries, each once per dedup key, in one
 // database transaction: one commit instead of one per message, which is
-// what bounds a receiver's throughput. If any effect fails, that
-// transaction is rolled back as a whole and every delivery is applied again
-// in a transaction of its own, so one bad message costs its neighbours a
-// retry of their effect, never a lost or doubled one. A conflict (see
-// Apply) writes nothing, so it is that delivery's error alone and the
-// batch goes on. The results and errors are index-aligned with ds; a nil
-// error with Duplicate false means the effect ran and committed.
+// what bounds a receiver's throughput. A failing effect rolls that
+// transaction back; the deliveries before it are applied again in one of
+// their own, the failing one alone (failing again, it keeps its error),
+// and the rest go on the same way: the rule of internal/batch, in
+// docs/guarantees.md "Poison messages in a batch". So one bad message
+// costs its neighbours a retry of their effect, never a lost or doubled
+// one. A conflict (see Apply) writes nothing, so it is that
+// delivery's error alone and the batch goes on. The results and errors are
+// index-aligned with ds; a nil error with Duplicate false means the effect
+// ran and committed.
 func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) ([]ApplyResult, []error) {
 	results := make([]ApplyResult, len(ds))
 	errs := make([]error, len(ds))
@@ -148,33 +152,56 @@ func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) 
 		}
 		return results, errs
 	}
-	errBatchFailed := errors.New("batch failed")
-	err := in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		for i, d := range ds {
-			r, err := in.applyIn(ctx, tx, d, effect)
+	// The items are indexes into ds, so each outcome lands in its place.
+	indexes := make([]int, len(ds))
+	for i := range indexes {
+		indexes[i] = i
+	}
+	settled := make([]bool, len(ds))
+	err := batch.Apply(ctx, indexes, batch.Policy[int]{
+		Commit: func(ctx context.Context, idx []int) error {
+			return in.applyAll(ctx, ds, idx, effect, results, errs)
+		},
+		Committed: func(idx []int) {
+			for _, i := range idx {
+				settled[i] = true
+			}
+		},
+		// The inbox retries nothing: its caller answers the sender, whose
+		// retry it is. A failure is the delivery's outcome.
+		Poison: func(_ context.Context, i int, err error) error {
+			results[i], errs[i], settled[i] = ApplyResult{}, err, true
+			return nil
+		},
+	})
+	if err != nil {
+		for i, done := range settled {
+			if !done {
+				results[i], errs[i] = ApplyResult{}, err
+			}
+		}
+	}
+	return results, errs
+}
+
+// applyAll applies ds[i] for each i of idx in one transaction, writing each
+// one's outcome; an outcome is final only once the transaction commits.
+func (in *Inbox) applyAll(ctx context.Context, ds []*Delivery, idx []int, effect Effect, results []ApplyResult, errs []error) error {
+	return in.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		for k, i := range idx {
+			r, err := in.applyIn(ctx, tx, ds[i], effect)
 			var conflict *ConflictError
-			if errors.As(err, &conflict) {
-				errs[i] = err
-				continue
+			switch {
+			case errors.As(err, &conflict):
+				results[i], errs[i] = ApplyResult{}, err
+			case err != nil:
+				return &batch.ItemError{Index: k, Err: err}
+			default:
+				results[i], errs[i] = r, nil
 			}
-			if err != nil {
-				return errBatchFailed
-			}
-			results[i] = r
 		}
 		return nil
 	})
-	if err == nil {
-		return results, errs
-	}
-	// Fall back to one transaction per delivery, so each gets its own
-	// outcome.
-	clear(results)
-	clear(errs)
-	for i, d := range ds {
-		results[i], errs[i] = in.Apply(ctx, d, effect)
-	}
-	return results, errs
 }
 
 // applyIn records and applies one delivery inside tx.

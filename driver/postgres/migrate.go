@@ -81,12 +81,10 @@ func (d *Driver) lockKey(purpose string) int64 {
 // in a transaction begun after the lock is granted, so it sees everything
 // the previous holder committed, catalog included.
 func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.MigrateResult, error) {
-	mode := p.Mode
 	all, err := d.migrations()
 	if err != nil {
 		return driver.MigrateResult{}, err
 	}
-	latest := all[len(all)-1].Version
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return driver.MigrateResult{}, fmt.Errorf("mensageria/postgres: migrate: %w", err)
@@ -107,60 +105,67 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 	}()
 	var res driver.MigrateResult
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		current, err := d.currentVersion(ctx, tx)
-		if err != nil {
-			return err
-		}
-		res.From, res.To = current, current
-		if current > latest {
-			return fmt.Errorf("%w: database %s is at version %d, this build knows up to %d", driver.ErrSchemaAhead, d.schema, current, latest)
-		}
-		owner, err := d.migrationsOwner(ctx, tx, current, mode == driver.MigrateUp)
-		if err != nil {
-			return err
-		}
-		res.Owner = owner
-		if mode == driver.MigrateCheck {
-			if current < latest {
-				return fmt.Errorf("%w: schema %s is at version %d, this build needs %d (run `mensageria migrate up`, or apply `mensageria migrate sql`)",
-					driver.ErrSchemaBehind, d.schema, current, latest)
-			}
-			return nil
-		}
-		// Refused even with nothing left to apply: the app that is not
-		// the owner learns it on its first start, not on the next release.
-		if owner != "" && owner != p.App {
-			return &driver.OwnerConflictError{App: p.App, Conflicts: []driver.Ownership{{
-				Resource: driver.Resource{Kind: driver.ResourceMigrations, Name: driver.MigrationsName}, App: owner}}}
-		}
-		if _, err := tx.Exec(ctx, d.versionTableSQL()); err != nil {
-			return err
-		}
-		for _, m := range all {
-			if m.Version <= current {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("mensageria/postgres: migration %03d_%s: %w", m.Version, m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO "+d.table("schema_migrations")+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-				return err
-			}
-			res.Applied = append(res.Applied, m.Version)
-			res.To = m.Version
-		}
-		if owner == "" && p.App != "" {
-			// A row left with no app (written by hand) is taken too.
-			if _, err := tx.Exec(ctx, "INSERT INTO "+d.table("owners")+` (kind, name, app) VALUES ('migrations', $1, $2)
-				ON CONFLICT (kind, name) DO UPDATE SET app = excluded.app, since = now() WHERE owners.app IS NULL`,
-				driver.MigrationsName, p.App); err != nil {
-				return fmt.Errorf("mensageria/postgres: record the migrations owner: %w", err)
-			}
-			res.Owner = p.App
-		}
-		return nil
+		return d.migrateIn(ctx, tx, p, all, &res)
 	})
 	return res, err
+}
+
+// migrateIn checks or applies the migrations all in tx, taken under the
+// migration lock, filling res.
+func (d *Driver) migrateIn(ctx context.Context, tx pgx.Tx, p driver.MigrateParams, all []driver.Migration, res *driver.MigrateResult) error {
+	mode, latest := p.Mode, all[len(all)-1].Version
+	current, err := d.currentVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	res.From, res.To = current, current
+	if current > latest {
+		return fmt.Errorf("%w: database %s is at version %d, this build knows up to %d", driver.ErrSchemaAhead, d.schema, current, latest)
+	}
+	owner, err := d.migrationsOwner(ctx, tx, current, mode == driver.MigrateUp)
+	if err != nil {
+		return err
+	}
+	res.Owner = owner
+	if mode == driver.MigrateCheck {
+		if current < latest {
+			return fmt.Errorf("%w: schema %s is at version %d, this build needs %d (run `mensageria migrate up`, or apply `mensageria migrate sql`)",
+				driver.ErrSchemaBehind, d.schema, current, latest)
+		}
+		return nil
+	}
+	// Refused even with nothing left to apply: the app that is not
+	// the owner learns it on its first start, not on the next release.
+	if owner != "" && owner != p.App {
+		return &driver.OwnerConflictError{App: p.App, Conflicts: []driver.Ownership{{
+			Resource: driver.Resource{Kind: driver.ResourceMigrations, Name: driver.MigrationsName}, App: owner}}}
+	}
+	if _, err := tx.Exec(ctx, d.versionTableSQL()); err != nil {
+		return err
+	}
+	for _, m := range all {
+		if m.Version <= current {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("mensageria/postgres: migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+d.table("schema_migrations")+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+			return err
+		}
+		res.Applied = append(res.Applied, m.Version)
+		res.To = m.Version
+	}
+	if owner == "" && p.App != "" {
+		// A row left with no app (written by hand) is taken too.
+		if _, err := tx.Exec(ctx, "INSERT INTO "+d.table("owners")+` (kind, name, app) VALUES ('migrations', $1, $2)
+				ON CONFLICT (kind, name) DO UPDATE SET app = excluded.app, since = now() WHERE owners.app IS NULL`,
+			driver.MigrationsName, p.App); err != nil {
+			return fmt.Errorf("mensageria/postgres: record the migrations owner: %w", err)
+		}
+		res.Owner = p.App
+	}
+	return nil
 }
 
 // catalogVersion is the migration that creates the owners table.

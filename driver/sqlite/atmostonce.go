@@ -155,82 +155,105 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 	var res driver.ResolveResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.ResolveResult{}
-		type doubtRow struct {
-			id       int64
-			mid, typ string
-			key      string
-		}
-		rows, err := w.QueryContext(ctx, d.once.doubtRows, now, int64sJSON(p.IDs))
+		found, err := d.rowsInDoubt(ctx, w, now, p.IDs)
 		if err != nil {
-			return wrap("resolve", err)
-		}
-		var found []doubtRow
-		for rows.Next() {
-			var r doubtRow
-			if err := rows.Scan(&r.id, &r.mid, &r.typ, &r.key); err != nil {
-				rows.Close()
-				return wrap("resolve", err)
-			}
-			found = append(found, r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return wrap("resolve", err)
+			return err
 		}
 		delivered := map[string]int64{}
 		for _, r := range found {
-			var q string
-			args := []any{r.id}
-			switch {
-			case p.Outcome == driver.ResolveDelivered && !p.KeepDelivered:
-				q = d.once.resolveDelivered
-			case p.Outcome == driver.ResolveDelivered:
-				q = d.once.resolveKept
-				args = append(args, now)
-			case p.Outcome == driver.ResolveRetry:
-				q = d.once.resolveRetry
-				args = append(args, now, "resolved by "+p.By+": retry ("+p.Reason+")")
-			default:
-				q = d.once.resolveDead
-				args = append(args, "resolved by "+p.By+": dead ("+p.Reason+")")
-			}
-			if _, err := w.ExecContext(ctx, q, args...); err != nil {
-				return wrap("resolve", err)
-			}
-			if _, err := w.ExecContext(ctx, d.once.record,
-				r.id, r.mid, r.typ, r.key, string(p.Outcome), p.By, p.Reason, now); err != nil {
-				return wrap("resolve record", err)
+			if err := d.resolveRow(ctx, w, now, p, r); err != nil {
+				return err
 			}
 			if p.Outcome == driver.ResolveDelivered {
 				delivered[r.typ]++
 			}
 		}
-		minute := now - now%60_000_000
-		for typ, n := range delivered {
-			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"delivered_counts (type, minute, n) VALUES (?, ?, ?) ON CONFLICT (type, minute) DO UPDATE SET n = n + excluded.n",
-				typ, minute, n); err != nil {
-				return wrap("resolve counts", err)
-			}
+		if err := d.countDelivered(ctx, w, delivered, now); err != nil {
+			return wrap("resolve counts", err)
 		}
-		done := map[int64]bool{}
-		for _, r := range found {
-			done[r.id] = true
-		}
-		seen := map[int64]bool{}
-		for _, id := range p.IDs {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			if done[id] {
-				res.Resolved = append(res.Resolved, id)
-			} else {
-				res.NotInDoubt = append(res.NotInDoubt, id)
-			}
-		}
+		res = resolution(p.IDs, found)
 		return nil
 	})
 	return res, err
+}
+
+// doubtRow is a row in doubt an operator resolves.
+type doubtRow struct {
+	id       int64
+	mid, typ string
+	key      string
+}
+
+// rowsInDoubt reads which of ids are in doubt at now.
+func (d *Driver) rowsInDoubt(ctx context.Context, w writer, now int64, ids []int64) ([]doubtRow, error) {
+	rows, err := w.QueryContext(ctx, d.once.doubtRows, now, int64sJSON(ids))
+	if err != nil {
+		return nil, wrap("resolve", err)
+	}
+	var found []doubtRow
+	for rows.Next() {
+		var r doubtRow
+		if err := rows.Scan(&r.id, &r.mid, &r.typ, &r.key); err != nil {
+			rows.Close()
+			return nil, wrap("resolve", err)
+		}
+		found = append(found, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, wrap("resolve", err)
+	}
+	return found, nil
+}
+
+// resolveRow applies the operator's decision p to row r and records it.
+func (d *Driver) resolveRow(ctx context.Context, w writer, now int64, p driver.ResolveParams, r doubtRow) error {
+	var q string
+	args := []any{r.id}
+	switch {
+	case p.Outcome == driver.ResolveDelivered && !p.KeepDelivered:
+		q = d.once.resolveDelivered
+	case p.Outcome == driver.ResolveDelivered:
+		q = d.once.resolveKept
+		args = append(args, now)
+	case p.Outcome == driver.ResolveRetry:
+		q = d.once.resolveRetry
+		args = append(args, now, "resolved by "+p.By+": retry ("+p.Reason+")")
+	default:
+		q = d.once.resolveDead
+		args = append(args, "resolved by "+p.By+": dead ("+p.Reason+")")
+	}
+	if _, err := w.ExecContext(ctx, q, args...); err != nil {
+		return wrap("resolve", err)
+	}
+	if _, err := w.ExecContext(ctx, d.once.record,
+		r.id, r.mid, r.typ, r.key, string(p.Outcome), p.By, p.Reason, now); err != nil {
+		return wrap("resolve record", err)
+	}
+	return nil
+}
+
+// resolution sorts ids, each once, into those found in doubt (resolved)
+// and the others.
+func resolution(ids []int64, found []doubtRow) driver.ResolveResult {
+	var res driver.ResolveResult
+	done := map[int64]bool{}
+	for _, r := range found {
+		done[r.id] = true
+	}
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if done[id] {
+			res.Resolved = append(res.Resolved, id)
+		} else {
+			res.NotInDoubt = append(res.NotInDoubt, id)
+		}
+	}
+	return res
 }
 
 // Resolutions lists recorded decisions, newest first.

@@ -305,11 +305,6 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	for _, t := range p.OrderedTypes {
 		ordered[t] = true
 	}
-	o := d.prefix + "outbox"
-	// The oldest unsettled row of its key: no pending row of the same
-	// (type, key) with a smaller id, whether leased, waiting to retry or due.
-	headOfKey := " AND NOT EXISTS (SELECT 1 FROM " + o + " b WHERE b.type = o.type AND b.key = o.key AND b.state = 'pending' AND b.id < o.id)"
-
 	var jobs []driver.Job
 	err := d.write(ctx, func(w writer, now int64) error {
 		if p.Fence != nil {
@@ -323,49 +318,8 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 				return wrap("claim fence", err)
 			}
 		}
-		until := now + p.Lease.Microseconds()
-		// ?1 is now, for the RETURNING columns; a marked row (an
-		// at-most-once attempt that may have reached its receiver) is
-		// never claimed again.
-		args := []any{now, p.Token, until, until}
-		var sb strings.Builder
-		sb.WriteString("UPDATE " + o + " SET lease_token = ?2, lease_until = ?3, available_at = ?4, attempts = attempts + 1 WHERE id IN (")
-		if len(types) <= unionLimit {
-			sb.WriteString("SELECT id FROM (")
-			for i, t := range types {
-				if i > 0 {
-					sb.WriteString(" UNION ALL ")
-				}
-				sb.WriteString("SELECT * FROM (SELECT o.id, o.available_at FROM " + o + " o WHERE o.state = 'pending' AND o.type = ? AND o.available_at <= ? AND o.attempted_at IS NULL")
-				if ordered[t] {
-					sb.WriteString(headOfKey)
-				}
-				sb.WriteString(" ORDER BY o.available_at, o.id LIMIT ?)")
-				args = append(args, t, now, p.Limit)
-			}
-			sb.WriteString(") ORDER BY available_at, id LIMIT ?)")
-			args = append(args, p.Limit)
-		} else {
-			var plain, ord []string
-			for _, t := range types {
-				if ordered[t] {
-					ord = append(ord, t)
-				} else {
-					plain = append(plain, t)
-				}
-			}
-			sb.WriteString("SELECT o.id FROM " + o + " o WHERE o.state = 'pending' AND o.available_at <= ? AND o.attempted_at IS NULL AND (o.type IN (" + marks(len(plain)) + ") OR (o.type IN (" + marks(len(ord)) + ")" + headOfKey + ")) ORDER BY o.available_at, o.id LIMIT ?)")
-			args = append(args, now)
-			for _, t := range plain {
-				args = append(args, t)
-			}
-			for _, t := range ord {
-				args = append(args, t)
-			}
-			args = append(args, p.Limit)
-		}
-		sb.WriteString(" RETURNING " + d.q.jobCols)
-		rows, err := w.QueryContext(ctx, sb.String(), args...)
+		query, args := d.claimStatement(p, types, ordered, now)
+		rows, err := w.QueryContext(ctx, query, args...)
 		if err != nil {
 			return wrap("claim", err)
 		}
@@ -378,6 +332,59 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	// RETURNING follows no particular order; deliver oldest first.
 	slices.SortFunc(jobs, func(a, b driver.Job) int { return cmp.Compare(a.ID, b.ID) })
 	return jobs, nil
+}
+
+// claimStatement is the UPDATE … RETURNING that leases the due rows of
+// types at now: one index range per type merged (up to unionLimit types),
+// else one IN-list scan; an ordered type only at the head of its key.
+func (d *Driver) claimStatement(p driver.ClaimParams, types []string, ordered map[string]bool, now int64) (string, []any) {
+	o := d.prefix + "outbox"
+	// The oldest unsettled row of its key: no pending row of the same
+	// (type, key) with a smaller id, whether leased, waiting to retry or due.
+	headOfKey := " AND NOT EXISTS (SELECT 1 FROM " + o + " b WHERE b.type = o.type AND b.key = o.key AND b.state = 'pending' AND b.id < o.id)"
+	until := now + p.Lease.Microseconds()
+	// ?1 is now, for the RETURNING columns; a marked row (an
+	// at-most-once attempt that may have reached its receiver) is
+	// never claimed again.
+	args := []any{now, p.Token, until, until}
+	var sb strings.Builder
+	sb.WriteString("UPDATE " + o + " SET lease_token = ?2, lease_until = ?3, available_at = ?4, attempts = attempts + 1 WHERE id IN (")
+	if len(types) <= unionLimit {
+		sb.WriteString("SELECT id FROM (")
+		for i, t := range types {
+			if i > 0 {
+				sb.WriteString(" UNION ALL ")
+			}
+			sb.WriteString("SELECT * FROM (SELECT o.id, o.available_at FROM " + o + " o WHERE o.state = 'pending' AND o.type = ? AND o.available_at <= ? AND o.attempted_at IS NULL")
+			if ordered[t] {
+				sb.WriteString(headOfKey)
+			}
+			sb.WriteString(" ORDER BY o.available_at, o.id LIMIT ?)")
+			args = append(args, t, now, p.Limit)
+		}
+		sb.WriteString(") ORDER BY available_at, id LIMIT ?)")
+		args = append(args, p.Limit)
+	} else {
+		var plain, ord []string
+		for _, t := range types {
+			if ordered[t] {
+				ord = append(ord, t)
+			} else {
+				plain = append(plain, t)
+			}
+		}
+		sb.WriteString("SELECT o.id FROM " + o + " o WHERE o.state = 'pending' AND o.available_at <= ? AND o.attempted_at IS NULL AND (o.type IN (" + marks(len(plain)) + ") OR (o.type IN (" + marks(len(ord)) + ")" + headOfKey + ")) ORDER BY o.available_at, o.id LIMIT ?)")
+		args = append(args, now)
+		for _, t := range plain {
+			args = append(args, t)
+		}
+		for _, t := range ord {
+			args = append(args, t)
+		}
+		args = append(args, p.Limit)
+	}
+	sb.WriteString(" RETURNING " + d.q.jobCols)
+	return sb.String(), args
 }
 
 // marks returns n comma-separated placeholders; with n == 0 it returns a
@@ -464,141 +471,195 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	if len(all) == 0 {
 		return driver.SettleResult{}, nil
 	}
-	o := d.prefix + "outbox"
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		res = driver.SettleResult{}
-		settled := map[int64]bool{}
-		// returning runs an UPDATE or DELETE ending in RETURNING id, type and
-		// records what it changed.
-		delivered := map[string]int64{}
-		returning := func(q string, args []any, count bool) error {
-			rows, err := w.QueryContext(ctx, q+" RETURNING id, type", args...)
-			if err != nil {
-				return wrap("settle", err)
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var typ string
-				if err := rows.Scan(&id, &typ); err != nil {
-					return wrap("settle", err)
-				}
-				settled[id] = true
-				if count {
-					delivered[typ]++
-				}
-			}
-			return wrap("settle", rows.Err())
-		}
-		byIDs := func(head string, setArgs []any, ids []int64, count bool) error {
-			for len(ids) > 0 {
-				n := min(len(ids), chunk)
-				args := append([]any{}, setArgs...)
-				for _, id := range ids[:n] {
-					args = append(args, id)
-				}
-				args = append(args, p.Token, now)
-				if err := returning(head+" WHERE id IN ("+marks(n)+")"+d.q.settled, args, count); err != nil {
-					return err
-				}
-				ids = ids[n:]
-			}
-			return nil
-		}
-		// Delivered rows are deleted (or, kept, marked) and counted per
-		// type and minute, so Stats knows the recent deliveries without
-		// the rows.
-		if p.KeepDelivered {
-			if err := byIDs("UPDATE "+o+" SET state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, p.Delivered, true); err != nil {
-				return err
-			}
-		} else if err := byIDs("DELETE FROM "+o, nil, p.Delivered, true); err != nil {
+		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, settled: map[int64]bool{}, counts: map[string]int64{}}
+		if err := st.delivered(); err != nil {
 			return err
 		}
-		minute := now - now%time.Minute.Microseconds()
-		for typ, n := range delivered {
-			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"delivered_counts (type, minute, n) VALUES (?, ?, ?) ON CONFLICT (type, minute) DO UPDATE SET n = n + excluded.n",
-				typ, minute, n); err != nil {
-				return wrap("settle counts", err)
-			}
-		}
-		// A released row was not attempted: give the attempt back.
-		// A release also clears an at-most-once mark: the relay releases
-		// only rows it did not send.
-		if err := byIDs("UPDATE "+o+" SET attempts = max(attempts - 1, 0), available_at = ?, attempted_at = NULL, lease_token = NULL, lease_until = NULL", []any{now}, p.Release, false); err != nil {
+		if err := st.released(); err != nil {
 			return err
 		}
-		// An empty route is stored as none, so a row never shows the route
-		// of an older attempt next to a newer error.
-		// An uncounted retry failed on its destination, not on its own:
-		// the attempt the claim counted is taken back.
-		for _, r := range p.Retry {
-			delay := max(r.Delay, 0)
-			back := 0
-			if r.Uncounted {
-				back = 1
-			}
-			// A retry says the request never reached the receiver, so an
-			// at-most-once mark is cleared.
-			if err := returning("UPDATE "+o+" SET available_at = ?, attempts = max(attempts - ?, 0), attempted_at = NULL, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
-				[]any{now + delay.Microseconds(), back, r.Error, r.Route, r.ID, p.Token, now}, false); err != nil {
-				return err
-			}
+		if err := st.failed(); err != nil {
+			return err
 		}
-		for _, f := range p.Dead {
-			if err := returning("UPDATE "+o+" SET state = 'dead', available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
-				[]any{now, f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
-				return err
-			}
-		}
-		// Left in doubt: the lease given up, the mark kept (set now when
-		// there was none), and a probe may take the row after ProbeAfter.
-		for _, f := range p.InDoubt {
-			if err := returning("UPDATE "+o+" SET attempted_at = coalesce(attempted_at, ?), available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+d.q.settled,
-				[]any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
-				return err
-			}
-		}
-		var rest []int64
-		for _, id := range all {
-			if settled[id] {
-				res.Settled = append(res.Settled, id)
-			} else {
-				rest = append(rest, id)
-			}
-		}
-		if len(rest) == 0 {
-			return nil
-		}
-		expired := map[int64]bool{}
-		rows, err := w.QueryContext(ctx, "SELECT id FROM "+o+" WHERE id IN (SELECT value FROM json_each(?)) AND state = 'pending' AND lease_token = ? AND lease_until <= ?",
-			int64sJSON(rest), p.Token, now)
-		if err != nil {
-			return wrap("settle", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				return wrap("settle", err)
-			}
-			expired[id] = true
-		}
-		if err := rows.Err(); err != nil {
-			return wrap("settle", err)
-		}
-		for _, id := range rest {
-			if expired[id] {
-				res.Expired = append(res.Expired, id)
-			} else {
-				res.Fenced = append(res.Fenced, id)
-			}
-		}
-		return nil
+		var err error
+		res, err = st.sort(all)
+		return err
 	})
 	if err != nil {
 		return driver.SettleResult{}, err
+	}
+	return res, nil
+}
+
+// settlement is one Settle's transaction: the rows it changed so far, and
+// how many of them were delivered, per type.
+type settlement struct {
+	d   *Driver
+	ctx context.Context
+	w   writer
+	now int64
+	p   driver.SettleParams
+
+	settled map[int64]bool
+	counts  map[string]int64 // delivered rows per type
+}
+
+// returning runs an UPDATE or DELETE ending in RETURNING id, type and
+// records what it changed.
+func (st *settlement) returning(q string, args []any, count bool) error {
+	rows, err := st.w.QueryContext(st.ctx, q+" RETURNING id, type", args...)
+	if err != nil {
+		return wrap("settle", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var typ string
+		if err := rows.Scan(&id, &typ); err != nil {
+			return wrap("settle", err)
+		}
+		st.settled[id] = true
+		if count {
+			st.counts[typ]++
+		}
+	}
+	return wrap("settle", rows.Err())
+}
+
+// byIDs runs head on ids, chunk by chunk, each guarded by the token and
+// the lease.
+func (st *settlement) byIDs(head string, setArgs []any, ids []int64, count bool) error {
+	for len(ids) > 0 {
+		n := min(len(ids), chunk)
+		args := append([]any{}, setArgs...)
+		for _, id := range ids[:n] {
+			args = append(args, id)
+		}
+		args = append(args, st.p.Token, st.now)
+		if err := st.returning(head+" WHERE id IN ("+marks(n)+")"+st.d.q.settled, args, count); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// delivered deletes (or, kept, marks) the delivered rows and counts them
+// per type and minute, so Stats knows the recent deliveries without the
+// rows.
+func (st *settlement) delivered() error {
+	o, now := st.d.prefix+"outbox", st.now
+	if st.p.KeepDelivered {
+		if err := st.byIDs("UPDATE "+o+" SET state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, st.p.Delivered, true); err != nil {
+			return err
+		}
+	} else if err := st.byIDs("DELETE FROM "+o, nil, st.p.Delivered, true); err != nil {
+		return err
+	}
+	if err := st.d.countDelivered(st.ctx, st.w, st.counts, now); err != nil {
+		return wrap("settle counts", err)
+	}
+	return nil
+}
+
+// countDelivered adds the rows delivered at now, per type, to the minute's
+// counts.
+func (d *Driver) countDelivered(ctx context.Context, w writer, perType map[string]int64, now int64) error {
+	minute := now - now%time.Minute.Microseconds()
+	for typ, n := range perType {
+		if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"delivered_counts (type, minute, n) VALUES (?, ?, ?) ON CONFLICT (type, minute) DO UPDATE SET n = n + excluded.n",
+			typ, minute, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// released gives a released row its attempt back: it was not attempted.
+// A release also clears an at-most-once mark: the relay releases only
+// rows it did not send.
+func (st *settlement) released() error {
+	return st.byIDs("UPDATE "+st.d.prefix+"outbox SET attempts = max(attempts - 1, 0), available_at = ?, attempted_at = NULL, lease_token = NULL, lease_until = NULL", []any{st.now}, st.p.Release, false)
+}
+
+// failed records the retries, the dead and the rows left in doubt. An
+// empty route is stored as none, so a row never shows the route of an
+// older attempt next to a newer error.
+func (st *settlement) failed() error {
+	o, now, p := st.d.prefix+"outbox", st.now, st.p
+	// An uncounted retry failed on its destination, not on its own:
+	// the attempt the claim counted is taken back.
+	for _, r := range p.Retry {
+		delay := max(r.Delay, 0)
+		back := 0
+		if r.Uncounted {
+			back = 1
+		}
+		// A retry says the request never reached the receiver, so an
+		// at-most-once mark is cleared.
+		if err := st.returning("UPDATE "+o+" SET available_at = ?, attempts = max(attempts - ?, 0), attempted_at = NULL, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+st.d.q.settled,
+			[]any{now + delay.Microseconds(), back, r.Error, r.Route, r.ID, p.Token, now}, false); err != nil {
+			return err
+		}
+	}
+	for _, f := range p.Dead {
+		if err := st.returning("UPDATE "+o+" SET state = 'dead', available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+st.d.q.settled,
+			[]any{now, f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
+			return err
+		}
+	}
+	// Left in doubt: the lease given up, the mark kept (set now when
+	// there was none), and a probe may take the row after ProbeAfter.
+	for _, f := range p.InDoubt {
+		if err := st.returning("UPDATE "+o+" SET attempted_at = coalesce(attempted_at, ?), available_at = ?, last_error = ?, last_route = NULLIF(?, ''), lease_token = NULL, lease_until = NULL WHERE id = ?"+st.d.q.settled,
+			[]any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route, f.ID, p.Token, now}, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sort tells the rows of all this settlement changed from those it could
+// not: still ours but past the lease (Expired), or gone or leased to
+// another token (Fenced).
+func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
+	var res driver.SettleResult
+	var rest []int64
+	for _, id := range all {
+		if st.settled[id] {
+			res.Settled = append(res.Settled, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	expired := map[int64]bool{}
+	rows, err := st.w.QueryContext(st.ctx, "SELECT id FROM "+st.d.prefix+"outbox WHERE id IN (SELECT value FROM json_each(?)) AND state = 'pending' AND lease_token = ? AND lease_until <= ?",
+		int64sJSON(rest), st.p.Token, st.now)
+	if err != nil {
+		return res, wrap("settle", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return res, wrap("settle", err)
+		}
+		expired[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return res, wrap("settle", err)
+	}
+	for _, id := range rest {
+		if expired[id] {
+			res.Expired = append(res.Expired, id)
+		} else {
+			res.Fenced = append(res.Fenced, id)
+		}
 	}
 	return res, nil
 }

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/batch"
 )
 
 // Effect applies one record inside the sink's database transaction, the
@@ -204,65 +204,26 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 }
 
-// effectError carries an effect's failure out of the transaction, so the
-// batch can be retried record by record.
-type effectError struct {
-	offset int64
-	err    error
-}
-
-func (e *effectError) Error() string { return fmt.Sprintf("offset %d: %v", e.offset, e.err) }
-func (e *effectError) Unwrap() error { return e.err }
-
 // applyPartition commits the records of one partition in one transaction;
-// after an effect error it falls back to one transaction per record, so
-// that the records before the failing one are kept and the failing one is
-// retried (or skipped when permanent) on its own.
+// when an effect fails, the rule of internal/batch isolates the record:
+// the records before it commit on their own, it is retried alone with
+// backoff, or skipped when its failure is permanent.
 func (s *Sink) applyPartition(ctx context.Context, topic string, part int32, recs []*kgo.Record) error {
-	err := s.apply(ctx, topic, part, recs)
-	var ee *effectError
-	if err == nil {
-		return nil
-	} else if !errors.As(err, &ee) {
-		return s.retry(ctx, topic, part, recs, err)
-	}
-	for _, r := range recs {
-		if err := s.retry(ctx, topic, part, []*kgo.Record{r}, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// retry applies recs until it commits, with backoff, or ctx ends. A
-// permanent effect error on a single record skips that record.
-func (s *Sink) retry(ctx context.Context, topic string, part int32, recs []*kgo.Record, err error) error {
-	wait := s.cfg.RetryBackoff
-	for attempt := 1; ; attempt++ {
-		if err == nil {
-			err = s.apply(ctx, topic, part, recs)
-		}
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if len(recs) == 1 && mensageria.IsPermanent(err) {
-			s.log.Error("effect failed permanently; skipping the record", "topic", topic, "partition", part, "offset", recs[0].Offset, "err", err)
-			return s.skip(ctx, topic, part, recs[0])
-		}
-		s.log.Warn("sink transaction failed; retrying", "topic", topic, "partition", part, "records", len(recs), "attempt", attempt, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(wait*2, 30*time.Second)
-		err = nil
-	}
+	return batch.Apply(ctx, recs, batch.Policy[*kgo.Record]{
+		Commit: func(ctx context.Context, recs []*kgo.Record) error {
+			return s.apply(ctx, topic, part, recs)
+		},
+		Poison: func(ctx context.Context, r *kgo.Record, err error) error {
+			s.log.Error("effect failed permanently; skipping the record", "topic", topic, "partition", part, "offset", r.Offset, "err", err)
+			return s.skip(ctx, topic, part, r)
+		},
+		Permanent:  mensageria.IsPermanent,
+		Backoff:    s.cfg.RetryBackoff,
+		MaxBackoff: 30 * time.Second,
+		Retrying: func(err error, attempt int, pending []*kgo.Record) {
+			s.log.Warn("sink transaction failed; retrying", "topic", topic, "partition", part, "offset", pending[0].Offset, "records", len(pending), "attempt", attempt, "err", err)
+		},
+	})
 }
 
 func (s *Sink) apply(ctx context.Context, topic string, part int32, recs []*kgo.Record) error {
@@ -275,13 +236,13 @@ func (s *Sink) apply(ctx context.Context, topic string, part int32, recs []*kgo.
 			return err
 		}
 		last := int64(-1)
-		for _, r := range recs {
+		for i, r := range recs {
 			if ok && r.Offset <= stored {
 				skipped++
 				continue
 			}
 			if err := s.cfg.Effect(ctx, tx, r); err != nil {
-				return &effectError{offset: r.Offset, err: err}
+				return &batch.ItemError{Index: i, Err: fmt.Errorf("offset %d: %w", r.Offset, err)}
 			}
 			applied++
 			last = r.Offset

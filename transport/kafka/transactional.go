@@ -883,8 +883,12 @@ func endContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(detached, endTimeout)
 }
 
+// transact sends a reserved batch in one Kafka transaction of lane l: its
+// records and the lane's position record, then a commit, or an abort when
+// any of them failed.
 func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensageria.Delivery, res *reservation) []error {
 	todo := res.todo
+	// The transaction is this client's even if the lane drops it meanwhile.
 	cl := l.cl
 	if err := cl.BeginTransaction(); err != nil {
 		return s.failAll(ds, todo, s.failed(l, err))
@@ -892,21 +896,38 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 	s.mu.Lock()
 	value := l.pos.encodeWith(res.rows)
 	s.mu.Unlock()
+	p := s.produceAll(ctx, l, cl, ds, todo, value)
 
-	var (
-		mu      sync.Mutex
-		recErrs = make([]error, len(ds))
-		parts   = make([]int32, len(ds))
-		first   error
-	)
+	endCtx, cancel := endContext(ctx)
+	defer cancel()
+	if p.first != nil {
+		return s.abortTransaction(ctx, endCtx, l, cl, ds, todo, p)
+	}
+	return s.commitTransaction(ctx, endCtx, l, cl, ds, res)
+}
+
+// produced is what producing a transaction's records came to: the first
+// failure, which makes it abort, and each record's own failure with its
+// partition.
+type produced struct {
+	first   error
+	recErrs []error
+	parts   []int32
+}
+
+// produceAll produces the records of ds[todo] and the position record
+// value, and waits for their answers.
+func (s *TransactionalSender) produceAll(ctx context.Context, l *lane, cl *kgo.Client, ds []*mensageria.Delivery, todo []int, value []byte) produced {
+	var mu sync.Mutex
+	p := produced{recErrs: make([]error, len(ds)), parts: make([]int32, len(ds))}
 	note := func(i int, part int32, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if i >= 0 {
-			recErrs[i], parts[i] = err, part
+			p.recErrs[i], p.parts[i] = err, part
 		}
-		if first == nil {
-			first = err
+		if p.first == nil {
+			p.first = err
 		}
 	}
 	for _, i := range todo {
@@ -926,43 +947,51 @@ func (s *TransactionalSender) transact(ctx context.Context, l *lane, ds []*mensa
 		note(-1, -1, err)
 	}
 	mu.Lock()
-	abort := first
-	mu.Unlock()
+	defer mu.Unlock()
+	return p
+}
 
-	endCtx, cancel := endContext(ctx)
-	defer cancel()
-	if abort != nil {
-		s.aborted.Add(1)
-		if ne := (*NoAckError)(nil); errors.As(abort, &ne) && ctx.Err() != nil {
-			// The cluster did not answer by the deadline: aborting
-			// would wait for it again, past the lease. Dropping the
-			// client ends the transaction just as surely.
-			s.failed(l, abort)
-		} else if err := cl.AbortBufferedRecords(endCtx); err != nil {
-			s.failed(l, err)
-		} else if err := cl.EndTransaction(endCtx, kgo.TryAbort); err != nil {
-			s.failed(l, err)
-		}
-		if isFenced(abort) {
-			return s.failAll(ds, todo, s.failed(l, abort))
-		}
-		// The others were refused because of a record that failed, or of
-		// the destination: a failure of the destination is theirs too.
-		others := error(&AbortedError{Cause: abort})
-		if c := classify(s.topicFor(ds[todo[0]]), -1, abort); mensageria.IsUnavailable(c) {
-			others = mensageria.Unavailable(&AbortedError{Cause: c})
-		}
-		out := make([]error, len(ds))
-		for _, i := range todo {
-			if refusedItself(recErrs[i]) {
-				out[i] = classify(s.topicFor(ds[i]), parts[i], recErrs[i])
-			} else {
-				out[i] = others
-			}
-		}
-		return out
+// abortTransaction ends a transaction whose records did not all make it
+// and tells each delivery why: its record's own refusal, or its
+// neighbour's.
+func (s *TransactionalSender) abortTransaction(ctx, endCtx context.Context, l *lane, cl *kgo.Client, ds []*mensageria.Delivery, todo []int, p produced) []error {
+	abort := p.first
+	s.aborted.Add(1)
+	if ne := (*NoAckError)(nil); errors.As(abort, &ne) && ctx.Err() != nil {
+		// The cluster did not answer by the deadline: aborting
+		// would wait for it again, past the lease. Dropping the
+		// client ends the transaction just as surely.
+		s.failed(l, abort)
+	} else if err := cl.AbortBufferedRecords(endCtx); err != nil {
+		s.failed(l, err)
+	} else if err := cl.EndTransaction(endCtx, kgo.TryAbort); err != nil {
+		s.failed(l, err)
 	}
+	if isFenced(abort) {
+		return s.failAll(ds, todo, s.failed(l, abort))
+	}
+	// The others were refused because of a record that failed, or of
+	// the destination: a failure of the destination is theirs too.
+	others := error(&AbortedError{Cause: abort})
+	if c := classify(s.topicFor(ds[todo[0]]), -1, abort); mensageria.IsUnavailable(c) {
+		others = mensageria.Unavailable(&AbortedError{Cause: c})
+	}
+	out := make([]error, len(ds))
+	for _, i := range todo {
+		if refusedItself(p.recErrs[i]) {
+			out[i] = classify(s.topicFor(ds[i]), p.parts[i], p.recErrs[i])
+		} else {
+			out[i] = others
+		}
+	}
+	return out
+}
 
+// commitTransaction commits a transaction whose records all made it. When
+// the commit's outcome is unknown, reopening the lane rereads the
+// position record, which tells.
+func (s *TransactionalSender) commitTransaction(ctx, endCtx context.Context, l *lane, cl *kgo.Client, ds []*mensageria.Delivery, res *reservation) []error {
+	todo := res.todo
 	if s.beforeCommit != nil {
 		s.beforeCommit()
 	}

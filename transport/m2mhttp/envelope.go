@@ -67,6 +67,17 @@ var requiredFields = []string{"id", "type", "key", "created_at", "attempt", "pay
 // renamed field, a null key) be applied as an empty value and then deduped
 // forever; refusing it makes the sender's message dead with a reason.
 func DecodeEnvelope(b []byte) (*Envelope, error) {
+	raw, err := envelopeFieldsOf(b)
+	if err != nil {
+		return nil, err
+	}
+	return envelopeFrom(raw)
+}
+
+// envelopeFieldsOf reads b as one JSON object of envelope fields, each
+// once, the required ones present, and nothing after it; the values are
+// left undecoded.
+func envelopeFieldsOf(b []byte) (map[string]json.RawMessage, error) {
 	bad := envelopeErr
 	dec, err := openObject(b, "must be a JSON object")
 	if err != nil {
@@ -102,7 +113,13 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 			return nil, bad(f, "required field missing")
 		}
 	}
+	return raw, nil
+}
 
+// envelopeFrom decodes and checks each field of an envelope read by
+// envelopeFieldsOf.
+func envelopeFrom(raw map[string]json.RawMessage) (*Envelope, error) {
+	bad := envelopeErr
 	var e Envelope
 	s, err := jsonString(raw["id"])
 	if err != nil {

@@ -31,8 +31,8 @@ import (
 // Retry-After; any other error → 500, retried. A panic is a 500 too. In a
 // batch the same outcomes become the envelope's result: applied, refused,
 // retry (with retry_after), retry; the envelopes of one type in a batch
-// run through Inbox.ApplyBatch, so one failing effect makes its
-// neighbours' effects run again, each in a transaction of its own.
+// run through Inbox.ApplyBatch, so one failing effect makes the effects
+// before it run again, in a transaction without it.
 type Handler struct {
 	Inbox  *mensageria.Inbox
 	Effect mensageria.Effect
@@ -283,39 +283,8 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		refuse(http.StatusMethodNotAllowed, ProblemMethod, "Method not allowed", "deliveries are POSTed", 0)
-		return
-	}
-	if !rc.authorized(r.Header.Get(headerAuthorization)) {
-		errParam := ""
-		if r.Header.Get(headerAuthorization) != "" {
-			errParam = `, error="invalid_token"`
-		}
-		w.Header().Set(headerWWWAuthenticate, `Bearer realm="mensageria"`+errParam)
-		refuse(http.StatusUnauthorized, ProblemUnauthorized, "Unauthorized", "a valid bearer token is required", 0)
-		return
-	}
-	mt, _, err := mime.ParseMediaType(r.Header.Get(headerContentType))
-	if err != nil || (mt != contentTypeJSON && mt != ContentTypeBatch) {
-		refuse(http.StatusUnsupportedMediaType, ProblemMediaType, "Unsupported media type", "an envelope is sent as application/json, a batch as "+ContentTypeBatch, 0)
-		return
-	}
-	if r.ContentLength > rc.maxBody {
-		refuse(http.StatusRequestEntityTooLarge, ProblemTooLarge, "Body too large", fmt.Sprintf("the limit is %d bytes", rc.maxBody), 0)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			refuse(http.StatusRequestEntityTooLarge, ProblemTooLarge, "Body too large", fmt.Sprintf("the limit is %d bytes", rc.maxBody), 0)
-			return
-		}
-		// The sender went away or the stream broke: nobody may read this,
-		// but a retryable answer is right if someone does.
-		refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the body could not be read", 0)
+	mt, body, ok := rc.readRequest(w, r, refuse)
+	if !ok {
 		return
 	}
 	if mt == ContentTypeBatch {
@@ -347,7 +316,54 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	rc.applyOne(w, r, h, env, reqID, refuse)
+}
 
+// readRequest checks a request's method, token, media type and size, and
+// reads its body. It answers the request itself, and returns ok false,
+// when it refuses it.
+func (rc *Receiver) readRequest(w http.ResponseWriter, r *http.Request, refuse func(int, string, string, string, time.Duration)) (mediaType string, body []byte, ok bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		refuse(http.StatusMethodNotAllowed, ProblemMethod, "Method not allowed", "deliveries are POSTed", 0)
+		return "", nil, false
+	}
+	if !rc.authorized(r.Header.Get(headerAuthorization)) {
+		errParam := ""
+		if r.Header.Get(headerAuthorization) != "" {
+			errParam = `, error="invalid_token"`
+		}
+		w.Header().Set(headerWWWAuthenticate, `Bearer realm="mensageria"`+errParam)
+		refuse(http.StatusUnauthorized, ProblemUnauthorized, "Unauthorized", "a valid bearer token is required", 0)
+		return "", nil, false
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get(headerContentType))
+	if err != nil || (mt != contentTypeJSON && mt != ContentTypeBatch) {
+		refuse(http.StatusUnsupportedMediaType, ProblemMediaType, "Unsupported media type", "an envelope is sent as application/json, a batch as "+ContentTypeBatch, 0)
+		return "", nil, false
+	}
+	if r.ContentLength > rc.maxBody {
+		refuse(http.StatusRequestEntityTooLarge, ProblemTooLarge, "Body too large", fmt.Sprintf("the limit is %d bytes", rc.maxBody), 0)
+		return "", nil, false
+	}
+	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			refuse(http.StatusRequestEntityTooLarge, ProblemTooLarge, "Body too large", fmt.Sprintf("the limit is %d bytes", rc.maxBody), 0)
+			return "", nil, false
+		}
+		// The sender went away or the stream broke: nobody may read this,
+		// but a retryable answer is right if someone does.
+		refuse(http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the body could not be read", 0)
+		return "", nil, false
+	}
+	return mt, body, true
+}
+
+// applyOne applies a single envelope through its handler's inbox and
+// answers with the outcome.
+func (rc *Receiver) applyOne(w http.ResponseWriter, r *http.Request, h Handler, env *Envelope, reqID string, refuse func(int, string, string, string, time.Duration)) {
 	log := rc.log.With("request_id", reqID, "type", env.Type, "key", env.Key, "id", env.ID.String(), "attempt", env.Attempt)
 	ctx := context.WithValue(r.Context(), keyRequestID, reqID)
 	ctx = context.WithValue(ctx, keyLogger, log)

@@ -325,16 +325,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	nc := connect(t)
 	store := newPGStore(t)
-	st, subj := newStream(t, nc, time.Minute)
-	sender, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: subj + ".events"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 500
-	ds := deliveries("event", 1, n)
-	if errs := sender.SendBatch(testCtx(t), ds); errs != nil {
-		t.Fatal(errors.Join(errs...))
-	}
+	st, ds := publishEvents(t, nc, n)
 	name := st.CachedInfo().Config.Name
 
 	var calls atomic.Int64

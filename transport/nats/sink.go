@@ -15,13 +15,15 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/batch"
 	"github.com/xadm/mensageria/internal/wire"
 )
 
 // Effect applies one message inside the sink's database transaction, the
 // one that also stores the message's stream sequence. An error rolls both
-// back and the batch is retried; mensageria.Permanent(err) skips the
-// message instead (its sequence is stored, the effect is not).
+// back and the message is retried alone, after the messages before it
+// commit; mensageria.Permanent(err) skips the message instead (its
+// sequence is stored, the effect is not).
 type Effect func(ctx context.Context, tx mensageria.Tx, m jetstream.Msg) error
 
 // SinkConfig configures a Sink.
@@ -241,66 +243,44 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 }
 
-// applyBatch commits msgs, retrying with backoff; the messages are kept in
-// progress meanwhile so the server does not redeliver them to no one.
+// applyBatch commits msgs by the rule of internal/batch: in one
+// transaction, or, when an effect fails, the messages before it in one of
+// their own and the failing one alone, retried with backoff or skipped
+// when its failure is permanent. Messages are acknowledged only after the
+// commit that applied or skipped them, and kept in progress while a retry
+// waits, so the server does not redeliver them to no one.
 func (s *Sink) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
-	wait := s.cfg.RetryBackoff
-	for attempt := 1; ; attempt++ {
-		err := s.apply(ctx, msgs)
-		if err == nil {
-			break
-		}
-		var ee *effectError
-		if errors.As(err, &ee) && mensageria.IsPermanent(err) {
-			// Commit what precedes the poisoned message, then skip it.
-			if err := s.applyBatch(ctx, msgs[:ee.index]); err != nil {
+	return batch.Apply(ctx, msgs, batch.Policy[jetstream.Msg]{
+		Commit: s.apply,
+		Committed: func(msgs []jetstream.Msg) {
+			if s.afterCommit != nil {
+				s.afterCommit()
+			}
+			// A lost ack only means a redelivery, which is skipped.
+			for _, m := range msgs {
+				_ = m.Ack()
+			}
+		},
+		Poison: func(ctx context.Context, m jetstream.Msg, err error) error {
+			if err := s.skip(ctx, m); err != nil {
 				return err
 			}
-			if err := s.skip(ctx, msgs[ee.index]); err != nil {
-				return err
+			s.log.Error("effect failed permanently; skipping the message", "err", err)
+			return nil
+		},
+		Permanent:  mensageria.IsPermanent,
+		Backoff:    s.cfg.RetryBackoff,
+		MaxBackoff: 30 * time.Second,
+		Retrying: func(err error, attempt int, pending []jetstream.Msg) {
+			s.log.Warn("sink transaction failed; retrying", "messages", len(pending), "attempt", attempt, "err", err)
+			for _, m := range pending {
+				_ = m.InProgress()
 			}
-			s.log.Error("effect failed permanently; skipping the message", "seq", ee.seq, "err", err)
-			return s.applyBatch(ctx, msgs[ee.index+1:])
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.log.Warn("sink transaction failed; retrying", "messages", len(msgs), "attempt", attempt, "err", err)
-		for _, m := range msgs {
-			_ = m.InProgress()
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(wait*2, 30*time.Second)
-	}
-	if s.afterCommit != nil {
-		s.afterCommit()
-	}
-	// After the commit: a lost ack only means a redelivery, which is skipped.
-	for _, m := range msgs {
-		_ = m.Ack()
-	}
-	return nil
+		},
+	})
 }
-
-type effectError struct {
-	index int
-	seq   uint64
-	err   error
-}
-
-func (e *effectError) Error() string { return fmt.Sprintf("stream sequence %d: %v", e.seq, e.err) }
-func (e *effectError) Unwrap() error { return e.err }
 
 func (s *Sink) apply(ctx context.Context, msgs []jetstream.Msg) error {
-	if len(msgs) == 0 {
-		return nil
-	}
 	var applied, skipped int64
 	start := time.Now()
 	err := s.cfg.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
@@ -321,7 +301,7 @@ func (s *Sink) apply(ctx context.Context, msgs []jetstream.Msg) error {
 				continue
 			}
 			if err := s.cfg.Effect(ctx, tx, m); err != nil {
-				return &effectError{index: i, seq: uint64(seq), err: err}
+				return &batch.ItemError{Index: i, Err: fmt.Errorf("stream sequence %d: %w", seq, err)}
 			}
 			applied++
 			last = seq
