@@ -90,15 +90,8 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 		INSERT INTO %[1]s.stress_customers (id) SELECT g FROM generate_series(0, 999) g ON CONFLICT DO NOTHING;`, e.Schema)); err != nil {
 		return stressDB{}, "", err
 	}
-	producer, err := mensageria.New(d, &mensageria.Config{
-		App:      stressApp,
-		Registry: mensageria.NewRegistry().MustRegister(stressType, noop),
-		Logger:   quiet(),
-	})
+	producer, err := registerStressProducer(ctx, d)
 	if err != nil {
-		return stressDB{}, "", err
-	}
-	if _, err := producer.Register(ctx); err != nil {
 		return stressDB{}, "", err
 	}
 	notes, err := e.serverNotes(ctx)
