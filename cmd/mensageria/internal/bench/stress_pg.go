@@ -111,22 +111,28 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 	return db, notes, nil
 }
 
-// stressTx is stressDB.tx: the order and the customer's update in one
-// round trip, and the message through producer in the same transaction.
+// stressTx is stressDB.tx: stressBusiness and the message through
+// producer in the same transaction.
 func (e Env) stressTx(producer *mensageria.Client) func(ctx context.Context, seq int64) error {
 	return func(ctx context.Context, seq int64) error {
 		return pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-			customer := int(seq * 7919 % 1000)
-			b := &pgx.Batch{}
-			b.Queue("INSERT INTO "+e.Schema+".stress_orders (seq, customer, body) VALUES ($1, $2, $3)", seq, customer, Payload)
-			b.Queue("UPDATE "+e.Schema+".stress_customers SET orders = orders + 1 WHERE id = $1", customer)
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if err := tx.SendBatch(ctx, e.stressBusiness(seq)).Close(); err != nil {
 				return err
 			}
 			_, err := producer.EnqueueTx(ctx, tx, mensageria.Message{Type: stressType, Key: stressKey(seq), Payload: []byte(Payload)})
 			return err
 		})
 	}
+}
+
+// stressBusiness is business transaction seq without its message: an
+// order insert and its customer's update, in one round trip.
+func (e Env) stressBusiness(seq int64) *pgx.Batch {
+	customer := int(seq * 7919 % 1000)
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO "+e.Schema+".stress_orders (seq, customer, body) VALUES ($1, $2, $3)", seq, customer, Payload)
+	b.Queue("UPDATE "+e.Schema+".stress_customers SET orders = orders + 1 WHERE id = $1", customer)
+	return b
 }
 
 // stressSampleSQL reads the table's dead tuples and sizes, and the claim
