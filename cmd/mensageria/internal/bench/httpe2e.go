@@ -357,14 +357,7 @@ func (r *httpReceiverApp) pacedLatency(ctx context.Context, client *mensageria.C
 	if err := r.waitApplied(ctx, base+int64(total), 2*time.Minute); err != nil {
 		return nil, 0, err
 	}
-	var lat Latencies
-	for i := range total {
-		c, e := r.committedAt[i].Load(), r.effectAt[i].Load()
-		// The effect can run before the producer notes its commit time;
-		// that is a latency below the clock's resolution here.
-		lat.Add(time.Duration(max(e-c, 0)))
-	}
-	return &lat, pacedElapsed, nil
+	return commitToArrival(r.committedAt[:total], r.effectAt[:total]), pacedElapsed, nil
 }
 
 // startHTTPSender builds the sending app of route, delivering to url, and
