@@ -42,6 +42,20 @@ func (e Env) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+// sideSchema creates schema name next to e's, in the same database, for
+// a variant that needs an outbox of its own; drop removes it.
+func (e Env) sideSchema(ctx context.Context, name string) (side Env, drop func(), err error) {
+	side = Env{Pool: e.Pool, Schema: name}
+	if err := e.exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return Env{}, nil, err
+	}
+	return side, func() {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = e.exec(dropCtx, "DROP SCHEMA "+name+" CASCADE")
+	}, nil
+}
+
 // relayApp is the app whose relay newRelay starts for typ.
 func relayApp(typ string) string { return "bench-" + typ }
 
