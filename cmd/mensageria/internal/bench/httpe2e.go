@@ -140,18 +140,13 @@ func (cfg *HTTPEndToEndConfig) withDefaults() error {
 	if cfg.Pool == nil {
 		return errors.New("bench: HTTPEndToEnd needs a pool")
 	}
-	def := func(p *int, v int) {
-		if *p <= 0 {
-			*p = v
-		}
-	}
-	def(&cfg.Messages, 50000)
-	def(&cfg.Producers, 4)
-	def(&cfg.Rate, 1000)
-	def(&cfg.Concurrency, 16)
-	def(&cfg.Pacers, 16)
-	def(&cfg.BatchClaim, 100)
-	def(&cfg.BatchItems, 100)
+	orDefault(&cfg.Messages, 50000)
+	orDefault(&cfg.Producers, 4)
+	orDefault(&cfg.Rate, 1000)
+	orDefault(&cfg.Concurrency, 16)
+	orDefault(&cfg.Pacers, 16)
+	orDefault(&cfg.BatchClaim, 100)
+	orDefault(&cfg.BatchItems, 100)
 	if cfg.PacedFor <= 0 {
 		cfg.PacedFor = 10 * time.Second
 	}
