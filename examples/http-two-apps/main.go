@@ -58,15 +58,16 @@ type app struct {
 }
 
 // The two messages' payloads.
-type orderClosed struct {
-	Order string `json:"order"`
-	Total string `json:"total"`
-}
-
-type invoiceIssued struct {
-	Order   string `json:"order"`
-	Invoice string `json:"invoice"`
-}
+type (
+	orderClosed struct {
+		Order string `json:"order"`
+		Total string `json:"total"`
+	}
+	invoiceIssued struct {
+		Order   string `json:"order"`
+		Invoice string `json:"invoice"`
+	}
+)
 
 func run(dsn, schema string, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -216,6 +217,7 @@ func awaitInvoices(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	}
 }
 
+// printOrders prints every order with its invoice.
 func printOrders(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	rows, err := pool.Query(ctx, `SELECT o.id, o.total, o.invoice FROM `+schema+`.example_orders o ORDER BY o.id`)
 	if err != nil {
