@@ -57,6 +57,18 @@ type app struct {
 	url    string
 }
 
+// The two messages' payloads.
+type (
+	orderClosed struct {
+		Order string `json:"order"`
+		Total string `json:"total"`
+	}
+	invoiceIssued struct {
+		Order   string `json:"order"`
+		Invoice string `json:"invoice"`
+	}
+)
+
 func run(dsn, schema string, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -67,19 +79,8 @@ func run(dsn, schema string, n int) error {
 		return err
 	}
 	defer pool.Close()
-	drv, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	drv, err := prepareSchema(ctx, pool, dsn, schema)
 	if err != nil {
-		return err
-	}
-	// One app owns the schema's migrations (the first to migrate it up is
-	// recorded); the other would use driver.MigrateCheck.
-	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp, App: "orders"}); err != nil {
-		return fmt.Errorf("migrate (is PostgreSQL up at %s?): %w", dsn, err)
-	}
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE IF NOT EXISTS `+schema+`.example_orders (id text PRIMARY KEY, total numeric NOT NULL, invoice text);
-		CREATE TABLE IF NOT EXISTS `+schema+`.example_invoices (id text PRIMARY KEY, order_id text UNIQUE NOT NULL, total numeric NOT NULL);
-		TRUNCATE `+schema+`.example_orders, `+schema+`.example_invoices`); err != nil {
 		return err
 	}
 
@@ -95,18 +96,53 @@ func run(dsn, schema string, n int) error {
 	ordersURL := "http://" + ordersLn.Addr().String() + "/m2m/invoices"
 	billingURL := "http://" + billingLn.Addr().String() + "/m2m/orders"
 
-	type orderClosed struct {
-		Order string `json:"order"`
-		Total string `json:"total"`
+	billing, err := startBilling(ctx, drv, logger, schema, billingLn, ordersURL)
+	if err != nil {
+		return err
 	}
-	type invoiceIssued struct {
-		Order   string `json:"order"`
-		Invoice string `json:"invoice"`
+	defer billing.stop()
+	orders, err := startOrders(ctx, drv, logger, schema, ordersLn, billingURL)
+	if err != nil {
+		return err
 	}
+	defer orders.stop()
 
-	// billing: receives order.closed, sends invoice.issued.
+	if err := closeOrders(ctx, pool, orders, schema, n); err != nil {
+		return err
+	}
+	if err := awaitInvoices(ctx, pool, schema); err != nil {
+		return err
+	}
+	return printOrders(ctx, pool, schema)
+}
+
+// prepareSchema migrates the shared schema and (re)creates the example's
+// own tables in it.
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, dsn, schema string) (*postgres.Driver, error) {
+	drv, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	// One app owns the schema's migrations (the first to migrate it up is
+	// recorded); the other would use driver.MigrateCheck.
+	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp, App: "orders"}); err != nil {
+		return nil, fmt.Errorf("migrate (is PostgreSQL up at %s?): %w", dsn, err)
+	}
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE IF NOT EXISTS `+schema+`.example_orders (id text PRIMARY KEY, total numeric NOT NULL, invoice text);
+		CREATE TABLE IF NOT EXISTS `+schema+`.example_invoices (id text PRIMARY KEY, order_id text UNIQUE NOT NULL, total numeric NOT NULL);
+		TRUNCATE `+schema+`.example_orders, `+schema+`.example_invoices`); err != nil {
+		return nil, err
+	}
+	return drv, nil
+}
+
+// startBilling starts billing: it receives order.closed on ln and sends
+// invoice.issued to orders at ordersURL.
+func startBilling(ctx context.Context, drv *postgres.Driver, logger *slog.Logger, schema string, ln net.Listener, ordersURL string) (*app, error) {
 	var billing *app
-	billing, err = newApp(ctx, drv, logger, "billing", "invoice.issued", ordersURL, "token-to-orders", "token-to-billing", billingLn,
+	var err error
+	billing, err = newApp(ctx, drv, logger, "billing", "invoice.issued", ordersURL, "token-to-orders", "token-to-billing", ln,
 		"order.closed", func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 			var m orderClosed
 			if err := json.Unmarshal(d.Payload, &m); err != nil {
@@ -124,13 +160,13 @@ func run(dsn, schema string, n int) error {
 				Headers: map[string]string{mensageria.HeaderRequestID: m2mhttp.RequestID(ctx)}})
 			return err
 		})
-	if err != nil {
-		return err
-	}
-	defer billing.stop()
+	return billing, err
+}
 
-	// orders: sends order.closed, receives invoice.issued.
-	orders, err := newApp(ctx, drv, logger, "orders", "order.closed", billingURL, "token-to-billing", "token-to-orders", ordersLn,
+// startOrders starts orders: it sends order.closed to billing at
+// billingURL and receives invoice.issued on ln.
+func startOrders(ctx context.Context, drv *postgres.Driver, logger *slog.Logger, schema string, ln net.Listener, billingURL string) (*app, error) {
+	return newApp(ctx, drv, logger, "orders", "order.closed", billingURL, "token-to-billing", "token-to-orders", ln,
 		"invoice.issued", func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 			var m invoiceIssued
 			if err := json.Unmarshal(d.Payload, &m); err != nil {
@@ -139,13 +175,11 @@ func run(dsn, schema string, n int) error {
 			_, err := tx.Raw().(pgx.Tx).Exec(ctx, `UPDATE `+schema+`.example_orders SET invoice = $2 WHERE id = $1`, m.Order, m.Invoice)
 			return err
 		})
-	if err != nil {
-		return err
-	}
-	defer orders.stop()
+}
 
-	// The business transaction of orders: close the order and enqueue its
-	// message together, or neither.
+// closeOrders runs the business transaction of orders n times: close the
+// order and enqueue its message together, or neither.
+func closeOrders(ctx context.Context, pool *pgxpool.Pool, orders *app, schema string, n int) error {
 	for i := range n {
 		id := fmt.Sprintf("ORD-%03d", i+1)
 		total := fmt.Sprintf("%d.50", 10+i)
@@ -161,14 +195,19 @@ func run(dsn, schema string, n int) error {
 			return err
 		}
 	}
+	return nil
+}
 
+// awaitInvoices returns once every order has its invoice: the round trip
+// orders → billing → orders is done.
+func awaitInvoices(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	for {
 		var left int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.example_orders WHERE invoice IS NULL`).Scan(&left); err != nil {
 			return err
 		}
 		if left == 0 {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -176,6 +215,10 @@ func run(dsn, schema string, n int) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// printOrders prints every order with its invoice.
+func printOrders(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	rows, err := pool.Query(ctx, `SELECT o.id, o.total, o.invoice FROM `+schema+`.example_orders o ORDER BY o.id`)
 	if err != nil {
 		return err

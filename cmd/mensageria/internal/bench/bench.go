@@ -77,3 +77,10 @@ func (r *Result) setPercentiles(prefix string, lat *Latencies) {
 	r.Set(prefix+"p50-ms", lat.PercentileMs(50))
 	r.Set(prefix+"p99-ms", lat.PercentileMs(99))
 }
+
+// orDefault sets *p to v when a config left it at zero (or below).
+func orDefault(p *int, v int) {
+	if *p <= 0 {
+		*p = v
+	}
+}

@@ -543,49 +543,19 @@ func KafkaPaced(ctx context.Context, e Env, brokers []string, mode string, batch
 	skip := rate
 	total := skip + int(float64(rate)*dur.Seconds())
 	committed := make([]atomic.Int64, total)
-	consumed := make([]atomic.Int64, total)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond))
+	arrivals, stopConsuming, err := consumeArrivals(ctx, brokers, topic, total)
 	if err != nil {
 		return Result{}, err
 	}
-	defer cl.Close()
-	var (
-		seen atomic.Int64
-		warm = make(chan struct{})
-	)
-	consumeCtx, stopConsuming := context.WithCancel(ctx)
 	defer stopConsuming()
-	go func() {
-		for consumeCtx.Err() == nil {
-			fs := cl.PollFetches(consumeCtx)
-			now := time.Now().UnixNano()
-			fs.EachRecord(func(r *kgo.Record) {
-				if string(r.Key) == "warm-up" {
-					close(warm)
-					return
-				}
-				var i int
-				if _, err := fmt.Sscanf(string(r.Key), "p-%d", &i); err == nil && i >= 0 && i < total &&
-					consumed[i].CompareAndSwap(0, now) {
-					seen.Add(1)
-				}
-			})
-		}
-	}()
 
 	// One message through the whole path first: the relay elected, the
 	// consumer assigned and fetching, before anything is timed.
 	if _, err := c.Enqueue(ctx, mensageria.Message{Type: typ, Key: "warm-up", Payload: []byte(Payload)}); err != nil {
 		return Result{}, err
 	}
-	select {
-	case <-warm:
-	case <-time.After(time.Minute):
-		return Result{}, errors.New("bench: the warm-up message did not reach the consumer within a minute")
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	if err := arrivals.awaitWarm(ctx); err != nil {
+		return Result{}, err
 	}
 
 	pacedFor, err := pace(ctx, rate, total, 16, func(ctx context.Context, i int) error {
@@ -596,25 +566,81 @@ func KafkaPaced(ctx context.Context, e Env, brokers []string, mode string, batch
 	if err != nil {
 		return Result{}, err
 	}
-	deadline := time.Now().Add(time.Minute)
-	for seen.Load() < int64(total) {
-		if time.Now().After(deadline) {
-			return Result{}, fmt.Errorf("bench: %d of %d paced records consumed after a minute", seen.Load(), total)
-		}
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := arrivals.awaitAll(ctx); err != nil {
+		return Result{}, err
 	}
-	var lat Latencies
-	for i := skip; i < total; i++ {
-		// A record can reach the consumer before its producer notes the
-		// commit time: a latency below the clock's resolution here.
-		lat.Add(time.Duration(max(consumed[i].Load()-committed[i].Load(), 0)))
-	}
+	lat := commitToArrival(committed[skip:], arrivals.at[skip:])
 	r := Result{Scenario: "kafka-paced-" + mode}
 	r.Set("paced-rate", float64(total)/pacedFor.Seconds())
 	r.Set("paced-msgs", float64(total-skip))
-	r.setPercentiles("", &lat)
+	r.setPercentiles("", lat)
 	return r, nil
+}
+
+// kafkaArrivals is what a read_committed consumer of a paced run's topic
+// saw: the warm-up message, and when each paced record ("p-<i>") first
+// reached it.
+type kafkaArrivals struct {
+	at   []atomic.Int64
+	seen atomic.Int64
+	warm chan struct{}
+}
+
+// consumeArrivals starts consuming topic for a paced run of total
+// records; stop ends the consumer.
+func consumeArrivals(ctx context.Context, brokers []string, topic string, total int) (a *kafkaArrivals, stop func(), err error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	a = &kafkaArrivals{at: make([]atomic.Int64, total), warm: make(chan struct{})}
+	consumeCtx, stopConsuming := context.WithCancel(ctx)
+	go func() {
+		for consumeCtx.Err() == nil {
+			fs := cl.PollFetches(consumeCtx)
+			now := time.Now().UnixNano()
+			fs.EachRecord(func(r *kgo.Record) {
+				if string(r.Key) == "warm-up" {
+					close(a.warm)
+					return
+				}
+				var i int
+				if _, err := fmt.Sscanf(string(r.Key), "p-%d", &i); err == nil && i >= 0 && i < total &&
+					a.at[i].CompareAndSwap(0, now) {
+					a.seen.Add(1)
+				}
+			})
+		}
+	}()
+	return a, func() { stopConsuming(); cl.Close() }, nil
+}
+
+// awaitWarm returns once the warm-up message has reached the consumer.
+func (a *kafkaArrivals) awaitWarm(ctx context.Context) error {
+	select {
+	case <-a.warm:
+		return nil
+	case <-time.After(time.Minute):
+		return errors.New("bench: the warm-up message did not reach the consumer within a minute")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitAll returns once every paced record has reached the consumer.
+func (a *kafkaArrivals) awaitAll(ctx context.Context) error {
+	total := int64(len(a.at))
+	deadline := time.Now().Add(time.Minute)
+	for a.seen.Load() < total {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: %d of %d paced records consumed after a minute", a.seen.Load(), total)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
 }

@@ -42,15 +42,10 @@ type KafkaCompareConfig struct {
 // ways (targets: transactional/idempotent ≥ 0.8 at batch 100, and
 // idempotent/transactional ≥ 1 at every batch).
 func KafkaCompare(ctx context.Context, e Env, cfg KafkaCompareConfig) (Result, error) {
-	def := func(p *int, v int) {
-		if *p <= 0 {
-			*p = v
-		}
-	}
-	def(&cfg.Batch, 100)
-	def(&cfg.Messages, 30000)
-	def(&cfg.Rounds, 3)
-	def(&cfg.PacedRate, 1000)
+	orDefault(&cfg.Batch, 100)
+	orDefault(&cfg.Messages, 30000)
+	orDefault(&cfg.Rounds, 3)
+	orDefault(&cfg.PacedRate, 1000)
 	if cfg.PacedFor <= 0 {
 		cfg.PacedFor = 5 * time.Second
 	}

@@ -45,78 +45,15 @@ func consoleType(i int) string { return fmt.Sprintf("console.type-%02d", i) }
 // max(1s, 10×count-ms)), dead-page-ms, detail-ms.
 func Console(ctx context.Context, e Env, cfg ConsoleConfig) (Result, error) {
 	r := Result{Scenario: "console"}
-	if cfg.Pending == 0 {
-		cfg.Pending = 1_000_000
-	}
-	if cfg.Types == 0 {
-		cfg.Types = 50
-	}
-	if cfg.Apps == 0 {
-		cfg.Apps = 10
-	}
-	if cfg.Dead == 0 {
-		cfg.Dead = 1000
-	}
-	if cfg.Loads == 0 {
-		cfg.Loads = 50
-	}
+	cfg.withDefaults()
 	d, err := e.driver()
 	if err != nil {
 		return r, err
 	}
-	types := make([]string, cfg.Types)
-	byApp := map[string][]string{}
-	for i := range types {
-		types[i] = consoleType(i)
-		app := fmt.Sprintf("console-app-%02d", i%cfg.Apps)
-		byApp[app] = append(byApp[app], types[i])
-	}
-	for app, ts := range byApp {
-		if err := own(ctx, d, app, ts...); err != nil {
-			return r, err
-		}
-	}
-	o := e.Schema + ".outbox"
-	fill := []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO ` + o + ` (type, key, payload) SELECT ($1::text[])[1 + g % $2], 'k-' || g, $3::json FROM generate_series(1, $4) g`,
-			[]any{types, cfg.Types, Payload, cfg.Pending}},
-		{`INSERT INTO ` + o + ` (type, key, payload, state, attempts, last_error, last_route)
-			SELECT ($1::text[])[1 + g % $2], 'dead-' || g, $3::json, 'dead', 5, 'destination answered 422: order ' || g || ' refused', 'app → http https://billing.example/m2m'
-			FROM generate_series(1, $4) g`, []any{types, cfg.Types, Payload, cfg.Dead}},
-		// A day of per-minute counts, as Purge keeps them: the chart reads
-		// the last hour's.
-		{`INSERT INTO ` + e.Schema + `.delivered_counts (type, minute, n)
-			SELECT t, date_trunc('minute', now()) - m * interval '1 minute', 1 + (m * 7 + length(t)) % 40
-			FROM unnest($1::text[]) t, generate_series(0, 1439) m`, []any{types}},
-	}
-	for _, f := range fill {
-		if err := e.exec(ctx, f.sql, f.args...); err != nil {
-			return r, fmt.Errorf("console fill: %w", err)
-		}
-	}
-	for app, ts := range byApp {
-		var states []driver.RouteState
-		for i, t := range ts {
-			st := driver.RouteState{Type: t, App: app, Route: app + " → http https://billing.example/m2m", State: "flowing", Since: time.Now()}
-			if i == 0 && app == "console-app-00" {
-				st.State, st.Failures, st.Until, st.LastError = "paused", 5, time.Now().Add(time.Minute), "dial tcp: connection refused"
-			}
-			states = append(states, st)
-		}
-		if err := d.SetRouteStates(ctx, driver.RouteStatesParams{App: app, States: states, Replace: true}); err != nil {
-			return r, err
-		}
-		el, err := d.Elector(app, time.Minute)
-		if err != nil {
-			return r, err
-		}
-		if _, _, err := el.Acquire(ctx); err != nil {
-			return r, err
-		}
-		defer func() { _ = el.Release(context.WithoutCancel(ctx)) }()
+	types, release, err := consoleFill(ctx, e, d, cfg)
+	defer release()
+	if err != nil {
+		return r, err
 	}
 	if err := e.settle(ctx); err != nil {
 		return r, err
@@ -129,50 +66,16 @@ func Console(ctx context.Context, e Env, cfg ConsoleConfig) (Result, error) {
 	}
 	r.Set("count-ms", ms(time.Since(began)))
 
-	c, err := console.New(console.Options{Driver: d, Auth: console.Auth{Token: "bench-console-token-0123"}, MinRefresh: time.Hour})
+	c, err := console.New(console.Options{Driver: d, Auth: console.Auth{Token: consoleToken}, MinRefresh: time.Hour})
 	if err != nil {
 		return r, err
 	}
 	defer c.Close()
-	get := func(path string) (time.Duration, []byte, error) {
-		req := httptest.NewRequestWithContext(ctx, "GET", path, nil)
-		req.Header.Set("Authorization", "Bearer bench-console-token-0123")
-		w := httptest.NewRecorder()
-		began := time.Now()
-		c.ServeHTTP(w, req)
-		took := time.Since(began)
-		if w.Code != http.StatusOK {
-			return took, nil, fmt.Errorf("GET %s: %d %s", path, w.Code, w.Body.String())
-		}
-		return took, w.Body.Bytes(), nil
-	}
-	// The first load waits for the first count (the one New started);
-	// every later one reads the kept counts.
-	if _, _, err := get("/api/overview"); err != nil {
+	get := func(path string) (time.Duration, []byte, error) { return consoleGet(ctx, c, path) }
+	loads, err := consoleOverviewLoads(cfg, get)
+	if err != nil {
 		return r, err
 	}
-	var loads []time.Duration
-	var last []byte
-	for range cfg.Loads {
-		took, body, err := get("/api/overview")
-		if err != nil {
-			return r, err
-		}
-		loads = append(loads, took)
-		last = body
-	}
-	var ov console.Overview
-	if err := json.Unmarshal(last, &ov); err != nil {
-		return r, err
-	}
-	var pending int64
-	for _, t := range ov.Types {
-		pending += t.Pending
-	}
-	if len(ov.Types) != cfg.Types || pending != int64(cfg.Pending) || len(ov.Apps) != cfg.Apps {
-		return r, fmt.Errorf("console page shows %d types, %d pending, %d apps; want %d, %d, %d", len(ov.Types), pending, len(ov.Apps), cfg.Types, cfg.Pending, cfg.Apps)
-	}
-	slices.Sort(loads)
 	r.Set("page-p50-ms", ms(loads[len(loads)/2]))
 	r.Set("page-p99-ms", ms(loads[(len(loads)-1)*99/100]))
 	r.Set("page-max-ms", ms(loads[len(loads)-1]))
@@ -202,6 +105,149 @@ func Console(ctx context.Context, e Env, cfg ConsoleConfig) (Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// withDefaults fills the zero fields.
+func (cfg *ConsoleConfig) withDefaults() {
+	if cfg.Pending == 0 {
+		cfg.Pending = 1_000_000
+	}
+	if cfg.Types == 0 {
+		cfg.Types = 50
+	}
+	if cfg.Apps == 0 {
+		cfg.Apps = 10
+	}
+	if cfg.Dead == 0 {
+		cfg.Dead = 1000
+	}
+	if cfg.Loads == 0 {
+		cfg.Loads = 50
+	}
+}
+
+// consoleFill fills e's outbox as Console says, and holds an election per
+// app until release is called (also after an error).
+func consoleFill(ctx context.Context, e Env, d *postgres.Driver, cfg ConsoleConfig) (types []string, release func(), err error) {
+	var held []driver.Elector
+	release = func() {
+		for _, el := range slices.Backward(held) {
+			_ = el.Release(context.WithoutCancel(ctx))
+		}
+	}
+	types = make([]string, cfg.Types)
+	byApp := map[string][]string{}
+	for i := range types {
+		types[i] = consoleType(i)
+		app := fmt.Sprintf("console-app-%02d", i%cfg.Apps)
+		byApp[app] = append(byApp[app], types[i])
+	}
+	for app, ts := range byApp {
+		if err := own(ctx, d, app, ts...); err != nil {
+			return nil, release, err
+		}
+	}
+	if err := consoleRows(ctx, e, cfg, types); err != nil {
+		return nil, release, err
+	}
+	for app, ts := range byApp {
+		var states []driver.RouteState
+		for i, t := range ts {
+			st := driver.RouteState{Type: t, App: app, Route: app + " → http https://billing.example/m2m", State: "flowing", Since: time.Now()}
+			if i == 0 && app == "console-app-00" {
+				st.State, st.Failures, st.Until, st.LastError = "paused", 5, time.Now().Add(time.Minute), "dial tcp: connection refused"
+			}
+			states = append(states, st)
+		}
+		if err := d.SetRouteStates(ctx, driver.RouteStatesParams{App: app, States: states, Replace: true}); err != nil {
+			return nil, release, err
+		}
+		el, err := d.Elector(app, time.Minute)
+		if err != nil {
+			return nil, release, err
+		}
+		if _, _, err := el.Acquire(ctx); err != nil {
+			return nil, release, err
+		}
+		held = append(held, el)
+	}
+	return types, release, nil
+}
+
+// consoleRows inserts the pending and dead rows and the delivered counts.
+func consoleRows(ctx context.Context, e Env, cfg ConsoleConfig, types []string) error {
+	o := e.Schema + ".outbox"
+	fill := []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO ` + o + ` (type, key, payload) SELECT ($1::text[])[1 + g % $2], 'k-' || g, $3::json FROM generate_series(1, $4) g`,
+			[]any{types, cfg.Types, Payload, cfg.Pending}},
+		{`INSERT INTO ` + o + ` (type, key, payload, state, attempts, last_error, last_route)
+			SELECT ($1::text[])[1 + g % $2], 'dead-' || g, $3::json, 'dead', 5, 'destination answered 422: order ' || g || ' refused', 'app → http https://billing.example/m2m'
+			FROM generate_series(1, $4) g`, []any{types, cfg.Types, Payload, cfg.Dead}},
+		// A day of per-minute counts, as Purge keeps them: the chart reads
+		// the last hour's.
+		{`INSERT INTO ` + e.Schema + `.delivered_counts (type, minute, n)
+			SELECT t, date_trunc('minute', now()) - m * interval '1 minute', 1 + (m * 7 + length(t)) % 40
+			FROM unnest($1::text[]) t, generate_series(0, 1439) m`, []any{types}},
+	}
+	for _, f := range fill {
+		if err := e.exec(ctx, f.sql, f.args...); err != nil {
+			return fmt.Errorf("console fill: %w", err)
+		}
+	}
+	return nil
+}
+
+const consoleToken = "bench-console-token-0123"
+
+// consoleGet times one authenticated GET of path on c, and returns the
+// body of a 200.
+func consoleGet(ctx context.Context, c *console.Console, path string) (time.Duration, []byte, error) {
+	req := httptest.NewRequestWithContext(ctx, "GET", path, nil)
+	req.Header.Set("Authorization", "Bearer "+consoleToken)
+	w := httptest.NewRecorder()
+	began := time.Now()
+	c.ServeHTTP(w, req)
+	took := time.Since(began)
+	if w.Code != http.StatusOK {
+		return took, nil, fmt.Errorf("GET %s: %d %s", path, w.Code, w.Body.String())
+	}
+	return took, w.Body.Bytes(), nil
+}
+
+// consoleOverviewLoads times cfg.Loads loads of the main page, sorted,
+// and checks that the last one shows what the fill put in.
+func consoleOverviewLoads(cfg ConsoleConfig, get func(path string) (time.Duration, []byte, error)) ([]time.Duration, error) {
+	// The first load waits for the first count (the one New started);
+	// every later one reads the kept counts.
+	if _, _, err := get("/api/overview"); err != nil {
+		return nil, err
+	}
+	var loads []time.Duration
+	var last []byte
+	for range cfg.Loads {
+		took, body, err := get("/api/overview")
+		if err != nil {
+			return nil, err
+		}
+		loads = append(loads, took)
+		last = body
+	}
+	var ov console.Overview
+	if err := json.Unmarshal(last, &ov); err != nil {
+		return nil, err
+	}
+	var pending int64
+	for _, t := range ov.Types {
+		pending += t.Pending
+	}
+	if len(ov.Types) != cfg.Types || pending != int64(cfg.Pending) || len(ov.Apps) != cfg.Apps {
+		return nil, fmt.Errorf("console page shows %d types, %d pending, %d apps; want %d, %d, %d", len(ov.Types), pending, len(ov.Apps), cfg.Types, cfg.Pending, cfg.Apps)
+	}
+	slices.Sort(loads)
+	return loads, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

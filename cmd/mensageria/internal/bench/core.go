@@ -42,6 +42,20 @@ func (e Env) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+// sideSchema creates schema name next to e's, in the same database, for
+// a variant that needs an outbox of its own; drop removes it.
+func (e Env) sideSchema(ctx context.Context, name string) (side Env, drop func(), err error) {
+	side = Env{Pool: e.Pool, Schema: name}
+	if err := e.exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return Env{}, nil, err
+	}
+	return side, func() {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = e.exec(dropCtx, "DROP SCHEMA "+name+" CASCADE")
+	}, nil
+}
+
 // relayApp is the app whose relay newRelay starts for typ.
 func relayApp(typ string) string { return "bench-" + typ }
 
@@ -245,10 +259,16 @@ func (e Env) business(ctx context.Context) error {
 }
 
 func (e Env) businessWrite(ctx context.Context, tx pgx.Tx, customer int) error {
+	return tx.SendBatch(ctx, e.businessBatch(customer)).Close()
+}
+
+// businessBatch is the business transaction's writes for customer, to be
+// sent in one round trip.
+func (e Env) businessBatch(customer int) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue("INSERT INTO "+e.Schema+".bench_orders (customer, body) VALUES ($1, $2)", customer, Payload)
 	b.Queue("UPDATE "+e.Schema+".bench_customers SET orders = orders + 1 WHERE id = $1", customer)
-	return tx.SendBatch(ctx, b).Close()
+	return b
 }
 
 // SteadyState runs `producers` goroutines that each commit one business
@@ -263,20 +283,10 @@ func SteadyState(ctx context.Context, e Env, producers int, dur time.Duration) (
 	if err := e.business(ctx); err != nil {
 		return r, err
 	}
-	var mu sync.Mutex
-	received := map[uuid.UUID]time.Time{}
-	sender := mensageria.SenderFunc(func(_ context.Context, dl *mensageria.Delivery) error {
-		now := time.Now()
-		mu.Lock()
-		if _, seen := received[dl.ID]; !seen {
-			received[dl.ID] = now
-		}
-		mu.Unlock()
-		return nil
-	})
+	received := &firstSends{at: map[uuid.UUID]time.Time{}}
 	c, err := mensageria.New(d, &mensageria.Config{
 		App:      "bench-steady",
-		Registry: mensageria.NewRegistry().MustRegister("bench.steady", sender),
+		Registry: mensageria.NewRegistry().MustRegister("bench.steady", mensageria.SenderFunc(received.send)),
 		Logger:   quiet(),
 	})
 	if err != nil {
@@ -285,28 +295,80 @@ func SteadyState(ctx context.Context, e Env, producers int, dur time.Duration) (
 	if err := c.Start(ctx); err != nil {
 		return r, err
 	}
-	committed := make([]map[uuid.UUID]time.Time, producers)
 	runCtx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
+	began := time.Now()
+	committed, produceErr := e.steadyProduce(runCtx, c, producers)
+	window := time.Since(began)
+	received.mu.Lock()
+	deliveredInWindow := len(received.at)
+	received.mu.Unlock()
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopCancel()
+	_ = c.Stop(stopCtx)
+	if produceErr != nil {
+		return r, produceErr
+	}
+	var lat Latencies
+	enqueued := 0
+	received.mu.Lock()
+	for _, m := range committed {
+		enqueued += len(m)
+		for id, at := range m {
+			if got, ok := received.at[id]; ok {
+				lat.Add(max(got.Sub(at), 0))
+			}
+		}
+	}
+	received.mu.Unlock()
+	r.Set("producers", float64(producers))
+	r.Set("enqueue/s", float64(enqueued)/window.Seconds())
+	r.Set("delivered/s", float64(deliveredInWindow)/window.Seconds())
+	r.Set("keepup-ratio", float64(deliveredInWindow)/float64(max(enqueued, 1)))
+	r.Set("p50-ms", lat.PercentileMs(50))
+	r.Set("p99-ms", lat.PercentileMs(99))
+	return r, nil
+}
+
+// firstSends records when the Sender first saw each message.
+type firstSends struct {
+	mu sync.Mutex
+	at map[uuid.UUID]time.Time
+}
+
+func (f *firstSends) send(_ context.Context, dl *mensageria.Delivery) error {
+	now := time.Now()
+	f.mu.Lock()
+	if _, seen := f.at[dl.ID]; !seen {
+		f.at[dl.ID] = now
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+// steadyProduce has producers commit business transactions with one
+// message each through c until ctx ends, and returns, per producer, when
+// each message committed, and the first error.
+func (e Env) steadyProduce(ctx context.Context, c *mensageria.Client, producers int) ([]map[uuid.UUID]time.Time, error) {
+	committed := make([]map[uuid.UUID]time.Time, producers)
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
-	began := time.Now()
 	for p := range producers {
 		committed[p] = map[uuid.UUID]time.Time{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; runCtx.Err() == nil; i++ {
+			for i := 0; ctx.Err() == nil; i++ {
 				var ids []uuid.UUID
-				err := pgx.BeginFunc(runCtx, e.Pool, func(tx pgx.Tx) error {
-					if err := e.businessWrite(runCtx, tx, (p*7919+i)%1000); err != nil {
+				err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+					if err := e.businessWrite(ctx, tx, (p*7919+i)%1000); err != nil {
 						return err
 					}
 					var err error
-					ids, err = c.EnqueueTx(runCtx, tx, mensageria.Message{Type: "bench.steady", Key: fmt.Sprintf("o-%d-%d", p, i), Payload: []byte(Payload)})
+					ids, err = c.EnqueueTx(ctx, tx, mensageria.Message{Type: "bench.steady", Key: fmt.Sprintf("o-%d-%d", p, i), Payload: []byte(Payload)})
 					return err
 				})
-				if runCtx.Err() != nil {
+				if ctx.Err() != nil {
 					return
 				}
 				if err != nil {
@@ -318,37 +380,12 @@ func SteadyState(ctx context.Context, e Env, producers int, dur time.Duration) (
 		}()
 	}
 	wg.Wait()
-	window := time.Since(began)
-	mu.Lock()
-	deliveredInWindow := len(received)
-	mu.Unlock()
-	stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer stopCancel()
-	_ = c.Stop(stopCtx)
 	select {
 	case err := <-errs:
-		return r, err
+		return committed, err
 	default:
+		return committed, nil
 	}
-	var lat Latencies
-	enqueued := 0
-	mu.Lock()
-	for _, m := range committed {
-		enqueued += len(m)
-		for id, at := range m {
-			if got, ok := received[id]; ok {
-				lat.Add(max(got.Sub(at), 0))
-			}
-		}
-	}
-	mu.Unlock()
-	r.Set("producers", float64(producers))
-	r.Set("enqueue/s", float64(enqueued)/window.Seconds())
-	r.Set("delivered/s", float64(deliveredInWindow)/window.Seconds())
-	r.Set("keepup-ratio", float64(deliveredInWindow)/float64(max(enqueued, 1)))
-	r.Set("p50-ms", lat.PercentileMs(50))
-	r.Set("p99-ms", lat.PercentileMs(99))
-	return r, nil
 }
 
 // EnqueueOverhead times one business transaction without and with one
@@ -372,51 +409,6 @@ func EnqueueOverhead(ctx context.Context, e Env, dur time.Duration) (Result, err
 			Logger:         quiet(),
 		})
 	}
-	// pipelined puts the enqueue into the business write's own batch
-	// (PrepareEnqueue + QueueInsert): no round trip of its own.
-	pipelined := func(c *mensageria.Client) (float64, error) {
-		deadline := time.Now().Add(dur)
-		n := 0
-		began := time.Now()
-		for ; time.Now().Before(deadline); n++ {
-			err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-				b := &pgx.Batch{}
-				b.Queue("INSERT INTO "+e.Schema+".bench_orders (customer, body) VALUES ($1, $2)", n%1000, Payload)
-				b.Queue("UPDATE "+e.Schema+".bench_customers SET orders = orders + 1 WHERE id = $1", n%1000)
-				p, _, err := c.PrepareEnqueue(mensageria.Message{Type: "bench.overhead", Key: fmt.Sprint(n), Payload: []byte(Payload)})
-				if err != nil {
-					return err
-				}
-				d.QueueInsert(b, p)
-				return tx.SendBatch(ctx, b).Close()
-			})
-			if err != nil {
-				return 0, err
-			}
-		}
-		return float64(time.Since(began).Microseconds()) / float64(n), nil
-	}
-	run := func(c *mensageria.Client) (float64, error) {
-		deadline := time.Now().Add(dur)
-		n := 0
-		began := time.Now()
-		for ; time.Now().Before(deadline); n++ {
-			err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-				if err := e.businessWrite(ctx, tx, n%1000); err != nil {
-					return err
-				}
-				if c == nil {
-					return nil
-				}
-				_, err := c.EnqueueTx(ctx, tx, mensageria.Message{Type: "bench.overhead", Key: fmt.Sprint(n), Payload: []byte(Payload)})
-				return err
-			})
-			if err != nil {
-				return 0, err
-			}
-		}
-		return float64(time.Since(began).Microseconds()) / float64(n), nil
-	}
 	def, err := client(0, false)
 	if err != nil {
 		return r, err
@@ -435,28 +427,28 @@ func EnqueueOverhead(ctx context.Context, e Env, dur time.Duration) (Result, err
 	if _, err := def.Register(ctx); err != nil {
 		return r, err
 	}
-	// Interleave the variants twice so drift on the machine hits all alike.
+	// The variants, in the order of per below: the business transaction
+	// alone, with an enqueue (debounced NOTIFY, no NOTIFY, a NOTIFY every
+	// commit), and with the enqueue pipelined in the business write's own
+	// batch (PrepareEnqueue + QueueInsert: no round trip of its own).
+	variants := []func(pgx.Tx, int) error{
+		e.overheadWrite(ctx, nil), e.overheadWrite(ctx, def), e.overheadWrite(ctx, silent), e.overheadWrite(ctx, every),
+		e.pipelinedWrite(ctx, d, def),
+	}
 	// Interleave short runs of every variant many times, so that drift on
 	// the machine (checkpoints, autovacuum, the disk's own cache) hits all
 	// of them alike; each ratio is a median over the rounds.
 	const rounds = 12
-	dur /= 4
-	per := make([][]float64, 5)
+	per := make([][]float64, len(variants))
 	for round := 0; round < rounds; round++ {
-		for i, c := range []*mensageria.Client{nil, def, silent, every} {
-			us, err := run(c)
+		for i, write := range variants {
+			us, err := e.perTxMicros(ctx, dur/4, write)
 			if err != nil {
 				return r, err
 			}
 			per[i] = append(per[i], us)
 		}
-		us, err := pipelined(def)
-		if err != nil {
-			return r, err
-		}
-		per[4] = append(per[4], us)
 	}
-	sums := make([]float64, 5)
 	ratio := func(i int) float64 {
 		rs := make([]float64, rounds)
 		for k := range rs {
@@ -465,14 +457,55 @@ func EnqueueOverhead(ctx context.Context, e Env, dur time.Duration) (Result, err
 		sort.Float64s(rs)
 		return rs[rounds/2]
 	}
-	for i := range sums {
-		sums[i] = per[i][rounds/2] // a representative absolute figure
-	}
-	r.Set("business-us", sums[0])
-	r.Set("with-enqueue-us", sums[1])
+	// per[i][rounds/2] is a representative absolute figure.
+	r.Set("business-us", per[0][rounds/2])
+	r.Set("with-enqueue-us", per[1][rounds/2])
 	r.Set("overhead-ratio", ratio(1))
 	r.Set("no-notify-ratio", ratio(2))
 	r.Set("notify-every-commit-ratio", ratio(3))
 	r.Set("pipelined-ratio", ratio(4))
 	return r, nil
+}
+
+// overheadWrite is the business write n, with one enqueue through c
+// unless c is nil.
+func (e Env) overheadWrite(ctx context.Context, c *mensageria.Client) func(pgx.Tx, int) error {
+	return func(tx pgx.Tx, n int) error {
+		if err := e.businessWrite(ctx, tx, n%1000); err != nil {
+			return err
+		}
+		if c == nil {
+			return nil
+		}
+		_, err := c.EnqueueTx(ctx, tx, mensageria.Message{Type: "bench.overhead", Key: fmt.Sprint(n), Payload: []byte(Payload)})
+		return err
+	}
+}
+
+// pipelinedWrite is the business write n with c's enqueue queued in the
+// same batch.
+func (e Env) pipelinedWrite(ctx context.Context, d *postgres.Driver, c *mensageria.Client) func(pgx.Tx, int) error {
+	return func(tx pgx.Tx, n int) error {
+		b := e.businessBatch(n % 1000)
+		p, _, err := c.PrepareEnqueue(mensageria.Message{Type: "bench.overhead", Key: fmt.Sprint(n), Payload: []byte(Payload)})
+		if err != nil {
+			return err
+		}
+		d.QueueInsert(b, p)
+		return tx.SendBatch(ctx, b).Close()
+	}
+}
+
+// perTxMicros runs write(n) in one transaction after another for dur,
+// n counting from 0, and returns the mean microseconds of one.
+func (e Env) perTxMicros(ctx context.Context, dur time.Duration, write func(tx pgx.Tx, n int) error) (float64, error) {
+	deadline := time.Now().Add(dur)
+	n := 0
+	began := time.Now()
+	for ; time.Now().Before(deadline); n++ {
+		if err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error { return write(tx, n) }); err != nil {
+			return 0, err
+		}
+	}
+	return float64(time.Since(began).Microseconds()) / float64(n), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xadm/mensageria"
@@ -83,4 +84,16 @@ func awaitSink(ctx context.Context, scenario string, run func(context.Context) e
 	r.Set("msgs/s", float64(records)/elapsed.Seconds())
 	r.setPercentiles("tx-", lat)
 	return r, nil
+}
+
+// commitToArrival is the latency of every message i from committed[i] to
+// arrived[i], both in Unix nanoseconds. A message can arrive before its
+// producer notes the commit time: that counts as no latency, one below the
+// clock's resolution.
+func commitToArrival(committed, arrived []atomic.Int64) *Latencies {
+	var lat Latencies
+	for i := range committed {
+		lat.Add(time.Duration(max(arrived[i].Load()-committed[i].Load(), 0)))
+	}
+	return &lat
 }

@@ -66,15 +66,11 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 	if err != nil {
 		return r, err
 	}
-	plain := Env{Pool: e.Pool, Schema: e.Schema + "_nocheck"}
-	if err := e.exec(ctx, "CREATE SCHEMA "+plain.Schema); err != nil {
+	plain, drop, err := e.sideSchema(ctx, e.Schema+"_nocheck")
+	if err != nil {
 		return r, err
 	}
-	defer func() {
-		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = e.exec(dropCtx, "DROP SCHEMA "+plain.Schema+" CASCADE")
-	}()
+	defer drop()
 	unchecked, err := plain.driver()
 	if err != nil {
 		return r, err
@@ -117,16 +113,7 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}
 	for round := range cfg.Rounds {
-		var order []string
-		for i := range enqueueCheckKinds {
-			k := enqueueCheckKinds[(i+round)%len(enqueueCheckKinds)]
-			if round%2 == 0 {
-				order = append(order, k+"/checked", k+"/unchecked")
-			} else {
-				order = append(order, k+"/unchecked", k+"/checked")
-			}
-		}
-		res, err := Alternate(1, order, run)
+		res, err := Alternate(1, enqueueCheckOrder(round), run)
 		if err != nil {
 			return r, err
 		}
@@ -144,6 +131,22 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 	}
 	r.Set("rounds", float64(cfg.Rounds))
 	return r, nil
+}
+
+// enqueueCheckOrder is the order of the modes in round: the kinds
+// rotated by round, each kind's checked and unchecked next to each other,
+// checked first in the even rounds.
+func enqueueCheckOrder(round int) []string {
+	var order []string
+	for i := range enqueueCheckKinds {
+		k := enqueueCheckKinds[(i+round)%len(enqueueCheckKinds)]
+		if round%2 == 0 {
+			order = append(order, k+"/checked", k+"/unchecked")
+		} else {
+			order = append(order, k+"/unchecked", k+"/checked")
+		}
+	}
+	return order
 }
 
 // median is the middle value of v (the upper one of an even count), as

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -92,32 +90,8 @@ type DaemonTarget struct {
 // over batch).
 func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	res := Result{Scenario: "http-end-to-end"}
-	if cfg.Pool == nil {
-		return res, errors.New("bench: HTTPEndToEnd needs a pool")
-	}
-	def := func(p *int, v int) {
-		if *p <= 0 {
-			*p = v
-		}
-	}
-	def(&cfg.Messages, 50000)
-	def(&cfg.Producers, 4)
-	def(&cfg.Rate, 1000)
-	def(&cfg.Concurrency, 16)
-	def(&cfg.Pacers, 16)
-	def(&cfg.BatchClaim, 100)
-	def(&cfg.BatchItems, 100)
-	if cfg.PacedFor <= 0 {
-		cfg.PacedFor = 10 * time.Second
-	}
-	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "once" && cfg.Only != "batch" && cfg.Only != "daemon" {
-		return res, fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single, once, batch or daemon", cfg.Only)
-	}
-	if cfg.Only == "daemon" && cfg.Daemon == nil {
-		return res, errors.New("bench: HTTPEndToEnd: Only is daemon, and Daemon is not set")
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
+	if err := cfg.withDefaults(); err != nil {
+		return res, err
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = fmt.Sprintf("bench_http_%08x", rand.Uint32())
@@ -156,6 +130,41 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 		}
 		notes = append(notes, note)
 	}
+	setHTTPRatios(&res)
+	res.Notes = strings.Join(notes, "; ")
+	return res, nil
+}
+
+// withDefaults fills the zero fields and refuses an unknown Only.
+func (cfg *HTTPEndToEndConfig) withDefaults() error {
+	if cfg.Pool == nil {
+		return errors.New("bench: HTTPEndToEnd needs a pool")
+	}
+	orDefault(&cfg.Messages, 50000)
+	orDefault(&cfg.Producers, 4)
+	orDefault(&cfg.Rate, 1000)
+	orDefault(&cfg.Concurrency, 16)
+	orDefault(&cfg.Pacers, 16)
+	orDefault(&cfg.BatchClaim, 100)
+	orDefault(&cfg.BatchItems, 100)
+	if cfg.PacedFor <= 0 {
+		cfg.PacedFor = 10 * time.Second
+	}
+	if cfg.Only != "" && cfg.Only != "single" && cfg.Only != "once" && cfg.Only != "batch" && cfg.Only != "daemon" {
+		return fmt.Errorf("bench: HTTPEndToEnd: Only is %q, want single, once, batch or daemon", cfg.Only)
+	}
+	if cfg.Only == "daemon" && cfg.Daemon == nil {
+		return errors.New("bench: HTTPEndToEnd: Only is daemon, and Daemon is not set")
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// setHTTPRatios compares the modes that ran: batch and daemon throughput
+// over the mode each improves on, and the at-most-once route's cost.
+func setHTTPRatios(res *Result) {
 	if s, b := res.Metrics["msgs/s"], res.Metrics["batch-msgs/s"]; s > 0 && b > 0 {
 		res.Set("batch-ratio", b/s)
 	}
@@ -169,70 +178,190 @@ func HTTPEndToEnd(ctx context.Context, cfg HTTPEndToEndConfig) (Result, error) {
 	if b, d := res.Metrics["batch-msgs/s"], res.Metrics["daemon-msgs/s"]; b > 0 && d > 0 {
 		res.Set("daemon-ratio", d/b)
 	}
-	res.Notes = strings.Join(notes, "; ")
-	return res, nil
 }
 
-// httpMode runs the throughput and the paced phase of one mode.
-func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, mode string) (map[string]float64, string, error) {
-	typ, app, claim := "bench.http", "bench-http", 100
-	var opts []mensageria.RouteOption
+// httpRoute is what one mode relays: its message type, the sending app,
+// the relay's claim size and the route's options.
+type httpRoute struct {
+	mode, typ, app string
+	claim          int
+	opts           []mensageria.RouteOption
+}
+
+func newHTTPRoute(mode string, batchClaim int) httpRoute {
+	r := httpRoute{mode: mode, typ: "bench.http", app: "bench-http", claim: 100}
 	switch mode {
 	case "once":
 		// The single mode on an at-most-once route: a synchronous mark
 		// per claim before the requests, and the classification.
-		typ, app = "bench.http.once", "bench-http-once"
-		opts = append(opts, mensageria.Mode(mensageria.AtMostOnce))
+		r.typ, r.app = "bench.http.once", "bench-http-once"
+		r.opts = append(r.opts, mensageria.Mode(mensageria.AtMostOnce))
 	case "batch":
-		typ, app, claim = "bench.http.batch", "bench-http-batch", cfg.BatchClaim
+		r.typ, r.app, r.claim = "bench.http.batch", "bench-http-batch", batchClaim
 	case "daemon":
-		typ, app, claim = "bench.http.daemon", "bench-http-daemon", cfg.BatchClaim
+		r.typ, r.app, r.claim = "bench.http.daemon", "bench-http-daemon", batchClaim
 	}
+	return r
+}
+
+// httpMode runs the throughput and the paced phase of one mode.
+func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, mode string) (map[string]float64, string, error) {
+	route := newHTTPRoute(mode, cfg.BatchClaim)
 	logf := func(format string, args ...any) { cfg.Logf(mode+" "+format, args...) }
 	res := map[string]float64{}
 
-	// The receiving app: its inbox and an effect that records when it ran.
-	const tputMax = 1 << 22
-	var applied atomic.Int64
-	paced := make([]atomic.Int64, cfg.Rate*int(cfg.PacedFor/time.Second+1))
-	pacedEffect := make([]atomic.Int64, len(paced))
-	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "bench-" + mode})
+	recv, err := startHTTPReceiver(drv, route, cfg.Rate*int(cfg.PacedFor/time.Second+1))
 	if err != nil {
 		return nil, "", err
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{
-		Tokens: []string{"bench-token"},
-		Handlers: map[string]m2mhttp.Handler{typ: {Inbox: inbox, Effect: func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
-			if i, ok := strings.CutPrefix(d.Key, "p-"); ok {
-				if n, err := strconv.Atoi(i); err == nil && n < len(pacedEffect) {
-					pacedEffect[n].Store(time.Now().UnixNano())
-				}
-			}
-			applied.Add(1)
-			return nil
-		}}},
-		Logger: quiet,
-	})
+	defer recv.shutdown(ctx)
+	client, stopRelay, err := startHTTPSender(ctx, cfg, drv, route, recv.url)
 	if err != nil {
 		return nil, "", err
+	}
+	defer stopRelay()
+
+	// Throughput: producers enqueue everything as fast as they can while
+	// the relay delivers; the rate counts until the last effect.
+	const tputMax = 1 << 22
+	if cfg.Messages > tputMax {
+		cfg.Messages = tputMax
+	}
+	start := time.Now()
+	if err := enqueueAsFastAsPossible(ctx, client, route.typ, cfg.Messages, cfg.Producers); err != nil {
+		return nil, "", err
+	}
+	enqueued := time.Since(start)
+	if err := recv.waitApplied(ctx, int64(cfg.Messages), 10*time.Minute); err != nil {
+		return nil, "", err
+	}
+	elapsed := time.Since(start)
+	res["msgs/s"] = float64(cfg.Messages) / elapsed.Seconds()
+	res["enqueue/s"] = float64(cfg.Messages) / enqueued.Seconds()
+	logf("throughput: %d messages applied in %s (%.0f msgs/s; enqueue took %s)", cfg.Messages, elapsed.Round(time.Millisecond), float64(cfg.Messages)/elapsed.Seconds(), enqueued.Round(time.Millisecond))
+
+	// Latency: single-message transactions at a steady rate.
+	total := int(float64(cfg.Rate) * cfg.PacedFor.Seconds())
+	total = min(total, len(recv.effectAt))
+	lat, pacedElapsed, err := recv.pacedLatency(ctx, client, route.typ, cfg.Rate, total, cfg.Pacers)
+	if err != nil {
+		return nil, "", err
+	}
+	res["p50-ms"] = lat.PercentileMs(50)
+	res["p99-ms"] = lat.PercentileMs(99)
+	res["paced-rate"] = float64(total) / pacedElapsed.Seconds()
+	logf("latency at %.0f msgs/s: p50 %.2f ms, p99 %.2f ms over %d messages", float64(total)/pacedElapsed.Seconds(), lat.PercentileMs(50), lat.PercentileMs(99), total)
+	return res, httpModeNote(cfg, route, total), nil
+}
+
+// httpModeNote says how one mode ran, for the result's notes.
+func httpModeNote(cfg HTTPEndToEndConfig, route httpRoute, paced int) string {
+	mode := route.mode
+	note := fmt.Sprintf("%s: throughput %d msgs, %d producers x 50/tx, relay concurrency %d, claims of %d", mode, cfg.Messages, cfg.Producers, cfg.Concurrency, route.claim)
+	if mode != "single" && mode != "once" {
+		note += fmt.Sprintf(", requests of at most %d", cfg.BatchItems)
+	}
+	if mode == "once" {
+		note += " (an at-most-once route: one synchronous mark per claim)"
+	}
+	if mode == "daemon" {
+		note += " (the command's relay, from a config with batch: true)"
+	}
+	return note + fmt.Sprintf("; latency %d msgs at %d/s, one per tx", paced, cfg.Rate)
+}
+
+// httpReceiverApp is the receiving app: its inbox behind an HTTP server on
+// loopback, and an effect that counts what it applied and records when
+// each paced message ("p-<i>") was applied.
+type httpReceiverApp struct {
+	url      string
+	srv      *http.Server
+	applied  atomic.Int64
+	effectAt []atomic.Int64
+	// committedAt is when the producer of paced message i saw its commit.
+	committedAt []atomic.Int64
+}
+
+func startHTTPReceiver(drv *postgres.Driver, route httpRoute, pacedSlots int) (*httpReceiverApp, error) {
+	r := &httpReceiverApp{effectAt: make([]atomic.Int64, pacedSlots), committedAt: make([]atomic.Int64, pacedSlots)}
+	inbox, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "bench-" + route.mode})
+	if err != nil {
+		return nil, err
+	}
+	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{
+		Tokens: []string{"bench-token"},
+		Handlers: map[string]m2mhttp.Handler{route.typ: {Inbox: inbox, Effect: func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
+			if i, ok := strings.CutPrefix(d.Key, "p-"); ok {
+				if n, err := strconv.Atoi(i); err == nil && n < len(r.effectAt) {
+					r.effectAt[n].Store(time.Now().UnixNano())
+				}
+			}
+			r.applied.Add(1)
+			return nil
+		}}},
+		Logger: quiet(),
+	})
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(c)
-	}()
+	r.url = "http://" + ln.Addr().String() + "/m2m"
+	r.srv = &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
 
-	// The sending app.
-	scfg := m2mhttp.SenderConfig{URL: "http://" + ln.Addr().String() + "/m2m", Token: "bench-token", MaxConcurrent: cfg.Concurrency, MaxBatchItems: cfg.BatchItems}
+func (r *httpReceiverApp) shutdown(ctx context.Context) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(c)
+}
+
+// waitApplied returns once the effect has run want times, or an error
+// after limit.
+func (r *httpReceiverApp) waitApplied(ctx context.Context, want int64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for r.applied.Load() < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: only %d of %d messages applied after %s", r.applied.Load(), want, limit)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// pacedLatency enqueues total single-message transactions at rate, waits
+// for their effects, and returns each one's commit-to-effect latency and
+// how long the pacing took.
+func (r *httpReceiverApp) pacedLatency(ctx context.Context, client *mensageria.Client, typ string, rate, total, pacers int) (*Latencies, time.Duration, error) {
+	base := r.applied.Load()
+	pacedElapsed, err := pace(ctx, rate, total, pacers, func(ctx context.Context, i int) error {
+		_, err := client.Enqueue(ctx, mensageria.Message{Type: typ, Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)})
+		r.committedAt[i].Store(time.Now().UnixNano())
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := r.waitApplied(ctx, base+int64(total), 2*time.Minute); err != nil {
+		return nil, 0, err
+	}
+	return commitToArrival(r.committedAt[:total], r.effectAt[:total]), pacedElapsed, nil
+}
+
+// startHTTPSender builds the sending app of route, delivering to url, and
+// starts its relay, or, in the daemon mode, the daemon's relay while the
+// client only enqueues. stop ends whichever relay runs.
+func startHTTPSender(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver, route httpRoute, url string) (client *mensageria.Client, stop func(), err error) {
+	scfg := m2mhttp.SenderConfig{URL: url, Token: "bench-token", MaxConcurrent: cfg.Concurrency, MaxBatchItems: cfg.BatchItems}
 	var sender mensageria.Sender
-	switch mode {
+	switch route.mode {
 	case "batch":
 		sender, err = m2mhttp.NewBatchSender(scfg)
 	case "daemon":
@@ -244,71 +373,55 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 		sender, err = m2mhttp.NewSender(scfg)
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	client, err := mensageria.New(drv, &mensageria.Config{
-		App:            app,
-		Registry:       mensageria.NewRegistry().MustRegister(typ, sender, opts...),
-		BatchSize:      claim,
+	client, err = mensageria.New(drv, &mensageria.Config{
+		App:            route.app,
+		Registry:       mensageria.NewRegistry().MustRegister(route.typ, sender, route.opts...),
+		BatchSize:      route.claim,
 		Concurrency:    cfg.Concurrency,
 		NotifyDebounce: time.Millisecond,
-		Logger:         quiet,
+		Logger:         quiet(),
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	if mode == "daemon" {
-		stop, err := cfg.Daemon(ctx, DaemonTarget{Schema: cfg.Schema, App: app, Type: typ, URL: scfg.URL, Token: scfg.Token,
-			Concurrency: cfg.Concurrency, Claim: claim, BatchItems: cfg.BatchItems})
+	if route.mode == "daemon" {
+		stopDaemon, err := cfg.Daemon(ctx, DaemonTarget{Schema: cfg.Schema, App: route.app, Type: route.typ, URL: scfg.URL, Token: scfg.Token,
+			Concurrency: cfg.Concurrency, Claim: route.claim, BatchItems: cfg.BatchItems})
 		if err != nil {
-			return nil, "", fmt.Errorf("start the daemon's relay: %w", err)
+			return nil, nil, fmt.Errorf("start the daemon's relay: %w", err)
 		}
-		defer func() { _ = stop() }()
-	} else {
-		if err := client.Start(ctx); err != nil {
-			return nil, "", err
-		}
-		defer func() {
-			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			_ = client.Stop(c)
-		}()
+		return client, func() { _ = stopDaemon() }, nil
 	}
-	waitApplied := func(want int64, limit time.Duration) error {
-		deadline := time.Now().Add(limit)
-		for applied.Load() < want {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("bench: only %d of %d messages applied after %s", applied.Load(), want, limit)
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			time.Sleep(time.Millisecond)
-		}
-		return nil
+	if err := client.Start(ctx); err != nil {
+		return nil, nil, err
 	}
+	return client, func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = client.Stop(c)
+	}, nil
+}
 
-	// Throughput: producers enqueue everything as fast as they can while
-	// the relay delivers; the rate counts until the last effect.
-	if cfg.Messages > tputMax {
-		cfg.Messages = tputMax
-	}
-	start := time.Now()
+// enqueueAsFastAsPossible has producers enqueue messages of typ keyed
+// "t-<i>", 50 to a transaction, and returns the first error.
+func enqueueAsFastAsPossible(ctx context.Context, client *mensageria.Client, typ string, messages, producers int) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, cfg.Producers)
-	for range cfg.Producers {
+	errs := make(chan error, producers)
+	for range producers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			msgs := make([]mensageria.Message, 0, 50)
 			for {
 				from := next.Add(50) - 50
-				if from >= int64(cfg.Messages) {
+				if from >= int64(messages) {
 					return
 				}
 				msgs = msgs[:0]
-				for i := from; i < min(from+50, int64(cfg.Messages)); i++ {
+				for i := from; i < min(from+50, int64(messages)); i++ {
 					msgs = append(msgs, mensageria.Message{Type: typ, Key: "t-" + strconv.FormatInt(i, 10), Payload: []byte(Payload)})
 				}
 				if _, err := client.Enqueue(ctx, msgs...); err != nil {
@@ -319,56 +432,10 @@ func httpMode(ctx context.Context, cfg HTTPEndToEndConfig, drv *postgres.Driver,
 		}()
 	}
 	wg.Wait()
-	enqueued := time.Since(start)
 	select {
 	case err := <-errs:
-		return nil, "", err
-	default:
-	}
-	if err := waitApplied(int64(cfg.Messages), 10*time.Minute); err != nil {
-		return nil, "", err
-	}
-	elapsed := time.Since(start)
-	res["msgs/s"] = float64(cfg.Messages) / elapsed.Seconds()
-	res["enqueue/s"] = float64(cfg.Messages) / enqueued.Seconds()
-	logf("throughput: %d messages applied in %s (%.0f msgs/s; enqueue took %s)", cfg.Messages, elapsed.Round(time.Millisecond), float64(cfg.Messages)/elapsed.Seconds(), enqueued.Round(time.Millisecond))
-
-	// Latency: single-message transactions at a steady rate.
-	total := int(float64(cfg.Rate) * cfg.PacedFor.Seconds())
-	total = min(total, len(paced))
-	base := applied.Load()
-	pacedElapsed, err := pace(ctx, cfg.Rate, total, cfg.Pacers, func(ctx context.Context, i int) error {
-		_, err := client.Enqueue(ctx, mensageria.Message{Type: typ, Key: "p-" + strconv.Itoa(i), Payload: []byte(Payload)})
-		paced[i].Store(time.Now().UnixNano())
 		return err
-	})
-	if err != nil {
-		return nil, "", err
+	default:
+		return nil
 	}
-	if err := waitApplied(base+int64(total), 2*time.Minute); err != nil {
-		return nil, "", err
-	}
-	var lat Latencies
-	for i := range total {
-		c, e := paced[i].Load(), pacedEffect[i].Load()
-		// The effect can run before the producer notes its commit time;
-		// that is a latency below the clock's resolution here.
-		lat.Add(time.Duration(max(e-c, 0)))
-	}
-	res["p50-ms"] = lat.PercentileMs(50)
-	res["p99-ms"] = lat.PercentileMs(99)
-	res["paced-rate"] = float64(total) / pacedElapsed.Seconds()
-	note := fmt.Sprintf("%s: throughput %d msgs, %d producers x 50/tx, relay concurrency %d, claims of %d", mode, cfg.Messages, cfg.Producers, cfg.Concurrency, claim)
-	if mode != "single" && mode != "once" {
-		note += fmt.Sprintf(", requests of at most %d", cfg.BatchItems)
-	}
-	if mode == "once" {
-		note += " (an at-most-once route: one synchronous mark per claim)"
-	}
-	if mode == "daemon" {
-		note += " (the command's relay, from a config with batch: true)"
-	}
-	note += fmt.Sprintf("; latency %d msgs at %d/s, one per tx", total, cfg.Rate)
-	logf("latency at %.0f msgs/s: p50 %.2f ms, p99 %.2f ms over %d messages", float64(total)/pacedElapsed.Seconds(), lat.PercentileMs(50), lat.PercentileMs(99), total)
-	return res, note, nil
 }

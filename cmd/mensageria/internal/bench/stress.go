@@ -400,6 +400,8 @@ type stressRun struct {
 	// base is added to every ticket: the run's business transactions are
 	// base+1, base+2, ... (a table that earlier runs wrote to).
 	base int64
+	// relayUp is whether the relay runs, to be stopped at the end.
+	relayUp bool
 }
 
 // run drives the phases and returns the result, metrics prefixed by
@@ -412,17 +414,71 @@ func (s *stressRun) run(ctx context.Context, prefix string) (Result, error) {
 	if err := s.relay.start(ctx); err != nil {
 		return r, err
 	}
-	relayUp := true
+	s.relayUp = true
 	defer func() {
-		if relayUp {
+		if s.relayUp {
 			_ = s.relay.stop()
 		}
 	}()
 
 	sched := newSchedule(time.Now().Add(200*time.Millisecond), cfg.Rate, cfg.Phases)
+	producers := s.startProducers(ctx, sched)
+	var phaseIdx atomic.Int64
+	sampled := s.sampleEvery(ctx, &phaseIdx)
+
+	var errs []error
+	for i := range cfg.Phases {
+		sp := sched.phases[i]
+		sleep(ctx, time.Until(sp.start))
+		if ctx.Err() != nil {
+			break
+		}
+		if i > 0 {
+			s.sampleNow(ctx, i-1)
+		}
+		s.book.enter(i, cfg.Phases[i].Crash)
+		phaseIdx.Store(int64(i))
+		s.sampleNow(ctx, i)
+		phaseErrs, err := s.runPhase(ctx, i, sp.end, prefix, &r)
+		if err != nil {
+			return r, err
+		}
+		errs = append(errs, phaseErrs...)
+	}
+	producers.Wait()
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	s.sampleNow(ctx, len(cfg.Phases)-1)
+
+	// Let the relay deliver what is left, then stop it and audit.
+	undelivered, err := s.awaitDelivered(ctx)
+	if err != nil {
+		return r, err
+	}
+	if undelivered != nil {
+		errs = append(errs, undelivered)
+	}
+	s.relayUp = false
+	if err := s.relay.stop(); err != nil {
+		errs = append(errs, err)
+	}
+	cancel()
+	<-sampled
+
+	if err := s.audit(context.WithoutCancel(ctx), prefix, &r); err != nil {
+		errs = append(errs, err)
+	}
+	s.report(prefix, sched, &r)
+	return r, errors.Join(errs...)
+}
+
+// startProducers starts the business transactions, each at its due time
+// on sched, until the schedule ends or ctx does.
+func (s *stressRun) startProducers(ctx context.Context, sched *schedule) *sync.WaitGroup {
 	var next atomic.Int64
-	var producers sync.WaitGroup
-	for range cfg.Producers {
+	producers := &sync.WaitGroup{}
+	for range s.cfg.Producers {
 		producers.Add(1)
 		go func() {
 			defer producers.Done()
@@ -446,149 +502,159 @@ func (s *stressRun) run(ctx context.Context, prefix string) (Result, error) {
 			}
 		}()
 	}
+	return producers
+}
 
-	sampleNow := func(i int) {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if smp, err := s.db.sample(sctx); err == nil {
-			smp.at = time.Now()
-			s.book.record(i, smp)
-		}
+// sampleNow records a sample of the database in phase i's book.
+func (s *stressRun) sampleNow(ctx context.Context, i int) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if smp, err := s.db.sample(sctx); err == nil {
+		smp.at = time.Now()
+		s.book.record(i, smp)
 	}
-	var phaseIdx atomic.Int64
+}
+
+// sampleEvery samples the database every cfg.Sample into the phase that
+// phaseIdx holds, until ctx ends; the channel closes then.
+func (s *stressRun) sampleEvery(ctx context.Context, phaseIdx *atomic.Int64) <-chan struct{} {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		t := time.NewTicker(cfg.Sample)
+		t := time.NewTicker(s.cfg.Sample)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				sampleNow(int(phaseIdx.Load()))
+				s.sampleNow(ctx, int(phaseIdx.Load()))
 			}
 		}
 	}()
+	return sampled
+}
 
-	var errs []error
-	for i, ph := range cfg.Phases {
-		sp := sched.phases[i]
-		sleep(ctx, time.Until(sp.start))
-		if ctx.Err() != nil {
-			break
+// phaseErrors collects what went wrong in a phase, from its readers too.
+type phaseErrors struct {
+	mu   sync.Mutex
+	list []error
+}
+
+func (p *phaseErrors) add(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.list = append(p.list, err)
+}
+
+// runPhase runs phase i until end with what it brings: a pinned horizon,
+// readers, a relay crash. It returns what went wrong along the way, or an
+// error that ends the run.
+func (s *stressRun) runPhase(ctx context.Context, i int, end time.Time, prefix string, r *Result) ([]error, error) {
+	ph := s.cfg.Phases[i]
+	phaseCtx, endPhase := context.WithDeadline(ctx, end)
+	defer endPhase()
+	var errs phaseErrors
+	var release func() error
+	if ph.Pin {
+		if s.db.pin == nil {
+			return nil, fmt.Errorf("%w: phase %q pins the horizon, which %s has not", ErrStressConfig, ph.Name, s.db.name)
 		}
-		if i > 0 {
-			sampleNow(i - 1)
+		rel, err := s.db.pin(ctx)
+		if err != nil {
+			errs.add(fmt.Errorf("phase %s: pin the horizon: %w", ph.Name, err))
 		}
-		s.book.enter(i, ph.Crash)
-		phaseIdx.Store(int64(i))
-		sampleNow(i)
-		phaseCtx, endPhase := context.WithDeadline(ctx, sp.end)
-		var side sync.WaitGroup
-		var release func() error
-		if ph.Pin {
-			if s.db.pin == nil {
-				endPhase()
-				return r, fmt.Errorf("%w: phase %q pins the horizon, which %s has not", ErrStressConfig, ph.Name, s.db.name)
-			}
-			rel, err := s.db.pin(ctx)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("phase %s: pin the horizon: %w", ph.Name, err))
-			}
-			release = rel
+		release = rel
+	}
+	var side sync.WaitGroup
+	if ph.Readers {
+		if s.db.reader == nil {
+			return nil, fmt.Errorf("%w: phase %q runs readers, which %s has not", ErrStressConfig, ph.Name, s.db.name)
 		}
-		if ph.Readers {
-			if s.db.reader == nil {
-				endPhase()
-				return r, fmt.Errorf("%w: phase %q runs readers, which %s has not", ErrStressConfig, ph.Name, s.db.name)
-			}
-			var mu sync.Mutex
-			for k := range cfg.ReaderSessions {
-				side.Add(1)
-				go func() {
-					defer side.Done()
-					// Staggered, so that some snapshot is always open.
-					sleep(phaseCtx, time.Duration(k)*cfg.ReaderTx/time.Duration(cfg.ReaderSessions))
-					if err := s.db.reader(phaseCtx, cfg.ReaderTx, cfg.ReaderPause, &s.book.phases[i].scans); err != nil && phaseCtx.Err() == nil {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("phase %s: reader: %w", ph.Name, err))
-						mu.Unlock()
-					}
-				}()
-			}
-		}
-		if ph.Crash {
-			sleep(phaseCtx, ph.For/4)
-			// Mid-batch: right after a Send, before its settle can commit
-			// (the record reaches the pipe before Send returns).
-			select {
-			case <-s.book.sent:
-			default:
-			}
-			select {
-			case <-s.book.sent:
-			case <-phaseCtx.Done():
-			}
-			if phaseCtx.Err() == nil {
-				at := time.Now()
-				if err := s.relay.kill(); err != nil {
-					errs = append(errs, fmt.Errorf("phase %s: kill the relay: %w", ph.Name, err))
-				}
-				s.book.killed(at)
-				relayUp = false
-				if err := s.relay.start(ctx); err != nil {
-					endPhase()
-					return r, fmt.Errorf("phase %s: restart the relay: %w", ph.Name, err)
-				}
-				relayUp = true
-				r.Set(prefix+ph.Name+"/restart-s", time.Since(at).Seconds())
-			}
-		}
-		<-phaseCtx.Done()
-		endPhase()
-		side.Wait()
-		if release != nil {
-			if err := release(); err != nil {
-				errs = append(errs, fmt.Errorf("phase %s: release the horizon: %w", ph.Name, err))
-			}
+		s.startReaders(phaseCtx, i, &side, &errs)
+	}
+	if ph.Crash {
+		if err := s.crashRelay(ctx, phaseCtx, ph, prefix, r, &errs); err != nil {
+			return nil, err
 		}
 	}
-	producers.Wait()
-	if ctx.Err() != nil {
-		return r, ctx.Err()
+	<-phaseCtx.Done()
+	endPhase()
+	side.Wait()
+	if release != nil {
+		if err := release(); err != nil {
+			errs.add(fmt.Errorf("phase %s: release the horizon: %w", ph.Name, err))
+		}
 	}
-	last := len(cfg.Phases) - 1
-	sampleNow(last)
+	return errs.list, nil
+}
 
-	// Let the relay deliver what is left (a crash's leases run out first),
-	// then stop it and audit.
-	drainFor := relayLease(cfg.Lease) + 30*time.Second
+// startReaders starts phase i's reader sessions, until phaseCtx ends.
+func (s *stressRun) startReaders(phaseCtx context.Context, i int, side *sync.WaitGroup, errs *phaseErrors) {
+	cfg := s.cfg
+	ph := cfg.Phases[i]
+	for k := range cfg.ReaderSessions {
+		side.Add(1)
+		go func() {
+			defer side.Done()
+			// Staggered, so that some snapshot is always open.
+			sleep(phaseCtx, time.Duration(k)*cfg.ReaderTx/time.Duration(cfg.ReaderSessions))
+			if err := s.db.reader(phaseCtx, cfg.ReaderTx, cfg.ReaderPause, &s.book.phases[i].scans); err != nil && phaseCtx.Err() == nil {
+				errs.add(fmt.Errorf("phase %s: reader: %w", ph.Name, err))
+			}
+		}()
+	}
+}
+
+// crashRelay kills the relay a quarter into the phase and starts it
+// again, recording how long the restart took. An error is one that ends
+// the run: the relay did not start again.
+func (s *stressRun) crashRelay(ctx, phaseCtx context.Context, ph StressPhase, prefix string, r *Result, errs *phaseErrors) error {
+	sleep(phaseCtx, ph.For/4)
+	// Mid-batch: right after a Send, before its settle can commit
+	// (the record reaches the pipe before Send returns).
+	select {
+	case <-s.book.sent:
+	default:
+	}
+	select {
+	case <-s.book.sent:
+	case <-phaseCtx.Done():
+	}
+	if phaseCtx.Err() != nil {
+		return nil
+	}
+	at := time.Now()
+	if err := s.relay.kill(); err != nil {
+		errs.add(fmt.Errorf("phase %s: kill the relay: %w", ph.Name, err))
+	}
+	s.book.killed(at)
+	s.relayUp = false
+	if err := s.relay.start(ctx); err != nil {
+		return fmt.Errorf("phase %s: restart the relay: %w", ph.Name, err)
+	}
+	s.relayUp = true
+	r.Set(prefix+ph.Name+"/restart-s", time.Since(at).Seconds())
+	return nil
+}
+
+// awaitDelivered waits until the relay has delivered every committed
+// message, leaving a crash's leases time to run out. undelivered says
+// what was left when that time was up; err is ctx's end.
+func (s *stressRun) awaitDelivered(ctx context.Context) (undelivered, err error) {
+	drainFor := relayLease(s.cfg.Lease) + 30*time.Second
 	drainBy := time.NewTimer(drainFor)
 	defer drainBy.Stop()
-drain:
 	for s.book.behind() > 0 {
 		select {
 		case <-s.book.progress:
 		case <-drainBy.C:
-			errs = append(errs, fmt.Errorf("%d messages still undelivered %s after the last phase", s.book.behind(), drainFor))
-			break drain
+			return fmt.Errorf("%d messages still undelivered %s after the last phase", s.book.behind(), drainFor), nil
 		case <-ctx.Done():
-			return r, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	relayUp = false
-	if err := s.relay.stop(); err != nil {
-		errs = append(errs, err)
-	}
-	cancel()
-	<-sampled
-
-	if err := s.audit(context.WithoutCancel(ctx), prefix, &r); err != nil {
-		errs = append(errs, err)
-	}
-	s.report(prefix, sched, &r)
-	return r, errors.Join(errs...)
+	return nil, nil
 }
 
 // relayLease is the lease the relay runs with.

@@ -90,42 +90,57 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 		INSERT INTO %[1]s.stress_customers (id) SELECT g FROM generate_series(0, 999) g ON CONFLICT DO NOTHING;`, e.Schema)); err != nil {
 		return stressDB{}, "", err
 	}
-	producer, err := mensageria.New(d, &mensageria.Config{
-		App:      stressApp,
-		Registry: mensageria.NewRegistry().MustRegister(stressType, noop),
-		Logger:   quiet(),
-	})
+	producer, err := registerStressProducer(ctx, d)
 	if err != nil {
-		return stressDB{}, "", err
-	}
-	if _, err := producer.Register(ctx); err != nil {
 		return stressDB{}, "", err
 	}
 	notes, err := e.serverNotes(ctx)
 	if err != nil {
 		return stressDB{}, "", err
 	}
-	outbox := e.Schema + ".outbox"
-	db := stressDB{name: "PostgreSQL"}
-	db.tx = func(ctx context.Context, seq int64) error {
+	db := stressDB{
+		name:      "PostgreSQL",
+		tx:        e.stressTx(producer),
+		sample:    e.stressSample,
+		derive:    pgStressDerive,
+		committed: e.stressCommitted,
+		waiting:   e.stressWaiting,
+		pin:       e.stressPin,
+		reader:    e.stressReader,
+	}
+	return db, notes, nil
+}
+
+// stressTx is stressDB.tx: stressBusiness and the message through
+// producer in the same transaction.
+func (e Env) stressTx(producer *mensageria.Client) func(ctx context.Context, seq int64) error {
+	return func(ctx context.Context, seq int64) error {
 		return pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-			customer := int(seq * 7919 % 1000)
-			b := &pgx.Batch{}
-			b.Queue("INSERT INTO "+e.Schema+".stress_orders (seq, customer, body) VALUES ($1, $2, $3)", seq, customer, Payload)
-			b.Queue("UPDATE "+e.Schema+".stress_customers SET orders = orders + 1 WHERE id = $1", customer)
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if err := tx.SendBatch(ctx, e.stressBusiness(seq)).Close(); err != nil {
 				return err
 			}
 			_, err := producer.EnqueueTx(ctx, tx, mensageria.Message{Type: stressType, Key: stressKey(seq), Payload: []byte(Payload)})
 			return err
 		})
 	}
-	// The table's dead tuples and sizes, and the claim index's scans, the
-	// entries they returned and the index blocks they read: per scan, how
-	// far a claim walks (entries a pinned horizon keeps are returned to be
-	// checked against the heap; entries marked dead are skipped, but their
-	// blocks are still read).
-	sampleSQL := `SELECT s.n_dead_tup, s.n_live_tup, s.autovacuum_count, s.vacuum_count, s.n_tup_upd, s.n_tup_hot_upd,
+}
+
+// stressBusiness is business transaction seq without its message: an
+// order insert and its customer's update, in one round trip.
+func (e Env) stressBusiness(seq int64) *pgx.Batch {
+	customer := int(seq * 7919 % 1000)
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO "+e.Schema+".stress_orders (seq, customer, body) VALUES ($1, $2, $3)", seq, customer, Payload)
+	b.Queue("UPDATE "+e.Schema+".stress_customers SET orders = orders + 1 WHERE id = $1", customer)
+	return b
+}
+
+// stressSampleSQL reads the table's dead tuples and sizes, and the claim
+// index's scans, the entries they returned and the index blocks they
+// read: per scan, how far a claim walks (entries a pinned horizon keeps
+// are returned to be checked against the heap; entries marked dead are
+// skipped, but their blocks are still read).
+const stressSampleSQL = `SELECT s.n_dead_tup, s.n_live_tup, s.autovacuum_count, s.vacuum_count, s.n_tup_upd, s.n_tup_hot_upd,
 		pg_relation_size(s.relid), pg_indexes_size(s.relid),
 		coalesce(pg_relation_size(i.indexrelid), 0), coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0),
 		coalesce(b.idx_blks_hit + b.idx_blks_read, 0)
@@ -133,99 +148,111 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 		LEFT JOIN pg_stat_user_indexes i ON i.relid = s.relid AND i.indexrelname = 'outbox_claim_idx'
 		LEFT JOIN pg_statio_user_indexes b ON b.indexrelid = i.indexrelid
 		WHERE s.schemaname = $1 AND s.relname = 'outbox'`
-	db.sample = func(ctx context.Context) (dbSample, error) {
-		var dead, live, av, vac, upd, hot, table, indexes, claimIdx, scans, read, blocks int64
-		err := e.Pool.QueryRow(ctx, sampleSQL, e.Schema).Scan(&dead, &live, &av, &vac, &upd, &hot, &table, &indexes, &claimIdx, &scans, &read, &blocks)
-		if err != nil {
-			return dbSample{}, err
-		}
-		const mb = 1 << 20
-		return dbSample{
-			gauges: map[string]float64{"dead-tuples": float64(dead), "live-tuples": float64(live),
-				"outbox-mb": float64(table) / mb, "indexes-mb": float64(indexes) / mb, "claim-idx-mb": float64(claimIdx) / mb},
-			counters: map[string]float64{"autovacuums": float64(av), "vacuums": float64(vac), "updates": float64(upd),
-				"hot-updates": float64(hot), "claim-scans": float64(scans), "claim-entries": float64(read),
-				"claim-blocks": float64(blocks)},
-		}, nil
+
+// stressSample is stressDB.sample.
+func (e Env) stressSample(ctx context.Context) (dbSample, error) {
+	var dead, live, av, vac, upd, hot, table, indexes, claimIdx, scans, read, blocks int64
+	err := e.Pool.QueryRow(ctx, stressSampleSQL, e.Schema).Scan(&dead, &live, &av, &vac, &upd, &hot, &table, &indexes, &claimIdx, &scans, &read, &blocks)
+	if err != nil {
+		return dbSample{}, err
 	}
-	db.derive = func(pre string, secs float64, g map[string]float64, r *Result) {
-		r.Set(pre+"autovacuums", g["autovacuums"])
-		if g["claim-scans"] > 0 {
-			r.Set(pre+"claim-walk", g["claim-entries"]/g["claim-scans"])
-			r.Set(pre+"claim-blocks", g["claim-blocks"]/g["claim-scans"])
-			r.Set(pre+"claims/s", g["claim-scans"]/secs)
-		}
-		if g["updates"] > 0 {
-			r.Set(pre+"hot-ratio", g["hot-updates"]/g["updates"])
-		}
+	const mb = 1 << 20
+	return dbSample{
+		gauges: map[string]float64{"dead-tuples": float64(dead), "live-tuples": float64(live),
+			"outbox-mb": float64(table) / mb, "indexes-mb": float64(indexes) / mb, "claim-idx-mb": float64(claimIdx) / mb},
+		counters: map[string]float64{"autovacuums": float64(av), "vacuums": float64(vac), "updates": float64(upd),
+			"hot-updates": float64(hot), "claim-scans": float64(scans), "claim-entries": float64(read),
+			"claim-blocks": float64(blocks)},
+	}, nil
+}
+
+// pgStressDerive is stressDB.derive.
+func pgStressDerive(pre string, secs float64, g map[string]float64, r *Result) {
+	r.Set(pre+"autovacuums", g["autovacuums"])
+	if g["claim-scans"] > 0 {
+		r.Set(pre+"claim-walk", g["claim-entries"]/g["claim-scans"])
+		r.Set(pre+"claim-blocks", g["claim-blocks"]/g["claim-scans"])
+		r.Set(pre+"claims/s", g["claim-scans"]/secs)
 	}
-	db.committed = func(ctx context.Context, after int64, each func(int64)) error {
-		rows, err := e.Pool.Query(ctx, "SELECT seq FROM "+e.Schema+".stress_orders WHERE seq > $1", after)
-		if err != nil {
-			return err
-		}
-		var seq int64
-		_, err = pgx.ForEachRow(rows, []any{&seq}, func() error { each(seq); return nil })
+	if g["updates"] > 0 {
+		r.Set(pre+"hot-ratio", g["hot-updates"]/g["updates"])
+	}
+}
+
+// stressCommitted is stressDB.committed.
+func (e Env) stressCommitted(ctx context.Context, after int64, each func(int64)) error {
+	rows, err := e.Pool.Query(ctx, "SELECT seq FROM "+e.Schema+".stress_orders WHERE seq > $1", after)
+	if err != nil {
 		return err
 	}
-	db.waiting = func(ctx context.Context) ([]int64, error) {
-		rows, err := e.Pool.Query(ctx, "SELECT key FROM "+outbox+" WHERE type = $1", stressType)
-		if err != nil {
-			return nil, err
-		}
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, err
-		}
-		var seqs []int64
-		for _, k := range keys {
-			if seq, err := stressSeq(k); err == nil {
-				seqs = append(seqs, seq)
-			}
-		}
-		return seqs, nil
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&seq}, func() error { each(seq); return nil })
+	return err
+}
+
+// stressWaiting is stressDB.waiting.
+func (e Env) stressWaiting(ctx context.Context) ([]int64, error) {
+	rows, err := e.Pool.Query(ctx, "SELECT key FROM "+e.Schema+".outbox WHERE type = $1", stressType)
+	if err != nil {
+		return nil, err
 	}
-	db.pin = func(ctx context.Context) (func() error, error) {
-		conn, err := e.Pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-			conn.Release()
-			return nil, err
-		}
-		var xid int64
-		if err := conn.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
-			conn.Release()
-			return nil, err
-		}
-		return func() error {
-			defer conn.Release()
-			_, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-			return err
-		}, nil
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
 	}
-	scan := "SELECT count(*), max(id), min(created_at) FROM " + outbox
-	db.reader = func(ctx context.Context, txFor, pause time.Duration, scans *atomic.Int64) error {
-		for ctx.Err() == nil {
-			err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-				began := time.Now()
-				for time.Since(began) < txFor && ctx.Err() == nil {
-					if _, err := tx.Exec(ctx, scan); err != nil {
-						return err
-					}
-					scans.Add(1)
-					sleep(ctx, pause)
+	var seqs []int64
+	for _, k := range keys {
+		if seq, err := stressSeq(k); err == nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	return seqs, nil
+}
+
+// stressPin is stressDB.pin: a transaction holding an xid keeps the
+// horizon until it rolls back.
+func (e Env) stressPin(ctx context.Context) (func() error, error) {
+	conn, err := e.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		conn.Release()
+		return nil, err
+	}
+	var xid int64
+	if err := conn.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		conn.Release()
+		return nil, err
+	}
+	return func() error {
+		defer conn.Release()
+		_, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		return err
+	}, nil
+}
+
+// stressReader is stressDB.reader: an analytics scan of the outbox,
+// again and again in one snapshot for txFor, then a new snapshot.
+func (e Env) stressReader(ctx context.Context, txFor, pause time.Duration, scans *atomic.Int64) error {
+	scan := "SELECT count(*), max(id), min(created_at) FROM " + e.Schema + ".outbox"
+	for ctx.Err() == nil {
+		err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			began := time.Now()
+			for time.Since(began) < txFor && ctx.Err() == nil {
+				if _, err := tx.Exec(ctx, scan); err != nil {
+					return err
 				}
-				return nil
-			})
-			if err != nil && ctx.Err() == nil {
-				return err
+				scans.Add(1)
+				sleep(ctx, pause)
 			}
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			return err
 		}
-		return nil
 	}
-	return db, notes, nil
+	return nil
 }
 
 // serverNotes names the server's settings that shape the figures, and the

@@ -121,78 +121,102 @@ func sqliteStressDB(ctx context.Context, path string) (stressDB, *sqlite.Driver,
 			return fail(err)
 		}
 	}
+	producer, err := registerStressProducer(ctx, d)
+	if err != nil {
+		return fail(err)
+	}
+	s := sqliteStress{db: sdb, path: path, outbox: d.Table("outbox"), producer: producer}
+	db := stressDB{name: "SQLite", tx: s.tx, sample: s.sample, committed: s.committed, waiting: s.waiting}
+	return db, d, nil
+}
+
+// registerStressProducer builds the producers' client on d and registers
+// the stress type as owned by the stress app.
+func registerStressProducer(ctx context.Context, d driver.Driver) (*mensageria.Client, error) {
 	producer, err := mensageria.New(d, &mensageria.Config{
 		App:      stressApp,
 		Registry: mensageria.NewRegistry().MustRegister(stressType, noop),
 		Logger:   quiet(),
 	})
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if _, err := producer.Register(ctx); err != nil {
-		return fail(err)
+		return nil, err
 	}
-	outbox := d.Table("outbox")
-	db := stressDB{name: "SQLite"}
-	db.tx = func(ctx context.Context, seq int64) error {
-		tx, err := sdb.BeginTx(ctx, nil) // immediate: Open's DSN says so
-		if err != nil {
+	return producer, nil
+}
+
+// sqliteStress is SQLite's side of the scenario, on the database file at
+// path.
+type sqliteStress struct {
+	db       *sql.DB
+	path     string
+	outbox   string
+	producer *mensageria.Client
+}
+
+func (s sqliteStress) tx(ctx context.Context, seq int64) error {
+	tx, err := s.db.BeginTx(ctx, nil) // immediate: Open's DSN says so
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	customer := seq * 7919 % 1000
+	if _, err := tx.ExecContext(ctx, "INSERT INTO stress_orders (seq, customer, body) VALUES (?, ?, ?)", seq, customer, Payload); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE stress_customers SET orders = orders + 1 WHERE id = ?", customer); err != nil {
+		return err
+	}
+	if _, err := s.producer.EnqueueTx(ctx, tx, mensageria.Message{Type: stressType, Key: stressKey(seq), Payload: []byte(Payload)}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// sample reads the database file's size, its free pages and its WAL's size.
+func (s sqliteStress) sample(ctx context.Context) (dbSample, error) {
+	var pages, size, free int64
+	for q, p := range map[string]*int64{"PRAGMA page_count": &pages, "PRAGMA page_size": &size, "PRAGMA freelist_count": &free} {
+		if err := s.db.QueryRowContext(ctx, q).Scan(p); err != nil {
+			return dbSample{}, err
+		}
+	}
+	wal := int64(0)
+	if st, err := os.Stat(s.path + "-wal"); err == nil {
+		wal = st.Size()
+	}
+	const mb = 1 << 20
+	return dbSample{gauges: map[string]float64{
+		"db-mb": float64(pages*size) / mb, "free-mb": float64(free*size) / mb, "wal-mb": float64(wal) / mb,
+	}}, nil
+}
+
+func (s sqliteStress) committed(ctx context.Context, after int64, each func(int64)) error {
+	return sqliteEach(ctx, s.db, "SELECT seq FROM stress_orders WHERE seq > ?", func(rows *sql.Rows) error {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
 			return err
 		}
-		defer func() { _ = tx.Rollback() }()
-		customer := seq * 7919 % 1000
-		if _, err := tx.ExecContext(ctx, "INSERT INTO stress_orders (seq, customer, body) VALUES (?, ?, ?)", seq, customer, Payload); err != nil {
+		each(seq)
+		return nil
+	}, after)
+}
+
+func (s sqliteStress) waiting(ctx context.Context) ([]int64, error) {
+	var seqs []int64
+	err := sqliteEach(ctx, s.db, "SELECT key FROM "+s.outbox+" WHERE type = '"+stressType+"'", func(rows *sql.Rows) error {
+		var k string
+		if err := rows.Scan(&k); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "UPDATE stress_customers SET orders = orders + 1 WHERE id = ?", customer); err != nil {
-			return err
+		if seq, err := stressSeq(k); err == nil {
+			seqs = append(seqs, seq)
 		}
-		if _, err := producer.EnqueueTx(ctx, tx, mensageria.Message{Type: stressType, Key: stressKey(seq), Payload: []byte(Payload)}); err != nil {
-			return err
-		}
-		return tx.Commit()
-	}
-	db.sample = func(ctx context.Context) (dbSample, error) {
-		var pages, size, free int64
-		for q, p := range map[string]*int64{"PRAGMA page_count": &pages, "PRAGMA page_size": &size, "PRAGMA freelist_count": &free} {
-			if err := sdb.QueryRowContext(ctx, q).Scan(p); err != nil {
-				return dbSample{}, err
-			}
-		}
-		wal := int64(0)
-		if st, err := os.Stat(path + "-wal"); err == nil {
-			wal = st.Size()
-		}
-		const mb = 1 << 20
-		return dbSample{gauges: map[string]float64{
-			"db-mb": float64(pages*size) / mb, "free-mb": float64(free*size) / mb, "wal-mb": float64(wal) / mb,
-		}}, nil
-	}
-	db.committed = func(ctx context.Context, after int64, each func(int64)) error {
-		return sqliteEach(ctx, sdb, "SELECT seq FROM stress_orders WHERE seq > ?", func(rows *sql.Rows) error {
-			var seq int64
-			if err := rows.Scan(&seq); err != nil {
-				return err
-			}
-			each(seq)
-			return nil
-		}, after)
-	}
-	db.waiting = func(ctx context.Context) ([]int64, error) {
-		var seqs []int64
-		err := sqliteEach(ctx, sdb, "SELECT key FROM "+outbox+" WHERE type = '"+stressType+"'", func(rows *sql.Rows) error {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				return err
-			}
-			if seq, err := stressSeq(k); err == nil {
-				seqs = append(seqs, seq)
-			}
-			return nil
-		})
-		return seqs, err
-	}
-	return db, d, nil
+		return nil
+	})
+	return seqs, err
 }
 
 func sqliteEach(ctx context.Context, db *sql.DB, q string, each func(*sql.Rows) error, args ...any) error {

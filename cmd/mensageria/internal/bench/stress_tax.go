@@ -47,6 +47,53 @@ var outboxTaxModes = []string{"business", "outbox", "outbox-unchecked"}
 // rate measures the pickup latency below saturation (target p99 ≤ 10 ms).
 func OutboxTax(ctx context.Context, e Env, cfg OutboxTaxConfig) (Result, error) {
 	r := Result{Scenario: "outbox-tax"}
+	if err := cfg.withDefaults(); err != nil {
+		return r, err
+	}
+	if _, err := e.driver(); err != nil {
+		return r, err
+	}
+	pcfg := e.Pool.Config()
+	pcfg.MaxConns = int32(cfg.Producers + 6)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return r, err
+	}
+	defer pool.Close()
+	t := &outboxTax{cfg: cfg, env: Env{Pool: pool, Schema: e.Schema}}
+	db, notes, err := t.env.stressDB(ctx)
+	if err != nil {
+		return r, err
+	}
+	t.db = db
+	r.Notes = notes
+	if t.d, err = postgres.New(pool, &postgres.Config{Schema: e.Schema}); err != nil {
+		return r, err
+	}
+	res, err := Alternate(cfg.Rounds, outboxTaxModes, func(mode string) (Result, error) {
+		return t.runMode(ctx, mode)
+	})
+	if err != nil {
+		return r, err
+	}
+	if err := t.check(ctx, true); err != nil {
+		return r, err
+	}
+	for _, mode := range outboxTaxModes {
+		for k, v := range res[mode] {
+			r.Set(mode+"/"+k, v)
+		}
+	}
+	r.Set("tax-ratio", res["outbox"]["tx/s"]/res["business"]["tx/s"])
+	r.Set("unchecked-tax-ratio", res["outbox-unchecked"]["tx/s"]/res["business"]["tx/s"])
+	r.Set("producers", float64(cfg.Producers))
+	r.Set("rounds", float64(cfg.Rounds))
+	err = t.paced(ctx, res["outbox"]["tx/s"], &r)
+	return r, err
+}
+
+// withDefaults fills the zero fields and refuses what cannot be run.
+func (cfg *OutboxTaxConfig) withDefaults() error {
 	if cfg.Producers == 0 {
 		cfg.Producers = 8
 	}
@@ -63,149 +110,140 @@ func OutboxTax(ctx context.Context, e Env, cfg OutboxTaxConfig) (Result, error) 
 		cfg.PacedShare = 0.8
 	}
 	if cfg.Producers < 1 || cfg.Run < 100*time.Millisecond || cfg.Rounds < 1 || cfg.PacedFor < 100*time.Millisecond || cfg.PacedShare <= 0 || cfg.PacedShare > 1 {
-		return r, fmt.Errorf("%w: outbox tax: producers ≥ 1, run and paced-for ≥ 100ms, rounds ≥ 1, paced share in (0, 1]", ErrStressConfig)
+		return fmt.Errorf("%w: outbox tax: producers ≥ 1, run and paced-for ≥ 100ms, rounds ≥ 1, paced share in (0, 1]", ErrStressConfig)
 	}
-	if _, err := e.driver(); err != nil {
-		return r, err
+	return nil
+}
+
+// outboxTax is what every mode of one OutboxTax run shares: the stress
+// scenario's business tables, the driver, and the sequence numbers of
+// every mode's transactions.
+type outboxTax struct {
+	cfg OutboxTaxConfig
+	env Env
+	db  stressDB
+	d   *postgres.Driver
+	seq atomic.Int64
+}
+
+// business is the business transaction alone, without any enqueue.
+func (t *outboxTax) business(ctx context.Context, n int64) error {
+	return pgx.BeginFunc(ctx, t.env.Pool, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, t.env.stressBusiness(n)).Close()
+	})
+}
+
+// check installs the enqueue trigger as migrated (on) or with its rules
+// taken out, as the unchecked mode runs.
+func (t *outboxTax) check(ctx context.Context, on bool) error {
+	if on {
+		return installEnqueueTriggerWithout(ctx, t.env, t.d)
 	}
-	pcfg := e.Pool.Config()
-	pcfg.MaxConns = int32(cfg.Producers + 6)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return r, err
+	return installEnqueueTriggerWithout(ctx, t.env, t.d, triggerRules)
+}
+
+// runMode runs one round of mode at saturation; with the outbox, the
+// relay then delivers what is left before the next mode runs.
+func (t *outboxTax) runMode(ctx context.Context, mode string) (Result, error) {
+	out := Result{Scenario: mode}
+	if err := t.check(ctx, mode != "outbox-unchecked"); err != nil {
+		return out, err
 	}
-	defer pool.Close()
-	pe := Env{Pool: pool, Schema: e.Schema}
-	db, notes, err := pe.stressDB(ctx)
-	if err != nil {
-		return r, err
-	}
-	r.Notes = notes
-	d, err := postgres.New(pool, &postgres.Config{Schema: e.Schema})
-	if err != nil {
-		return r, err
-	}
-	var seq atomic.Int64
-	business := func(ctx context.Context, n int64) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			customer := int(n * 7919 % 1000)
-			b := &pgx.Batch{}
-			b.Queue("INSERT INTO "+e.Schema+".stress_orders (seq, customer, body) VALUES ($1, $2, $3)", n, customer, Payload)
-			b.Queue("UPDATE "+e.Schema+".stress_customers SET orders = orders + 1 WHERE id = $1", customer)
-			return tx.SendBatch(ctx, b).Close()
-		})
-	}
-	// The unchecked mode runs with the enqueue trigger's rules taken out;
-	// every other mode with the trigger as migrated.
-	check := func(on bool) error {
-		if on {
-			return installEnqueueTriggerWithout(ctx, pe, d)
-		}
-		return installEnqueueTriggerWithout(ctx, pe, d, triggerRules)
-	}
-	res, err := Alternate(cfg.Rounds, outboxTaxModes, func(mode string) (Result, error) {
-		out := Result{Scenario: mode}
-		withOutbox := mode != "business"
-		if err := check(mode != "outbox-unchecked"); err != nil {
+	var book *stressBook
+	tx := t.business
+	if mode != "business" {
+		book = newStressBook(1)
+		relay := &inProcessRelay{drv: t.d, spec: StressRelaySpec{App: stressApp, Type: stressType}, record: book.deliver}
+		if err := relay.start(ctx); err != nil {
 			return out, err
 		}
-		var book *stressBook
-		var relay *inProcessRelay
-		tx := business
-		if withOutbox {
-			book = newStressBook(1)
-			relay = &inProcessRelay{drv: d, spec: StressRelaySpec{App: stressApp, Type: stressType}, record: book.deliver}
-			if err := relay.start(ctx); err != nil {
-				return out, err
-			}
-			defer func() { _ = relay.stop() }()
-			tx = db.tx
-		}
-		var lat Histogram
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		var firstErr atomic.Value
-		deadline := time.Now().Add(cfg.Run)
-		began := time.Now()
-		for range cfg.Producers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(deadline) && ctx.Err() == nil {
-					k := seq.Add(1)
-					start := time.Now()
-					if err := tx(ctx, k); err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					done := time.Now()
-					lat.Add(done.Sub(start))
-					n.Add(1)
-					if book != nil {
-						book.commit(k, done)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		window := time.Since(began)
-		if err, _ := firstErr.Load().(error); err != nil {
-			return out, fmt.Errorf("%s: %w", mode, err)
-		}
-		out.Set("tx/s", float64(n.Load())/window.Seconds())
-		out.Set("tx-p50-ms", lat.PercentileMs(50))
-		out.Set("tx-p99-ms", lat.PercentileMs(99))
-		if book != nil {
-			book.mu.Lock()
-			delivered := book.phases[0].delivered
-			book.mu.Unlock()
-			out.Set("keepup", float64(delivered)/float64(max(n.Load(), 1)))
-			// Drain before the next mode, so none pays for this one's
-			// backlog, and read the pickups of every message.
-			for book.behind() > 0 {
-				select {
-				case <-book.progress:
-				case <-time.After(time.Minute):
-					return out, fmt.Errorf("%s: %d messages undelivered a minute after the run", mode, book.behind())
-				case <-ctx.Done():
-					return out, ctx.Err()
-				}
-			}
-			out.Set("pickup-p50-ms", book.phases[0].pickup.PercentileMs(50))
-			out.Set("pickup-p99-ms", book.phases[0].pickup.PercentileMs(99))
-		}
+		defer func() { _ = relay.stop() }()
+		tx = t.db.tx
+	}
+	n, lat, window, err := t.saturate(ctx, tx, book)
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", mode, err)
+	}
+	out.Set("tx/s", float64(n)/window.Seconds())
+	out.Set("tx-p50-ms", lat.PercentileMs(50))
+	out.Set("tx-p99-ms", lat.PercentileMs(99))
+	if book == nil {
 		return out, nil
-	})
-	if err != nil {
-		return r, err
 	}
-	if err := check(true); err != nil {
-		return r, err
-	}
-	for _, mode := range outboxTaxModes {
-		for k, v := range res[mode] {
-			r.Set(mode+"/"+k, v)
+	book.mu.Lock()
+	delivered := book.phases[0].delivered
+	book.mu.Unlock()
+	out.Set("keepup", float64(delivered)/float64(max(n, 1)))
+	// Drain before the next mode, so none pays for this one's
+	// backlog, and read the pickups of every message.
+	for book.behind() > 0 {
+		select {
+		case <-book.progress:
+		case <-time.After(time.Minute):
+			return out, fmt.Errorf("%s: %d messages undelivered a minute after the run", mode, book.behind())
+		case <-ctx.Done():
+			return out, ctx.Err()
 		}
 	}
-	r.Set("tax-ratio", res["outbox"]["tx/s"]/res["business"]["tx/s"])
-	r.Set("unchecked-tax-ratio", res["outbox-unchecked"]["tx/s"]/res["business"]["tx/s"])
-	r.Set("producers", float64(cfg.Producers))
-	r.Set("rounds", float64(cfg.Rounds))
+	out.Set("pickup-p50-ms", book.phases[0].pickup.PercentileMs(50))
+	out.Set("pickup-p99-ms", book.phases[0].pickup.PercentileMs(99))
+	return out, nil
+}
 
-	// Below saturation: the stress scenario's paced producers, the relay
-	// in this process.
-	rate := int(cfg.PacedShare * res["outbox"]["tx/s"])
+// saturate has the producers run tx as fast as they can for cfg.Run,
+// each commit noted in book when there is one. It returns how many
+// committed, their latencies and how long they ran.
+func (t *outboxTax) saturate(ctx context.Context, tx func(context.Context, int64) error, book *stressBook) (int64, *Histogram, time.Duration, error) {
+	var lat Histogram
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	deadline := time.Now().Add(t.cfg.Run)
+	began := time.Now()
+	for range t.cfg.Producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				k := t.seq.Add(1)
+				start := time.Now()
+				if err := tx(ctx, k); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				done := time.Now()
+				lat.Add(done.Sub(start))
+				n.Add(1)
+				if book != nil {
+					book.commit(k, done)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	window := time.Since(began)
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, nil, 0, err
+	}
+	return n.Load(), &lat, window, nil
+}
+
+// paced runs below saturation, at PacedShare of the outbox mode's
+// outboxRate: the stress scenario's paced producers, the relay in this
+// process.
+func (t *outboxTax) paced(ctx context.Context, outboxRate float64, r *Result) error {
+	rate := int(t.cfg.PacedShare * outboxRate)
 	if rate < 1 {
-		return r, fmt.Errorf("outbox tax: the outbox mode ran %.1f tx/s", res["outbox"]["tx/s"])
+		return fmt.Errorf("outbox tax: the outbox mode ran %.1f tx/s", outboxRate)
 	}
-	scfg, err := StressConfig{Rate: rate, Producers: cfg.Producers, Phases: []StressPhase{{Name: "paced", For: cfg.PacedFor, Load: 1}}}.withDefaults()
+	scfg, err := StressConfig{Rate: rate, Producers: t.cfg.Producers, Phases: []StressPhase{{Name: "paced", For: t.cfg.PacedFor, Load: 1}}}.withDefaults()
 	if err != nil {
-		return r, err
+		return err
 	}
-	s := &stressRun{cfg: scfg, db: db, book: newStressBook(1)}
-	s.relay = &inProcessRelay{drv: d, spec: StressRelaySpec{App: stressApp, Type: stressType}, record: s.book.deliver}
+	s := &stressRun{cfg: scfg, db: t.db, book: newStressBook(1)}
+	s.relay = &inProcessRelay{drv: t.d, spec: StressRelaySpec{App: stressApp, Type: stressType}, record: s.book.deliver}
 	// Sequence numbers of the paced run start above every earlier one.
-	s.base = seq.Load()
+	s.base = t.seq.Load()
 	paced, err := s.run(ctx, "")
 	for k, v := range paced.Metrics {
 		switch k {
@@ -214,6 +252,6 @@ func OutboxTax(ctx context.Context, e Env, cfg OutboxTaxConfig) (Result, error) 
 		}
 		r.Set(k, v)
 	}
-	r.Set("paced/share", cfg.PacedShare)
-	return r, err
+	r.Set("paced/share", t.cfg.PacedShare)
+	return err
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,27 +128,23 @@ func Wakeup(ctx context.Context, e Env, cfg WakeupConfig) (Result, error) {
 	r := Result{Scenario: "wakeup"}
 	const typ = "bench.wakeup"
 	app := relayApp(typ)
-	envs := map[string]Env{"wakeup": e}
-	drivers := map[string]*postgres.Driver{}
+	w := &wakeupRun{cfg: cfg, typ: typ, app: app, envs: map[string]Env{"wakeup": e}, drivers: map[string]*postgres.Driver{}}
 	for _, v := range wakeupVariants {
-		env, ok := envs[v]
+		env, ok := w.envs[v]
 		if !ok {
-			env = Env{Pool: e.Pool, Schema: e.Schema + "_wk_" + v}
-			envs[v] = env
-			if err := e.exec(ctx, "CREATE SCHEMA "+env.Schema); err != nil {
+			side, drop, err := e.sideSchema(ctx, e.Schema+"_wk_"+v)
+			if err != nil {
 				return r, err
 			}
-			defer func() {
-				dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				defer cancel()
-				_ = e.exec(dropCtx, "DROP SCHEMA "+env.Schema+" CASCADE")
-			}()
+			defer drop()
+			env = side
+			w.envs[v] = env
 		}
 		d, err := env.driver()
 		if err != nil {
 			return r, err
 		}
-		drivers[v] = d
+		w.drivers[v] = d
 		if err := own(ctx, d, app, typ); err != nil {
 			return r, err
 		}
@@ -157,17 +152,38 @@ func Wakeup(ctx context.Context, e Env, cfg WakeupConfig) (Result, error) {
 	// Every variant but the migration's own takes the wake-up out of the
 	// enqueue trigger (its rules stay); the alternatives then add theirs.
 	for _, v := range wakeupVariants[1:] {
-		if err := installEnqueueTriggerWithout(ctx, envs[v], drivers[v], triggerWakeup); err != nil {
+		if err := installEnqueueTriggerWithout(ctx, w.envs[v], w.drivers[v], triggerWakeup); err != nil {
 			return r, err
 		}
 	}
 	for v, sql := range wakeupAlternatives {
-		if err := envs[v].exec(ctx, fmt.Sprintf(sql, envs[v].Schema)); err != nil {
+		if err := w.envs[v].exec(ctx, fmt.Sprintf(sql, w.envs[v].Schema)); err != nil {
 			return r, fmt.Errorf("install the %s variant: %w", v, err)
 		}
 	}
+	if err := w.rates(ctx, &r); err != nil {
+		return r, err
+	}
+	if err := w.latencies(ctx, &r); err != nil {
+		return r, err
+	}
+	r.Set("rate", float64(cfg.Rate))
+	r.Set("rounds", float64(cfg.Rounds))
+	return r, nil
+}
 
-	kinds := wakeupKinds(cfg.Producers)
+// wakeupRun is one Wakeup run: every variant's outbox, by variant.
+type wakeupRun struct {
+	cfg      WakeupConfig
+	typ, app string
+	envs     map[string]Env
+	drivers  map[string]*postgres.Driver
+}
+
+// rates measures the enqueue rate of every kind into every variant's
+// outbox, and sets each one's median and the ratios to the off variant.
+func (w *wakeupRun) rates(ctx context.Context, r *Result) error {
+	kinds := wakeupKinds(w.cfg.Producers)
 	var modes []string
 	for _, k := range kinds {
 		for _, v := range wakeupVariants {
@@ -180,25 +196,20 @@ func Wakeup(ctx context.Context, e Env, cfg WakeupConfig) (Result, error) {
 	// both runs of a round alike.
 	perRound := map[string][]float64{}
 	var seq atomic.Int64
-	if _, err := Alternate(cfg.Rounds, modes, func(mode string) (Result, error) {
+	if _, err := Alternate(w.cfg.Rounds, modes, func(mode string) (Result, error) {
 		kind, variant, _ := strings.Cut(mode, "/")
-		env, d := envs[variant], drivers[variant]
+		env, d := w.envs[variant], w.drivers[variant]
 		if err := env.exec(ctx, "TRUNCATE "+env.Schema+".outbox"); err != nil {
 			return Result{}, err
 		}
-		rows, elapsed, err := wakeupEnqueueFor(ctx, d, env, kind, typ, app, cfg, &seq)
+		rows, elapsed, err := wakeupEnqueueFor(ctx, d, env, kind, w.typ, w.app, w.cfg, &seq)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: %w", mode, err)
 		}
 		perRound[mode] = append(perRound[mode], float64(rows)/elapsed.Seconds())
 		return Result{}, nil
 	}); err != nil {
-		return r, err
-	}
-	median := func(v []float64) float64 {
-		v = slices.Clone(v)
-		slices.Sort(v)
-		return v[len(v)/2]
+		return err
 	}
 	ratios := func(a, b string) float64 {
 		rs := make([]float64, len(perRound[a]))
@@ -215,23 +226,26 @@ func Wakeup(ctx context.Context, e Env, cfg WakeupConfig) (Result, error) {
 		r.Set(k+"-every-ratio", ratios(k+"/every", k+"/off"))
 		r.Set(k+"-commit-ratio", ratios(k+"/commit", k+"/off"))
 	}
+	return nil
+}
 
+// latencies measures the commit → delivery latency of paced plain SQL
+// enqueues in the wakeup and the off outboxes, alternating.
+func (w *wakeupRun) latencies(ctx context.Context, r *Result) error {
 	lat := map[string]*Latencies{"wakeup": {}, "off": {}}
-	if _, err := Alternate(cfg.Rounds, []string{"wakeup", "off"}, func(variant string) (Result, error) {
-		env := envs[variant]
+	if _, err := Alternate(w.cfg.Rounds, []string{"wakeup", "off"}, func(variant string) (Result, error) {
+		env := w.envs[variant]
 		if err := env.exec(ctx, "TRUNCATE "+env.Schema+".outbox"); err != nil {
 			return Result{}, err
 		}
-		return Result{}, pacedSQLLatency(ctx, drivers[variant], env, typ, cfg, lat[variant])
+		return Result{}, pacedSQLLatency(ctx, w.drivers[variant], env, w.typ, w.cfg, lat[variant])
 	}); err != nil {
-		return r, err
+		return err
 	}
 	for v, l := range lat {
 		r.setPercentiles(v+"-", l)
 	}
-	r.Set("rate", float64(cfg.Rate))
-	r.Set("rounds", float64(cfg.Rounds))
-	return r, nil
+	return nil
 }
 
 // wakeupEnqueueFor enqueues rows of typ the way kind says for cfg.Run and

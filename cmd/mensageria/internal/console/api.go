@@ -349,20 +349,44 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	}
 	step("routes", began)
 
-	byType := map[string]*TypeView{}
-	var order []string
-	add := func(t string) *TypeView {
-		if v, ok := byType[t]; ok {
-			return v
+	types := newTypeViews(snap.stats, catalog, routes)
+	began = time.Now()
+	c.perMinute(ctx, ov, types)
+	step("per_minute", began)
+	began = time.Now()
+	c.elections(ctx, ov, types.apps)
+	step("elections", began)
+	for _, q := range snap.inbox {
+		iv := InboxView{Consumer: q.Consumer, Pending: q.Pending, Dead: q.Dead, OldestPendingSec: q.OldestPending.Seconds()}
+		for _, o := range catalog {
+			if o.Kind == driver.ResourceConsumer && o.Name == q.Consumer {
+				iv.Owner = o.App
+			}
 		}
-		v := &TypeView{Type: t, PerMinute: make([]int64, chartMinutes)}
-		byType[t] = v
-		order = append(order, t)
-		return v
+		ov.Inbox = append(ov.Inbox, iv)
 	}
-	apps := map[string]bool{}
-	for _, s := range snap.stats {
-		v := add(s.Type)
+	for _, t := range types.order {
+		v := types.byType[t]
+		v.Actionable = !c.opt.ReadOnly && c.mayAct(v.Owner)
+		ov.Types = append(ov.Types, *v)
+	}
+	return ov, nil
+}
+
+// typeViews are the page's type lines being assembled, and the apps that
+// the catalog and the route states name.
+type typeViews struct {
+	byType map[string]*TypeView
+	order  []string // sorted once assembled
+	apps   map[string]bool
+}
+
+// newTypeViews assembles a line per type from the count, the catalog and
+// the route states.
+func newTypeViews(stats []driver.TypeStats, catalog []driver.Ownership, routes []driver.RouteState) *typeViews {
+	tv := &typeViews{byType: map[string]*TypeView{}, apps: map[string]bool{}}
+	for _, s := range stats {
+		v := tv.add(s.Type)
 		v.Pending, v.InFlight, v.Dead, v.DeliveredLastHr = s.Pending, s.InFlight, s.Dead, s.DeliveredLastHr
 		v.OldestPendingSec = s.OldestPending.Seconds()
 		v.InDoubt, v.OldestInDoubtSec = s.InDoubt, s.OldestInDoubt.Seconds()
@@ -371,15 +395,15 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	// count; a type with no rows yet still gets its line.
 	for _, o := range catalog {
 		if o.App != "" {
-			apps[o.App] = true
+			tv.apps[o.App] = true
 		}
 		if o.Kind == driver.ResourceType {
-			add(o.Name).Owner = o.App
+			tv.add(o.Name).Owner = o.App
 		}
 	}
 	for _, rs := range routes {
-		apps[rs.App] = true
-		v := add(rs.Type)
+		tv.apps[rs.App] = true
+		v := tv.add(rs.Type)
 		if v.Owner != "" && rs.App != v.Owner {
 			continue // a former owner's record
 		}
@@ -390,28 +414,48 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 		}
 		v.Route = rv
 	}
-	slices.Sort(order)
+	slices.Sort(tv.order)
+	return tv
+}
 
-	began = time.Now()
+// add returns t's line, a new one the first time.
+func (tv *typeViews) add(t string) *TypeView {
+	if v, ok := tv.byType[t]; ok {
+		return v
+	}
+	v := &TypeView{Type: t, PerMinute: make([]int64, chartMinutes)}
+	tv.byType[t] = v
+	tv.order = append(tv.order, t)
+	return v
+}
+
+// perMinute sets the chart's minutes and, where the driver keeps them,
+// each type's deliveries per minute; a failed read is one of the page's
+// errors.
+func (c *Console) perMinute(ctx context.Context, ov *Overview, types *typeViews) {
 	now := time.Now().UTC().Truncate(time.Minute)
 	for i := range chartMinutes {
 		ov.Minutes = append(ov.Minutes, now.Add(time.Duration(i-chartMinutes+1)*time.Minute))
 	}
-	if h, ok := c.opt.Driver.(driver.DeliveryHistory); ok && len(order) > 0 {
-		mins, err := h.DeliveredPerMinute(ctx, order, chartMinutes*time.Minute)
-		if err != nil {
-			ov.Errors = append(ov.Errors, "deliveries per minute: "+redact(err.Error()))
-		}
-		for _, m := range mins {
-			i := chartMinutes - 1 - int(now.Sub(m.Minute.UTC().Truncate(time.Minute))/time.Minute)
-			if v := byType[m.Type]; v != nil && i >= 0 && i < chartMinutes {
-				v.PerMinute[i] += m.N
-			}
+	h, ok := c.opt.Driver.(driver.DeliveryHistory)
+	if !ok || len(types.order) == 0 {
+		return
+	}
+	mins, err := h.DeliveredPerMinute(ctx, types.order, chartMinutes*time.Minute)
+	if err != nil {
+		ov.Errors = append(ov.Errors, "deliveries per minute: "+redact(err.Error()))
+	}
+	for _, m := range mins {
+		i := chartMinutes - 1 - int(now.Sub(m.Minute.UTC().Truncate(time.Minute))/time.Minute)
+		if v := types.byType[m.Type]; v != nil && i >= 0 && i < chartMinutes {
+			v.PerMinute[i] += m.N
 		}
 	}
-	step("per_minute", began)
+}
 
-	began = time.Now()
+// elections adds a line per app, sorted, with its election's holder; a
+// failed read is one of the page's errors.
+func (c *Console) elections(ctx context.Context, ov *Overview, apps map[string]bool) {
 	names := make([]string, 0, len(apps))
 	for a := range apps {
 		names = append(names, a)
@@ -435,22 +479,6 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 		}
 		ov.Apps = append(ov.Apps, av)
 	}
-	step("elections", began)
-	for _, q := range snap.inbox {
-		iv := InboxView{Consumer: q.Consumer, Pending: q.Pending, Dead: q.Dead, OldestPendingSec: q.OldestPending.Seconds()}
-		for _, o := range catalog {
-			if o.Kind == driver.ResourceConsumer && o.Name == q.Consumer {
-				iv.Owner = o.App
-			}
-		}
-		ov.Inbox = append(ov.Inbox, iv)
-	}
-	for _, t := range order {
-		v := byType[t]
-		v.Actionable = !c.opt.ReadOnly && c.mayAct(v.Owner)
-		ov.Types = append(ov.Types, *v)
-	}
-	return ov, nil
 }
 
 // Letter is a dead letter in the list.
