@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -49,15 +50,7 @@ type Report struct {
 }
 
 // Count returns how many violations of kind the report holds.
-func (r *Report) Count(kind string) int {
-	n := 0
-	for _, v := range r.Violations {
-		if v.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
+func (r *Report) Count(kind string) int { return verdict.Count(r.Violations, kind) }
 
 // OK reports whether no promise was broken.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
@@ -287,7 +280,7 @@ func (c *checker) leases() {
 	for i := range c.h.Leases {
 		leases = append(leases, &c.h.Leases[i])
 	}
-	slices.SortFunc(leases, func(a, b *LeaseEvent) int { return cmp64(a.Seq, b.Seq) })
+	slices.SortFunc(leases, func(a, b *LeaseEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 	rows := map[int64]*rowState{}
 	for _, l := range leases {
 		m := c.known(l.N, fmt.Sprintf("lease event %d (%s)", l.Seq, l.Kind))
@@ -361,14 +354,4 @@ func (c *checker) business() {
 			c.bad(BusinessRow, int64(b.Producer), "producer committed %d transactions but its business row says %d", b.Committed, b.Value)
 		}
 	}
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -10,6 +10,7 @@
 package verdict
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -91,9 +92,12 @@ type Verdict struct {
 }
 
 // Count returns how many violations of kind the verdict holds.
-func (v *Verdict) Count(kind string) int {
+func (v *Verdict) Count(kind string) int { return Count(v.Violations, kind) }
+
+// Count returns how many of vs are of kind.
+func Count(vs []Violation, kind string) int {
 	n := 0
-	for _, x := range v.Violations {
+	for _, x := range vs {
 		if x.Kind == kind {
 			n++
 		}
@@ -165,15 +169,7 @@ func (v *Verdict) fates(h *History) {
 // follow the order the messages were committed in.
 func (v *Verdict) order(h *History, msgs map[int64]*Message) {
 	byApply := slices.Clone(h.Effects)
-	slices.SortStableFunc(byApply, func(a, b Effect) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(byApply, func(a, b Effect) int { return cmp.Compare(a.Seq, b.Seq) })
 	type typeKey struct{ typ, key string }
 	last := map[typeKey]int{}
 	for _, e := range byApply {
