@@ -5,14 +5,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestLoseAnswerBreaksTheConnection(t *testing.T) {
-	applied := false
+	var applied atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		applied = true
+		applied.Store(true)
 		LoseAnswer(w)
 	}))
 	defer srv.Close()
@@ -21,7 +22,7 @@ func TestLoseAnswerBreaksTheConnection(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("got an answer, status %d", resp.StatusCode)
 	}
-	if !applied {
+	if !applied.Load() {
 		t.Fatal("the handler did not run")
 	}
 }
