@@ -105,7 +105,8 @@ func (e *demoEnd) judge() (*verdict.Verdict, map[int64]string) {
 		if j.State == driver.StatePending && j.Attempt == 0 && j.LastError == "" {
 			continue
 		}
-		h.Claims = append(h.Claims, verdict.Claim{N: j.ID, Type: typForeign, Apps: []string{"pedidos", "faturamento"},
+		n := int64(len(h.Messages) + len(h.Claims) + 1)
+		h.Claims = append(h.Claims, verdict.Claim{N: n, Type: typForeign, Apps: []string{"pedidos", "faturamento"},
 			Ref: fmt.Sprintf("its row %d was touched (%s, attempt %d) while only pedidos and faturamento ran relays", j.ID, j.State, j.Attempt)})
 	}
 	return verdict.Judge(h), types
