@@ -1,6 +1,6 @@
-// Package fault holds the faults a destination injects on purpose, shared
-// by the fault-injection suite's receiver (chaosworker) and the demo's:
-// a lost answer and a refusal.
+// Package fault holds the faults a destination injects on purpose: a lost
+// answer and a refusal. The fault-injection suite's receiver (chaosworker)
+// injects both, the demo's receivers the refusal.
 package fault
 
 import (
