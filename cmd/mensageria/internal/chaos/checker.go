@@ -1,35 +1,33 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/verdict"
 )
 
 // Violation kinds the checker reports.
 const (
-	Lost           = "lost"             // a committed message never applied (or a poison one never parked)
-	DuplicateEff   = "duplicate-effect" // one message applied more than once
-	ForeignClaim   = "foreign-claim"    // a message claimed, sent or received by another app
-	OrderViolation = "order"            // an ordered key applied out of enqueue order
-	StaleSettle    = "stale-settle"     // a settle by a relay that no longer held the lease
-	UnexpectedDead = "unexpected-dead"  // dead without an injected permanent error, or a poison message applied
-	RolledBackSeen = "rolled-back-seen" // a message of a rolled-back transaction showed up
-	Unknown        = "unknown-message"  // a message nobody enqueued showed up
-	NoArrival      = "no-arrival"       // an effect without its request on the wire
-	BusinessRow    = "business-row"     // a business row that disagrees with its committed transactions
-	EpochReused    = "epoch-reused"     // one election epoch won by two relay processes
+	Lost           = verdict.Lost            // a committed message never applied (or a poison one never parked)
+	DuplicateEff   = verdict.DuplicateEffect // one message applied more than once
+	ForeignClaim   = verdict.ForeignClaim    // a message claimed, sent or received by another app
+	OrderViolation = verdict.Order           // an ordered key applied out of enqueue order
+	StaleSettle    = "stale-settle"          // a settle by a relay that no longer held the lease
+	UnexpectedDead = "unexpected-dead"       // dead without an injected permanent error, or a poison message applied
+	RolledBackSeen = "rolled-back-seen"      // a message of a rolled-back transaction showed up
+	Unknown        = "unknown-message"       // a message nobody enqueued showed up
+	NoArrival      = "no-arrival"            // an effect without its request on the wire
+	BusinessRow    = "business-row"          // a business row that disagrees with its committed transactions
+	EpochReused    = "epoch-reused"          // one election epoch won by two relay processes
 )
 
-// Violation is one broken promise.
-type Violation struct {
-	Kind   string
-	N      int64
-	Detail string
-}
-
-func (v Violation) String() string { return fmt.Sprintf("%s: message %d: %s", v.Kind, v.N, v.Detail) }
+// Violation is one broken promise; for the suite's own kinds N may name
+// an epoch (epoch-reused) or a producer (business-row) instead.
+type Violation = verdict.Violation
 
 // Report is the checker's verdict and the run's figures.
 type Report struct {
@@ -52,15 +50,7 @@ type Report struct {
 }
 
 // Count returns how many violations of kind the report holds.
-func (r *Report) Count(kind string) int {
-	n := 0
-	for _, v := range r.Violations {
-		if v.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
+func (r *Report) Count(kind string) int { return verdict.Count(r.Violations, kind) }
 
 // OK reports whether no promise was broken.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
@@ -104,161 +94,196 @@ func appOf(relay string) string {
 	return app
 }
 
-// Check verifies every promise of the contract against h.
+// checker is one run of Check: the history indexed, and the part of it
+// the shared verdict judges.
+type checker struct {
+	h *History
+	r *Report
+
+	msgs     map[int64]*Enqueued
+	rolled   map[int64]bool
+	arrivals map[int64]*Arrival
+	arrivedN map[int64]int
+	effects  map[int64][]*Effect
+	dead     map[int64]bool
+	pending  map[int64]bool
+	judged   verdict.History
+}
+
+// Check verifies every promise of the contract against h: lost,
+// duplicate effects, foreign claims and order as package verdict defines
+// them, and the suite's own properties on top (the wire, dead letters,
+// leases, elections, business rows).
 func Check(h *History) *Report {
-	r := &Report{Settles: map[string]int{}, Faults: h.Faults, Fenced: h.Fenced}
-	bad := func(kind string, n int64, format string, a ...any) {
-		r.Violations = append(r.Violations, Violation{Kind: kind, N: n, Detail: fmt.Sprintf(format, a...)})
+	c := &checker{
+		h: h, r: &Report{Settles: map[string]int{}, Faults: h.Faults, Fenced: h.Fenced},
+		arrivals: map[int64]*Arrival{}, arrivedN: map[int64]int{}, effects: map[int64][]*Effect{},
+		dead: map[int64]bool{}, pending: map[int64]bool{},
+		judged: verdict.History{Owner: h.Owner, Ordered: h.Ordered},
 	}
+	c.enqueued()
+	c.wire()
+	c.applied()
+	c.ends()
+	c.leases()
+	c.judge()
+	c.elections()
+	c.business()
+	return c.r
+}
 
-	msgs := make(map[int64]*Enqueued, len(h.Enqueued))
-	for i := range h.Enqueued {
-		m := &h.Enqueued[i]
-		if _, dup := msgs[m.N]; dup {
-			bad(Unknown, m.N, "enqueued twice in the history")
+func (c *checker) bad(kind string, n int64, format string, a ...any) {
+	c.r.Violations = append(c.r.Violations, Violation{Kind: kind, N: n, Detail: fmt.Sprintf(format, a...)})
+}
+
+func (c *checker) enqueued() {
+	c.msgs = make(map[int64]*Enqueued, len(c.h.Enqueued))
+	for i := range c.h.Enqueued {
+		m := &c.h.Enqueued[i]
+		if _, dup := c.msgs[m.N]; dup {
+			c.bad(Unknown, m.N, "enqueued twice in the history")
 		}
-		msgs[m.N] = m
+		c.msgs[m.N] = m
 		if m.Poison {
-			r.Poison++
+			c.r.Poison++
 		}
+		c.judged.Messages = append(c.judged.Messages, verdict.Message{N: m.N, Type: m.Type, Key: m.Key, Index: m.Index, MayEndDead: m.Poison})
 	}
-	r.Messages = len(msgs)
-	rolled := make(map[int64]bool, len(h.RolledBack))
-	for _, n := range h.RolledBack {
-		rolled[n] = true
+	c.r.Messages = len(c.msgs)
+	c.rolled = make(map[int64]bool, len(c.h.RolledBack))
+	for _, n := range c.h.RolledBack {
+		c.rolled[n] = true
 	}
-	r.RolledBack = len(rolled)
-	// known says whether n may appear at all, reporting it once per place
-	// when it may not.
-	known := func(n int64, where string) *Enqueued {
-		if m := msgs[n]; m != nil {
-			return m
-		}
-		if rolled[n] {
-			bad(RolledBackSeen, n, "its transaction was rolled back, yet it appears in %s", where)
-		} else {
-			bad(Unknown, n, "never enqueued, yet it appears in %s", where)
-		}
-		return nil
-	}
+	c.r.RolledBack = len(c.rolled)
+}
 
-	// The wire.
-	arrivals := make(map[int64]*Arrival, len(h.Arrivals))
-	arrivedN := map[int64]int{}
-	for i := range h.Arrivals {
-		a := &h.Arrivals[i]
-		arrivals[a.ID] = a
+// known says whether n may appear at all, reporting it once per place
+// when it may not.
+func (c *checker) known(n int64, where string) *Enqueued {
+	if m := c.msgs[n]; m != nil {
+		return m
+	}
+	if c.rolled[n] {
+		c.bad(RolledBackSeen, n, "its transaction was rolled back, yet it appears in %s", where)
+	} else {
+		c.bad(Unknown, n, "never enqueued, yet it appears in %s", where)
+	}
+	return nil
+}
+
+// wire reads the requests that reached the receivers: each is a claim by
+// its sending relay's app and by the app of the endpoint that took it.
+func (c *checker) wire() {
+	for i := range c.h.Arrivals {
+		a := &c.h.Arrivals[i]
+		c.arrivals[a.ID] = a
 		if a.AckDropped {
-			r.AckDrops++
+			c.r.AckDrops++
 		}
-		m := known(a.N, fmt.Sprintf("arrival %d", a.ID))
+		m := c.known(a.N, fmt.Sprintf("arrival %d", a.ID))
 		if m == nil {
 			continue
 		}
-		arrivedN[a.N]++
-		owner := h.Owner[m.Type]
-		if a.Route != owner || appOf(a.Relay) != owner {
-			bad(ForeignClaim, a.N, "type %s belongs to app %q but arrival %d came from relay %q at the receiver of %q", m.Type, owner, a.ID, a.Relay, a.Route)
-		}
+		c.arrivedN[a.N]++
+		c.judged.Claims = append(c.judged.Claims, verdict.Claim{N: a.N, Type: m.Type, Apps: []string{a.Route, appOf(a.Relay)},
+			Ref: fmt.Sprintf("arrival %d came from relay %q at the receiver of %q", a.ID, a.Relay, a.Route)})
 	}
-	r.Arrivals = len(h.Arrivals)
-	for _, c := range arrivedN {
-		r.Redeliveries += c - 1
+	c.r.Arrivals = len(c.h.Arrivals)
+	for _, n := range c.arrivedN {
+		c.r.Redeliveries += n - 1
 	}
+}
 
-	// The effects.
-	effects := map[int64][]*Effect{}
-	for i := range h.Effects {
-		e := &h.Effects[i]
-		m := known(e.N, fmt.Sprintf("effect %d", e.Seq))
-		if m == nil {
+// applied reads the effects: each comes from a request for its message.
+func (c *checker) applied() {
+	for i := range c.h.Effects {
+		e := &c.h.Effects[i]
+		if c.known(e.N, fmt.Sprintf("effect %d", e.Seq)) == nil {
 			continue
 		}
-		effects[e.N] = append(effects[e.N], e)
-		if a := arrivals[e.ArrivalID]; a == nil || a.N != e.N {
-			bad(NoArrival, e.N, "effect %d names arrival %d, which is not a request for this message", e.Seq, e.ArrivalID)
+		c.effects[e.N] = append(c.effects[e.N], e)
+		c.judged.Effects = append(c.judged.Effects, verdict.Effect{Seq: e.Seq, N: e.N})
+		if a := c.arrivals[e.ArrivalID]; a == nil || a.N != e.N {
+			c.bad(NoArrival, e.N, "effect %d names arrival %d, which is not a request for this message", e.Seq, e.ArrivalID)
 		}
 	}
-	r.Effects = len(h.Effects)
-	for i := range h.Arrivals {
-		a := &h.Arrivals[i]
-		if es := effects[a.N]; len(es) > 0 && a.ID > es[0].ArrivalID {
-			r.DuplicatesAbsorbed++
+	c.r.Effects = len(c.h.Effects)
+	for i := range c.h.Arrivals {
+		a := &c.h.Arrivals[i]
+		if es := c.effects[a.N]; len(es) > 0 && a.ID > es[0].ArrivalID {
+			c.r.DuplicatesAbsorbed++
 		}
 	}
+}
 
-	dead := map[int64]bool{}
-	for _, n := range h.Dead {
-		if m := known(n, "the dead letters"); m != nil {
-			dead[n] = true
+// ends reads the dead letters and the rows pending at the end: only a
+// poison message ends dead.
+func (c *checker) ends() {
+	for _, n := range c.h.Dead {
+		if m := c.known(n, "the dead letters"); m != nil {
+			c.dead[n] = true
 			if !m.Poison {
-				bad(UnexpectedDead, n, "parked as dead but no permanent error was injected")
+				c.bad(UnexpectedDead, n, "parked as dead but no permanent error was injected")
 			}
 		}
 	}
-	r.Dead = len(dead)
-	pending := map[int64]bool{}
-	for _, n := range h.Pending {
-		if known(n, "the pending outbox rows at the end") != nil {
-			pending[n] = true
+	c.r.Dead = len(c.dead)
+	for _, n := range c.h.Pending {
+		if c.known(n, "the pending outbox rows at the end") != nil {
+			c.pending[n] = true
 		}
 	}
+	for n := range c.dead {
+		c.judged.Dead = append(c.judged.Dead, n)
+	}
+	for n := range c.pending {
+		c.judged.Pending = append(c.judged.Pending, n)
+	}
+}
 
-	for _, m := range h.Enqueued {
-		es := effects[m.N]
-		switch {
-		case len(es) > 1:
-			bad(DuplicateEff, m.N, "applied %d times (effects %v)", len(es), seqs(es))
-		case m.Poison && len(es) > 0:
-			bad(UnexpectedDead, m.N, "a permanent error was injected, yet its effect was applied")
-		case m.Poison && !dead[m.N]:
-			bad(Lost, m.N, "a permanent error was injected but it was not parked as dead (pending at the end: %v)", pending[m.N])
-		case !m.Poison && len(es) == 0:
-			bad(Lost, m.N, "committed but never applied (arrivals %d, dead %v, pending at the end %v)", arrivedN[m.N], dead[m.N], pending[m.N])
+// judge hands the history to the shared verdict, then checks what only
+// the suite can see of each message: a poison message is never applied,
+// and every message that got anywhere reached the receiver.
+func (c *checker) judge() {
+	v := verdict.Judge(&c.judged)
+	for _, x := range v.Violations {
+		if x.Kind == Lost && !c.msgs[x.N].Poison {
+			x.Detail += fmt.Sprintf(" (arrivals %d)", c.arrivedN[x.N])
 		}
-		if arrivedN[m.N] == 0 && len(es) == 0 && !m.Poison {
-			continue // reported as lost already
+		c.r.Violations = append(c.r.Violations, x)
+	}
+	for _, m := range c.h.Enqueued {
+		es := c.effects[m.N]
+		if m.Poison && len(es) == 1 {
+			c.bad(UnexpectedDead, m.N, "a permanent error was injected, yet its effect was applied")
 		}
-		if arrivedN[m.N] == 0 {
-			bad(NoArrival, m.N, "never reached the receiver")
+		if c.arrivedN[m.N] == 0 && len(es) == 0 && !m.Poison {
+			continue // lost: reported by the verdict
+		}
+		if c.arrivedN[m.N] == 0 {
+			c.bad(NoArrival, m.N, "never reached the receiver")
 		}
 	}
+}
 
-	// Per-key order, over the effects in the order they were applied.
-	byEffect := make([]*Effect, 0, len(h.Effects))
-	for i := range h.Effects {
-		byEffect = append(byEffect, &h.Effects[i])
-	}
-	slices.SortFunc(byEffect, func(a, b *Effect) int { return cmp64(a.Seq, b.Seq) })
-	type tk struct{ typ, key string }
-	last := map[tk]int{}
-	for _, e := range byEffect {
-		m := msgs[e.N]
-		if m == nil || !h.Ordered[m.Type] {
-			continue
-		}
-		k := tk{m.Type, m.Key}
-		if prev, ok := last[k]; ok && m.Index <= prev {
-			bad(OrderViolation, m.N, "key %s/%s: message #%d applied after #%d", m.Type, m.Key, m.Index, prev)
-			continue
-		}
-		last[k] = m.Index
-	}
+// rowState is what the leases of one outbox row have been so far.
+type rowState struct {
+	claim *LeaseEvent
+	final string
+}
 
-	// Leases: every settle must come from the row's last claim, before
-	// that claim's lease passed, and a settled row is never claimed again.
-	leases := make([]*LeaseEvent, 0, len(h.Leases))
-	for i := range h.Leases {
-		leases = append(leases, &h.Leases[i])
+// leases: every settle must come from the row's last claim, before that
+// claim's lease passed, and a settled row is never claimed again. Every
+// claim is also one for the verdict's foreign-claim check.
+func (c *checker) leases() {
+	leases := make([]*LeaseEvent, 0, len(c.h.Leases))
+	for i := range c.h.Leases {
+		leases = append(leases, &c.h.Leases[i])
 	}
-	slices.SortFunc(leases, func(a, b *LeaseEvent) int { return cmp64(a.Seq, b.Seq) })
-	type rowState struct {
-		claim *LeaseEvent
-		final string
-	}
+	slices.SortFunc(leases, func(a, b *LeaseEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 	rows := map[int64]*rowState{}
 	for _, l := range leases {
-		m := known(l.N, fmt.Sprintf("lease event %d (%s)", l.Seq, l.Kind))
+		m := c.known(l.N, fmt.Sprintf("lease event %d (%s)", l.Seq, l.Kind))
 		if m == nil {
 			continue
 		}
@@ -268,73 +293,65 @@ func Check(h *History) *Report {
 			rows[l.Row] = st
 		}
 		if l.Kind == KindClaim {
-			r.Claims++
-			if owner := h.Owner[m.Type]; appOf(l.Relay) != owner {
-				bad(ForeignClaim, l.N, "type %s belongs to app %q but relay %q claimed it (lease event %d)", m.Type, owner, l.Relay, l.Seq)
-			}
-			if st.final != "" {
-				bad(StaleSettle, l.N, "claimed again (lease event %d) after it was settled %s: that settle did not hold", l.Seq, st.final)
-			}
-			st.claim = l
+			c.claimed(m, l, st)
 			continue
 		}
-		r.Settles[l.Kind]++
-		c := st.claim
-		switch {
-		case c == nil:
-			bad(StaleSettle, l.N, "%s by %q (lease event %d) without a live claim", l.Kind, l.Relay, l.Seq)
-		case c.Token != l.Token || c.Relay != l.Relay:
-			bad(StaleSettle, l.N, "%s by %q with token %d (lease event %d), but the last claim was %q's token %d", l.Kind, l.Relay, l.Token, l.Seq, c.Relay, c.Token)
-		case !l.At.Before(c.Until):
-			bad(StaleSettle, l.N, "%s by %q at %s (lease event %d), but its lease ended at %s", l.Kind, l.Relay, l.At.Format("15:04:05.000000"), l.Seq, c.Until.Format("15:04:05.000000"))
-		}
-		st.claim = nil
-		if l.Kind == KindDelivered || l.Kind == KindDead {
-			st.final = l.Kind
-		}
+		c.settled(l, st)
 	}
+}
 
-	// The election: an epoch is won once. Every claim is fenced by its
-	// epoch, so two processes holding one epoch would both claim, as if
-	// each were the only relay of the app; a crash that lost an epoch's
-	// commit would hand it out again.
-	type ae struct {
+func (c *checker) claimed(m *Enqueued, l *LeaseEvent, st *rowState) {
+	c.r.Claims++
+	c.judged.Claims = append(c.judged.Claims, verdict.Claim{N: l.N, Type: m.Type, Apps: []string{appOf(l.Relay)},
+		Ref: fmt.Sprintf("relay %q claimed it (lease event %d)", l.Relay, l.Seq)})
+	if st.final != "" {
+		c.bad(StaleSettle, l.N, "claimed again (lease event %d) after it was settled %s: that settle did not hold", l.Seq, st.final)
+	}
+	st.claim = l
+}
+
+func (c *checker) settled(l *LeaseEvent, st *rowState) {
+	c.r.Settles[l.Kind]++
+	cl := st.claim
+	switch {
+	case cl == nil:
+		c.bad(StaleSettle, l.N, "%s by %q (lease event %d) without a live claim", l.Kind, l.Relay, l.Seq)
+	case cl.Token != l.Token || cl.Relay != l.Relay:
+		c.bad(StaleSettle, l.N, "%s by %q with token %d (lease event %d), but the last claim was %q's token %d", l.Kind, l.Relay, l.Token, l.Seq, cl.Relay, cl.Token)
+	case !l.At.Before(cl.Until):
+		c.bad(StaleSettle, l.N, "%s by %q at %s (lease event %d), but its lease ended at %s", l.Kind, l.Relay, l.At.Format("15:04:05.000000"), l.Seq, cl.Until.Format("15:04:05.000000"))
+	}
+	st.claim = nil
+	if l.Kind == KindDelivered || l.Kind == KindDead {
+		st.final = l.Kind
+	}
+}
+
+// elections: an epoch is won once. Every claim is fenced by its epoch, so
+// two processes holding one epoch would both claim, as if each were the
+// only relay of the app; a crash that lost an epoch's commit would hand
+// it out again.
+func (c *checker) elections() {
+	type appEpoch struct {
 		app   string
 		epoch int64
 	}
-	winner := map[ae]string{}
-	for _, e := range h.Elections {
-		r.Elections++
-		k := ae{appOf(e.Relay), e.Epoch}
+	winner := map[appEpoch]string{}
+	for _, e := range c.h.Elections {
+		c.r.Elections++
+		k := appEpoch{appOf(e.Relay), e.Epoch}
 		if w, ok := winner[k]; ok && w != e.Relay {
-			bad(EpochReused, e.Epoch, "app %s: epoch %d won by %q and again by %q", k.app, e.Epoch, w, e.Relay)
+			c.bad(EpochReused, e.Epoch, "app %s: epoch %d won by %q and again by %q", k.app, e.Epoch, w, e.Relay)
 			continue
 		}
 		winner[k] = e.Relay
 	}
+}
 
-	for _, b := range h.Business {
+func (c *checker) business() {
+	for _, b := range c.h.Business {
 		if b.Committed != b.Value {
-			bad(BusinessRow, int64(b.Producer), "producer committed %d transactions but its business row says %d", b.Committed, b.Value)
+			c.bad(BusinessRow, int64(b.Producer), "producer committed %d transactions but its business row says %d", b.Committed, b.Value)
 		}
 	}
-	return r
-}
-
-func seqs(es []*Effect) []int64 {
-	out := make([]int64, len(es))
-	for i, e := range es {
-		out[i] = e.Seq
-	}
-	return out
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -2,7 +2,9 @@
 // receiver processes on one machine, a fault proxy between them, a nemesis
 // that kills, pauses and cuts them off on a schedule, and a checker that
 // proves from the recorded history that nothing was lost, doubled, stolen
-// or reordered (docs/reliability.md).
+// or reordered — as package verdict defines those, for the demo too — and
+// that leases, elections and the wire kept their promises
+// (docs/reliability.md).
 //
 // The checker is pure Go over a History, so it is tested without a
 // database; the harness (chaos_test.go) fills a History from a real run.

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/chaos/fault"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -201,61 +202,13 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	var notApplied []int
-	for _, s := range split(f.notApplied) {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return fmt.Errorf("-not-applied: %w", err)
-		}
-		notApplied = append(notApplied, n)
-	}
-	hs, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: f.url, Token: f.token, Timeout: f.timeout, MaxConcurrent: 16, NotApplied: notApplied})
+	send, err := relaySender(f)
 	if err != nil {
 		return err
 	}
-	label := f.label
-	send := mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
-		if f.holdPrefix != "" && strings.HasPrefix(d.Key, f.holdPrefix) && d.Attempt == 1 {
-			// Marked, not yet sent: the harness kills us here.
-			emit("holding %s", d.Key)
-			select {
-			case <-time.After(f.holdFor):
-			case <-ctx.Done():
-				return mensageria.NotSent(ctx.Err())
-			}
-		}
-		dd := *d
-		dd.Headers = make(map[string]string, len(d.Headers)+1)
-		for k, v := range d.Headers {
-			dd.Headers[k] = v
-		}
-		dd.Headers[HeaderRelay] = label
-		return hs.Send(ctx, &dd)
-	})
-	ordered := map[string]bool{}
-	for _, t := range split(f.ordered) {
-		ordered[t] = true
-	}
-	var onceOpts []mensageria.RouteOption
-	if f.once {
-		onceOpts = append(onceOpts, mensageria.Mode(mensageria.AtMostOnce))
-		if f.probe != "" {
-			p, err := m2mhttp.NewProbe(m2mhttp.ProbeConfig{URL: f.probe, Token: f.token, Timeout: f.timeout})
-			if err != nil {
-				return err
-			}
-			onceOpts = append(onceOpts, mensageria.Reconcile(p))
-		}
-	}
-	reg := mensageria.NewRegistry()
-	for _, t := range split(f.types) {
-		opts := append([]mensageria.RouteOption(nil), onceOpts...)
-		if ordered[t] {
-			opts = append(opts, mensageria.Ordered())
-		}
-		if err := reg.Register(t, send, opts...); err != nil {
-			return err
-		}
+	reg, err := relayRegistry(f, send)
+	if err != nil {
+		return err
 	}
 	c, err := mensageria.New(drv, &mensageria.Config{
 		App:          f.app,
@@ -279,52 +232,129 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Start needs the database (it records the app's types): while the
-	// server is down, full or refusing this role, try again, as a
-	// supervisor restarting the process would.
-	for {
-		err := c.Start(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		log.Warn("start failed; trying again", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(500 * time.Millisecond):
-		}
+	if !startRelay(ctx, c, log) {
+		return nil
 	}
 	emit("ready")
-	// Readiness as an orchestrator would probe it: each change is reported,
-	// so the harness can count the times a relay said it was unfit.
-	go func() {
-		unready := false
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if err := c.Ready(); (err != nil) != unready {
-				unready = err != nil
-				if unready {
-					emit("unready %s", strings.ReplaceAll(err.Error(), "\n", " "))
-				} else {
-					emit("ready-again")
-				}
-			}
-		}
-	}()
+	go reportReadiness(ctx, c)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = c.Stop(sctx)
 	return nil
+}
+
+// relaySender sends over HTTP, naming this relay in a header; keys of
+// -hold-prefix wait after their mark, for the harness to kill us there.
+func relaySender(f *flags) (mensageria.Sender, error) {
+	var notApplied []int
+	for _, s := range split(f.notApplied) {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return nil, fmt.Errorf("-not-applied: %w", err)
+		}
+		notApplied = append(notApplied, n)
+	}
+	hs, err := m2mhttp.NewSender(m2mhttp.SenderConfig{URL: f.url, Token: f.token, Timeout: f.timeout, MaxConcurrent: 16, NotApplied: notApplied})
+	if err != nil {
+		return nil, err
+	}
+	label := f.label
+	return mensageria.SenderFunc(func(ctx context.Context, d *mensageria.Delivery) error {
+		if f.holdPrefix != "" && strings.HasPrefix(d.Key, f.holdPrefix) && d.Attempt == 1 {
+			// Marked, not yet sent: the harness kills us here.
+			emit("holding %s", d.Key)
+			select {
+			case <-time.After(f.holdFor):
+			case <-ctx.Done():
+				return mensageria.NotSent(ctx.Err())
+			}
+		}
+		dd := *d
+		dd.Headers = make(map[string]string, len(d.Headers)+1)
+		for k, v := range d.Headers {
+			dd.Headers[k] = v
+		}
+		dd.Headers[HeaderRelay] = label
+		return hs.Send(ctx, &dd)
+	}), nil
+}
+
+// relayRegistry routes every type of -types to send, ordered where
+// -ordered says, at most once (with the probe, if any) under -once.
+func relayRegistry(f *flags, send mensageria.Sender) (*mensageria.Registry, error) {
+	ordered := map[string]bool{}
+	for _, t := range split(f.ordered) {
+		ordered[t] = true
+	}
+	var onceOpts []mensageria.RouteOption
+	if f.once {
+		onceOpts = append(onceOpts, mensageria.Mode(mensageria.AtMostOnce))
+		if f.probe != "" {
+			p, err := m2mhttp.NewProbe(m2mhttp.ProbeConfig{URL: f.probe, Token: f.token, Timeout: f.timeout})
+			if err != nil {
+				return nil, err
+			}
+			onceOpts = append(onceOpts, mensageria.Reconcile(p))
+		}
+	}
+	reg := mensageria.NewRegistry()
+	for _, t := range split(f.types) {
+		opts := append([]mensageria.RouteOption(nil), onceOpts...)
+		if ordered[t] {
+			opts = append(opts, mensageria.Ordered())
+		}
+		if err := reg.Register(t, send, opts...); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// startRelay starts c, which needs the database (it records the app's
+// types): while the server is down, full or refusing this role, it tries
+// again, as a supervisor restarting the process would. It reports false
+// if ctx ended first.
+func startRelay(ctx context.Context, c *mensageria.Client, log *slog.Logger) bool {
+	for {
+		err := c.Start(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("start failed; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// reportReadiness probes readiness as an orchestrator would and reports
+// each change, so the harness can count the times a relay said it was
+// unfit.
+func reportReadiness(ctx context.Context, c *mensageria.Client) {
+	unready := false
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := c.Ready(); (err != nil) != unready {
+			unready = err != nil
+			if unready {
+				emit("unready %s", strings.ReplaceAll(err.Error(), "\n", " "))
+			} else {
+				emit("ready-again")
+			}
+		}
+	}
 }
 
 // N reads the harness's message number out of a message id.
@@ -341,7 +371,6 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listener from fd 3: %w", err)
 	}
-	route, _, _ := strings.Cut(f.label, "#")
 	// Asynchronous commit, on the server the suite crashes too: a crash
 	// that keeps the relay's settle of a message keeps this effect, since
 	// the settle is written to the same WAL after the answer, so after the
@@ -356,6 +385,30 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
+	rc, err := inboxReceiver(f, drv, log)
+	if err != nil {
+		return err
+	}
+	route, _, _ := strings.Cut(f.label, "#")
+	rec := &recorder{f: f, pool: pool, inner: rc, route: route, arrivals: f.schema + ".chaos_arrivals"}
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	emit("ready")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// inboxReceiver applies each type of -types through an inbox: the effect
+// records the message and the arrival that applied it, and a poison
+// message is refused for good.
+func inboxReceiver(f *flags, drv *postgres.Driver, log *slog.Logger) (*m2mhttp.Receiver, error) {
 	effects := f.schema + ".chaos_effects"
 	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 		var p struct {
@@ -375,86 +428,65 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 		// deduplicated by its id.
 		in, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "chaos " + t, DedupKey: func(d *mensageria.Delivery) string { return d.ID.String() }})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		handlers[t] = m2mhttp.Handler{Inbox: in, Effect: effect}
 	}
-	rc, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{Tokens: []string{f.token}, Handlers: handlers, Logger: log})
-	if err != nil {
-		return err
-	}
-	arrivals := f.schema + ".chaos_arrivals"
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if time.Now().UnixNano() < outage.until.Load() {
-			// The destination is down as a whole: nothing is read,
-			// recorded or applied.
-			st := int(outage.status.Load())
-			emit("refused %d", st)
-			w.Header().Set("Content-Type", "application/problem+json")
-			if st == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-			} else {
-				w.Header().Set("Retry-After", "1")
-			}
-			w.WriteHeader(st)
-			_, _ = fmt.Fprintf(w, `{"type":"about:blank","title":%q,"status":%d,"detail":"injected outage"}`, http.StatusText(st), st)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil {
-			http.Error(w, "body", http.StatusServiceUnavailable)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		env, err := m2mhttp.DecodeEnvelope(body)
-		if err != nil {
-			rc.ServeHTTP(w, r)
-			return
-		}
-		drop := f.dropAcks > 0 && rand.Float64() < f.dropAcks
-		// Recorded before the inbox runs, so every effect has its request
-		// in the history even if this process dies right after.
-		var id int64
-		err = pool.QueryRow(r.Context(), "INSERT INTO "+arrivals+" (n, type, attempt, route, relay, ack_dropped) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-			N(env.ID), env.Type, env.Attempt, route, env.Headers[HeaderRelay], drop).Scan(&id)
-		if err != nil {
-			http.Error(w, "could not record the arrival", http.StatusServiceUnavailable)
-			return
-		}
-		r = r.WithContext(context.WithValue(r.Context(), arrivalKey{}, id))
-		if !drop {
-			rc.ServeHTTP(w, r)
-			return
-		}
-		// Apply, then lose the answer: the sender sees a broken
-		// connection after the effect committed.
-		rc.ServeHTTP(discard{h: http.Header{}}, r)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0)
-		}
-		_ = conn.Close()
-	})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	emit("ready")
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{Tokens: []string{f.token}, Handlers: handlers, Logger: log})
 }
 
-// discard is a ResponseWriter whose answer nobody will read.
-type discard struct{ h http.Header }
+// recorder is the receiver's front: it injects the outages the harness
+// commands and the lost answers of -drop-acks, and records every request
+// it lets through in the history before the inbox runs.
+type recorder struct {
+	f        *flags
+	pool     *pgxpool.Pool
+	inner    http.Handler
+	route    string
+	arrivals string
+}
 
-func (d discard) Header() http.Header         { return d.h }
-func (d discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d discard) WriteHeader(int)             {}
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if time.Now().UnixNano() < outage.until.Load() {
+		// The destination is down as a whole: nothing is read,
+		// recorded or applied.
+		st := int(outage.status.Load())
+		emit("refused %d", st)
+		retryAfter := time.Second
+		if st == http.StatusUnauthorized {
+			retryAfter = 0 // a token is not fixed by waiting
+		}
+		fault.Refuse(w, st, "injected outage", retryAfter)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "body", http.StatusServiceUnavailable)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	env, err := m2mhttp.DecodeEnvelope(body)
+	if err != nil {
+		rec.inner.ServeHTTP(w, r)
+		return
+	}
+	drop := rec.f.dropAcks > 0 && rand.Float64() < rec.f.dropAcks
+	// Recorded before the inbox runs, so every effect has its request
+	// in the history even if this process dies right after.
+	var id int64
+	err = rec.pool.QueryRow(r.Context(), "INSERT INTO "+rec.arrivals+" (n, type, attempt, route, relay, ack_dropped) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+		N(env.ID), env.Type, env.Attempt, rec.route, env.Headers[HeaderRelay], drop).Scan(&id)
+	if err != nil {
+		http.Error(w, "could not record the arrival", http.StatusServiceUnavailable)
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), arrivalKey{}, id))
+	if !drop {
+		rec.inner.ServeHTTP(w, r)
+		return
+	}
+	// Apply, then lose the answer: the sender sees a broken connection
+	// after the effect committed.
+	rec.inner.ServeHTTP(fault.Discard{H: http.Header{}}, r)
+	fault.LoseAnswer(w)
+}

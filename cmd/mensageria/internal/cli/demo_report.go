@@ -1,0 +1,334 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/verdict"
+	"github.com/xadm/mensageria/driver"
+)
+
+// demoReport is the final count.
+type demoReport struct {
+	elapsed time.Duration
+	cols    []string
+	rows    map[string]map[string]int
+	reasons map[string]int
+
+	lost, dupEffects int
+	rolledBackLeaked int
+	foreignUntouched int
+	foreignTotal     int
+	noSenderOK       bool
+	intruderOK       bool
+	noSenderRows     int
+	faults           [3]int64
+}
+
+func (r *demoReport) set(row, col string, v int) {
+	if r.rows[row] == nil {
+		r.rows[row] = map[string]int{}
+	}
+	r.rows[row][col] = v
+}
+
+// The inboxes' consumers, as the effects table names them.
+const (
+	consumerPedidos = "faturamento/pedidos" // faturamento applying orders
+	consumerFaturas = "pedidos/faturas"     // pedidos applying invoices
+)
+
+// demoEnd is what the run left behind, as the report reads it.
+type demoEnd struct {
+	committed, rolledBack map[string]bool
+	// applied counts the effects of each key, by consumer.
+	applied map[string]map[string]int
+	// dead holds the keys parked as dead, by type.
+	dead map[string]map[string]bool
+	// cancelled are the pedido.cancelado rows, the only messages the
+	// demo sends whose receiver records no effect.
+	cancelled []driver.Job
+	// foreign are estoque's rows.
+	foreign []driver.Job
+}
+
+// demoOwners says which app owns each type of the demo.
+var demoOwners = map[string]string{typPedido: "pedidos", typCancelado: "pedidos", typFatura: "faturamento", typForeign: "estoque"}
+
+// judge hands what the run left to the shared verdict: every committed
+// order applied once or parked as dead, every invoice its effect enqueued
+// likewise, every cancellation settled, and estoque's rows untouched.
+// It returns the verdict and each message's type.
+func (e *demoEnd) judge() (*verdict.Verdict, map[int64]string) {
+	h := &verdict.History{Owner: demoOwners}
+	types := map[int64]string{}
+	add := func(typ, key string, effects int) {
+		n := int64(len(h.Messages) + 1)
+		types[n] = typ
+		// A receiver may refuse any of them for good (a blocked
+		// customer; no handler for a cancellation), or it may run out of
+		// attempts: parked as dead with its reason, it is not lost.
+		h.Messages = append(h.Messages, verdict.Message{N: n, Type: typ, Key: key, MayEndDead: true})
+		for range effects {
+			h.Effects = append(h.Effects, verdict.Effect{Seq: int64(len(h.Effects) + 1), N: n})
+		}
+		if e.dead[typ][key] {
+			h.Dead = append(h.Dead, n)
+		}
+	}
+	for _, k := range sortedKeys(e.committed) {
+		add(typPedido, k, e.applied[consumerPedidos][k])
+	}
+	// Invoices are sent by faturamento's effect: one per applied order.
+	for _, k := range sortedKeys(e.applied[consumerPedidos]) {
+		add(typFatura, k, e.applied[consumerFaturas][k])
+	}
+	// faturamento has no effect for a cancellation: delivered is as
+	// applied as the demo can see it.
+	delivered := map[string]int{}
+	for _, j := range e.cancelled {
+		if j.State == driver.StateDelivered {
+			delivered[j.Key]++
+		}
+	}
+	for i := range demoCancelled {
+		k := fmt.Sprintf("cancel-%d", i)
+		add(typCancelado, k, delivered[k])
+	}
+	// estoque runs no relay here: a row of its type touched at all was
+	// touched by one of the apps that do.
+	for _, j := range e.foreign {
+		if j.State == driver.StatePending && j.Attempt == 0 && j.LastError == "" {
+			continue
+		}
+		n := int64(len(h.Messages) + len(h.Claims) + 1)
+		h.Claims = append(h.Claims, verdict.Claim{N: n, Type: typForeign, Apps: []string{"pedidos", "faturamento"},
+			Ref: fmt.Sprintf("its row %d was touched (%s, attempt %d) while only pedidos and faturamento ran relays", j.ID, j.State, j.Attempt)})
+	}
+	return verdict.Judge(h), types
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (d *demo) report(ctx context.Context, refused refusals) (*demoReport, error) {
+	r := &demoReport{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}, reasons: map[string]int{},
+		foreignTotal: demoForeignRows, noSenderOK: refused.noSender, intruderOK: refused.intruder}
+	stats, err := d.main.drv.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	total := map[string]int{}
+	for _, s := range stats {
+		total[s.Type] = int(s.Pending + s.Dead + s.DeliveredLastHr)
+		r.set("delivered", s.Type, int(s.DeliveredLastHr))
+		r.set("dead", s.Type, int(s.Dead))
+	}
+	end, err := d.readEnd(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	v, types := end.judge()
+	r.count(v, types, end)
+	if total[typFatura] != len(end.applied[consumerPedidos]) {
+		// An invoice enqueued without its effect, or the reverse, would
+		// break the one-transaction promise.
+		r.dupEffects += abs(total[typFatura] - len(end.applied[consumerPedidos]))
+	}
+	r.set("sent", typFatura, total[typFatura])
+	d.countFaults(r)
+	nj, err := d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typNoSender}, Limit: 10})
+	if err != nil {
+		return nil, err
+	}
+	r.noSenderRows = len(nj)
+	return r, nil
+}
+
+// readEnd reads what the run left: the dead letters (their reasons go
+// into r), the effects, the cancellations and estoque's rows.
+func (d *demo) readEnd(ctx context.Context, r *demoReport) (*demoEnd, error) {
+	e := &demoEnd{dead: map[string]map[string]bool{}, applied: map[string]map[string]int{consumerPedidos: {}, consumerFaturas: {}}}
+	var after int64
+	for {
+		jobs, err := d.main.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, AfterID: after, Limit: 500})
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range jobs {
+			if e.dead[j.Type] == nil {
+				e.dead[j.Type] = map[string]bool{}
+			}
+			e.dead[j.Type][j.Key] = true
+			r.reasons[oneLine(j.Type+": "+deadReason(j.LastError), 70)]++
+		}
+		if len(jobs) < 500 {
+			break
+		}
+		after = jobs[len(jobs)-1].ID
+	}
+	err := d.query(ctx, "SELECT consumer, key, count(*) FROM "+d.effects+" GROUP BY consumer, key", nil, func(scan func(...any) error) error {
+		var c, k string
+		var n int
+		if err := scan(&c, &k, &n); err != nil {
+			return err
+		}
+		if e.applied[c] == nil {
+			e.applied[c] = map[string]int{}
+		}
+		e.applied[c][k] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e.cancelled, err = d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typCancelado}, Limit: 2 * demoCancelled}); err != nil {
+		return nil, err
+	}
+	if e.foreign, err = d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typForeign}, Limit: 1000}); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	e.committed, e.rolledBack = d.committed, d.rolledBack
+	d.mu.Unlock()
+	return e, nil
+}
+
+// count fills the table from the verdict and what the run left.
+func (r *demoReport) count(v *verdict.Verdict, types map[int64]string, e *demoEnd) {
+	r.set("sent", typPedido, len(e.committed))
+	r.set("sent", typCancelado, demoCancelled)
+	r.set("applied once", typPedido, len(e.applied[consumerPedidos]))
+	r.set("applied once", typFatura, len(e.applied[consumerFaturas]))
+	for _, c := range r.cols {
+		r.set("lost", c, 0)
+	}
+	for _, x := range v.Violations {
+		switch x.Kind {
+		case verdict.Lost:
+			r.set("lost", types[x.N], r.rows["lost"][types[x.N]]+1)
+			r.lost++
+		case verdict.DuplicateEffect:
+			extra := v.Applied[x.N] - 1
+			r.set("duplicate effects", types[x.N], r.rows["duplicate effects"][types[x.N]]+extra)
+			r.dupEffects += extra
+		}
+	}
+	r.foreignUntouched = len(e.foreign) - v.Count(verdict.ForeignClaim)
+	for k := range e.rolledBack {
+		if e.applied[consumerPedidos][k] > 0 {
+			r.rolledBackLeaked++
+		}
+	}
+	r.set("rolled back (never sent)", typPedido, len(e.rolledBack))
+}
+
+func (d *demo) countFaults(r *demoReport) {
+	for _, fs := range []*faultServer{d.fat, d.ped} {
+		fs.mu.Lock()
+		for t, v := range fs.redeliv {
+			r.set("redeliveries", t, r.rows["redeliveries"][t]+v)
+		}
+		for t, v := range fs.dupes {
+			r.set("duplicates absorbed", t, r.rows["duplicates absorbed"][t]+v)
+		}
+		fs.mu.Unlock()
+		r.faults[0] += fs.fault5xx.Load()
+		r.faults[1] += fs.faultSlow.Load()
+		r.faults[2] += fs.faultAck.Load()
+	}
+}
+
+var (
+	requestRef = regexp.MustCompile(` \(request [^)]*\)`)
+	statusText = regexp.MustCompile(`http (\d{3}) [A-Za-z ]+: `)
+)
+
+// deadReason groups dead letters by cause: request ids make every text
+// unique, so they are left out.
+func deadReason(s string) string {
+	s = requestRef.ReplaceAllString(strings.TrimPrefix(s, "permanent: "), "")
+	return statusText.ReplaceAllString(s, "$1 ")
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+func (r *demoReport) ok() bool {
+	return r.lost == 0 && r.dupEffects == 0 && r.rolledBackLeaked == 0 && r.foreignUntouched == r.foreignTotal && r.noSenderOK && r.noSenderRows == 0 && r.intruderOK
+}
+
+func (r *demoReport) write(d *demo) {
+	w := d.out
+	fmt.Fprintf(w, "\nfinished in %.1fs on %s\n\n", r.elapsed.Seconds(), map[bool]string{false: "SQLite", true: "PostgreSQL"}[d.pg])
+	// Under 80 columns, so the table survives a narrow terminal.
+	rows := []struct{ key, label string }{
+		{"sent", "sent"}, {"rolled back (never sent)", "rolled back"}, {"delivered", "delivered"},
+		{"redeliveries", "redeliveries"}, {"duplicates absorbed", "duplicates absorbed"}, {"applied once", "applied once"},
+		{"dead", "dead"}, {"lost", "lost"}, {"duplicate effects", "duplicate effects"},
+	}
+	fmt.Fprintf(w, "  %-19s", "")
+	for _, c := range r.cols {
+		fmt.Fprintf(w, "%17s", c)
+	}
+	fmt.Fprintf(w, "%7s\n", "total")
+	for _, row := range rows {
+		fmt.Fprintf(w, "  %-19s", row.label)
+		sum := 0
+		for _, c := range r.cols {
+			v := r.rows[row.key][c]
+			sum += v
+			fmt.Fprintf(w, "%17d", v)
+		}
+		mark := ""
+		if (row.key == "lost" || row.key == "duplicate effects") && sum != 0 {
+			mark = "  <- FAIL"
+		}
+		fmt.Fprintf(w, "%7d%s\n", sum, mark)
+	}
+	if len(r.reasons) > 0 {
+		fmt.Fprintln(w, "\n  dead, with reasons:")
+		keys := make([]string, 0, len(r.reasons))
+		for k := range r.reasons {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %5d  %s\n", r.reasons[k], k)
+		}
+	}
+	check := func(ok bool) string {
+		if ok {
+			return "ok"
+		}
+		return "FAIL"
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  foreign rows untouched  %d/%d %s (%s: pending, never tried)\n", r.foreignUntouched, r.foreignTotal, check(r.foreignUntouched == r.foreignTotal), typForeign)
+	fmt.Fprintf(w, "  enqueue, no sender      %s (typed error, %d rows written)\n", check(r.noSenderOK && r.noSenderRows == 0), r.noSenderRows)
+	fmt.Fprintf(w, "  another app's type      %s (a relay routing it refused to start)\n", check(r.intruderOK))
+	fmt.Fprintf(w, "  rolled back, applied    %d %s\n", r.rolledBackLeaked, check(r.rolledBackLeaked == 0))
+	fmt.Fprintf(w, "  faults injected         %d x 503, %d past the timeout, %d lost acks,\n", r.faults[0], r.faults[1], r.faults[2])
+	fmt.Fprintf(w, "                          2 relays killed mid-batch\n")
+	fmt.Fprintln(w)
+	if r.ok() {
+		fmt.Fprintln(w, "PASS: every committed message was applied once or parked as dead with its")
+		fmt.Fprintln(w, "      reason; the inboxes absorbed every redelivery; nothing else was touched.")
+	} else {
+		fmt.Fprintln(w, "FAIL: see the rows marked above.")
+	}
+}
