@@ -179,7 +179,7 @@ func electionName(e mensageria.Election) string {
 	if e == mensageria.ElectionNone {
 		return "none"
 	}
-	return "advisory"
+	return "leader"
 }
 
 func destination(r Route) string {
@@ -282,7 +282,7 @@ func delivery(r Route) string {
 
 func writeExplain(w io.Writer, c *Config, out explainOut) {
 	head := fmt.Sprintf("app %s: %d route(s); election %s", out.App, len(out.Routes), out.Election)
-	if out.Election == "advisory" {
+	if out.Election == "leader" {
 		head += " (one active relay per app; a deposed leader is fenced out)."
 	} else {
 		head += " (every replica relays; claims stay disjoint through row locks and leases)."

@@ -55,7 +55,7 @@ logged, and its messages wait for it. It runs
 until SIGTERM or SIGINT, then stops claiming, lets the deliveries in flight
 finish within --shutdown-timeout and releases the rest for the next relay.
 
-With election advisory, replicas of one app elect one active relay; the
+With election leader, replicas of one app elect one active relay; the
 others stand by and take over when it dies.
 
 It serves, on --listen:

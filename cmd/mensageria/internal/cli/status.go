@@ -158,13 +158,13 @@ func writeStatus(w io.Writer, st *Status) {
 	case st.Election.Mode == "none":
 		fmt.Fprintln(w, "election: none (every replica relays)")
 	case st.Election.Holder == "":
-		fmt.Fprintln(w, "election: advisory, no holder (no relay of this app is running)")
+		fmt.Fprintln(w, "election: leader, no holder (no relay of this app is running)")
 	default:
 		since := ""
 		if st.Election.Since != nil {
 			since = fmt.Sprintf(", for %s", time.Since(*st.Election.Since).Round(time.Second))
 		}
-		fmt.Fprintf(w, "election: advisory, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
+		fmt.Fprintf(w, "election: leader, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
