@@ -268,6 +268,9 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
+// Is makes errors.Is(err, mensageria.ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == mensageria.ErrConfig }
+
 // The file's shape. Every leaf is a string so that ${ENV} may stand for any
 // value (a number or a duration too); the strings are parsed after the
 // expansion, each error located through the node tree.

@@ -323,6 +323,9 @@ func TestParseConfigErrors(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %T %v is not a *ConfigError", err, err)
 			}
+			if !errors.Is(err, mensageria.ErrConfig) {
+				t.Fatalf("error %v is not mensageria.ErrConfig", err)
+			}
 			if ce.Line != tc.line || ce.Field != tc.field || !strings.Contains(ce.Msg, tc.msg) {
 				t.Fatalf("got line %d field %q msg %q (%v)\nwant line %d field %q msg containing %q", ce.Line, ce.Field, ce.Msg, err, tc.line, tc.field, tc.msg)
 			}
@@ -338,6 +341,8 @@ func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
 	for _, in := range []string{"", "# only a comment\n", "- a\n- b\n", "database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\n---\napp: b\n"} {
 		if _, err := ParseConfig("m.yaml", []byte(in), envOf()); err == nil {
 			t.Errorf("no error for %q", in)
+		} else if !errors.Is(err, mensageria.ErrConfig) {
+			t.Errorf("%q: %v is not mensageria.ErrConfig", in, err)
 		}
 	}
 }
@@ -434,5 +439,18 @@ func TestElectionAdvisoryIsADeprecatedAliasOfLeader(t *testing.T) {
 		if len(c.Warnings) != 0 {
 			t.Errorf("election %s: warnings %q, want none", v, c.Warnings)
 		}
+	}
+}
+
+// A file with several mistakes reports each, and the joined error is still
+// mensageria.ErrConfig.
+func TestSeveralConfigErrorsAreErrConfig(t *testing.T) {
+	_, err := ParseConfig("m.yaml", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\nrelay: {batch: [1], lease: [2]}\n"), envOf())
+	var m multiError
+	if !errors.As(err, &m) || len(m) < 2 {
+		t.Fatalf("got %T %v, want several located errors", err, err)
+	}
+	if !errors.Is(err, mensageria.ErrConfig) {
+		t.Errorf("%v is not mensageria.ErrConfig", err)
 	}
 }
