@@ -24,10 +24,6 @@ import (
 // benchScenarios are the scenarios `bench` knows, in run order.
 var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite", "console"}
 
-// privateScenarios need no database of the config: with --private-server
-// (or on SQLite, in a temporary directory) they bring their own.
-var privateScenarios = []string{"stress", "tax", "stress-sqlite"}
-
 type benchOptions struct {
 	scenarios      []string
 	messages       int
