@@ -19,13 +19,7 @@ import (
 // console is never exposed by default.
 const defaultConsoleListen = "127.0.0.1:9470"
 
-func (a *app) consoleCommand() *cobra.Command {
-	var listen, logFormat, logLevel string
-	var readOnly, allApps bool
-	cmd := &cobra.Command{
-		Use:   "console",
-		Short: "Serve the web console: per type counts, route health, elections, dead letters with retry and discard",
-		Long: `console serves the operator's web console (docs/config.md#the-web-console)
+const consoleLong = `console serves the operator's web console (docs/config.md#the-web-console)
 for the config's database and schema, every app of it: per message type the
 owning app, pending, in flight, dead, the oldest pending age, deliveries per
 minute over the last hour and the route's health as its relay recorded it;
@@ -42,8 +36,16 @@ unless all_apps: true (or --all-apps). It runs until SIGTERM or SIGINT.
 
 The per-type counts read every pending row, so the console keeps the last
 ones and counts again in the background at most once a second (longer when
-a count takes long): a page load never waits for a count.`,
-		Args: noArgs,
+a count takes long): a page load never waits for a count.`
+
+func (a *app) consoleCommand() *cobra.Command {
+	var listen, logFormat, logLevel string
+	var readOnly, allApps bool
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console: per type counts, route health, elections, dead letters with retry and discard",
+		Long:  consoleLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(a.io.Err, logFormat, logLevel)
 			if err != nil {

@@ -161,11 +161,7 @@ func (a *app) listInScope(ctx context.Context, state driver.State, allApps bool,
 	return c, scope, jobs, err
 }
 
-func (a *app) deadCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "dead",
-		Short: "List, show, retry or discard dead letters",
-		Long: `dead operates the messages the relay parked as dead (refused permanently by
+const deadLong = `dead operates the messages the relay parked as dead (refused permanently by
 the destination, or out of attempts), each with its last error.
 
   dead list [--type T]            one line per dead message
@@ -179,8 +175,14 @@ another app is refused (exit 2) with its owner's name. --all-apps is the
 explicit flag for a DBA to act across every app of the schema.
 
 Retrying or discarding more than one message asks for confirmation on
-standard input unless --yes is given.`,
-		Args: noArgs,
+standard input unless --yes is given.`
+
+func (a *app) deadCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List, show, retry or discard dead letters",
+		Long:  deadLong,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("dead needs a sub-command: list, show, retry or discard (see 'mensageria dead --help')")
 		},

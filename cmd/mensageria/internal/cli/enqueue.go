@@ -59,14 +59,7 @@ func parsePayloadArg(arg string, readFile func(string) ([]byte, error), stdin io
 	return json.RawMessage(b), nil
 }
 
-func (a *app) enqueueCommand() *cobra.Command {
-	var typ, key, payload string
-	var headers []string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
-		Short: "Enqueue one message (for operators and tests)",
-		Long: `enqueue writes one message into the outbox, as an app would inside its
+const enqueueLong = `enqueue writes one message into the outbox, as an app would inside its
 business transaction. The type must be one of the config's routes, and the
 ownership catalog must give it to the config's app (its relay records it
 when it starts, or 'mensageria owners register' does): a type with no
@@ -76,8 +69,17 @@ enqueue never records ownership itself.
 
 Apps in other languages enqueue with a plain INSERT instead; the database
 refuses a type that no app owns:
-  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`,
-		Args: noArgs,
+  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var typ, key, payload string
+	var headers []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
+		Short: "Enqueue one message (for operators and tests)",
+		Long:  enqueueLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			c, err := a.loadConfig()
 			if err != nil {

@@ -10,11 +10,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-func (a *app) migrateCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "migrate",
-		Short: "Apply, verify or print the schema migrations",
-		Long: `migrate manages the mensageria tables in the configured schema.
+const migrateLong = `migrate manages the mensageria tables in the configured schema.
 
   migrate up      apply every missing migration (safe to run from several
                   processes at once: they serialize on a database lock).
@@ -23,8 +19,14 @@ func (a *app) migrateCommand() *cobra.Command {
   migrate check   verify the schema is current without changing it; exits 1
                   when it is behind (open to every app)
   migrate sql     print the DDL, for a team's own migration tool (Flyway,
-                  goose, Liquibase)`,
-		Args: noArgs,
+                  goose, Liquibase)`
+
+func (a *app) migrateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply, verify or print the schema migrations",
+		Long:  migrateLong,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("migrate needs a sub-command: up, check or sql (see 'mensageria migrate --help')")
 		},
