@@ -79,27 +79,8 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 			InDoubt: s.InDoubt, OldestInDoubtSec: s.OldestInDoubt.Seconds(),
 		})
 	}
-	// A routed type with no rows yet still gets its line: "0 pending" is
-	// an answer an operator wants to see, and so is its owner.
-	var catalog []driver.Ownership
-	loaded := false
-	for _, t := range c.Types() {
-		if seen[t] {
-			continue
-		}
-		if !loaded {
-			if catalog, err = drv.Owners(ctx, ""); err != nil {
-				return nil, fmt.Errorf("status: ownership catalog: %w", err)
-			}
-			loaded = true
-		}
-		owner := ""
-		for _, o := range catalog {
-			if o.Kind == driver.ResourceType && o.Name == t {
-				owner = o.App
-			}
-		}
-		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
+	if err := addIdleRoutedTypes(ctx, c, drv, st, seen); err != nil {
+		return nil, err
 	}
 	routes, err := drv.RouteStates(ctx, "")
 	if err != nil {
@@ -133,23 +114,60 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		}
 		return 0
 	})
+	if err := statusElection(ctx, c, drv, &st.Election); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// addIdleRoutedTypes adds a line, with its owner, for each routed type
+// that has no rows yet: "0 pending" is an answer an operator wants to
+// see, and so is its owner.
+func addIdleRoutedTypes(ctx context.Context, c *Config, drv driver.Driver, st *Status, seen map[string]bool) error {
+	var err error
+	var catalog []driver.Ownership
+	loaded := false
+	for _, t := range c.Types() {
+		if seen[t] {
+			continue
+		}
+		if !loaded {
+			if catalog, err = drv.Owners(ctx, ""); err != nil {
+				return fmt.Errorf("status: ownership catalog: %w", err)
+			}
+			loaded = true
+		}
+		owner := ""
+		for _, o := range catalog {
+			if o.Kind == driver.ResourceType && o.Name == t {
+				owner = o.App
+			}
+		}
+		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
+	}
+	return nil
+}
+
+// statusElection fills e with the app's election holder, when the config
+// elects one.
+func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *StatusElection) error {
 	if c.Relay.Election != mensageria.ElectionNone {
 		el, err := drv.Elector(c.App, c.Effective().Lease)
 		if err == nil {
 			var h driver.Leader
 			if h, err = el.Holder(ctx); err == nil {
-				st.Election.Holder, st.Election.Epoch = h.Holder, h.Epoch
+				e.Holder, e.Epoch = h.Holder, h.Epoch
 				if !h.Since.IsZero() && h.Holder != "" {
 					since := h.Since.UTC()
-					st.Election.Since = &since
+					e.Since = &since
 				}
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("status: election: %w", err)
+			return fmt.Errorf("status: election: %w", err)
 		}
 	}
-	return st, nil
+	return nil
 }
 
 func writeStatus(w io.Writer, st *Status) {
