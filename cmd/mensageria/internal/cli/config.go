@@ -937,11 +937,17 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	case rr.NATS != nil:
 		return p.natsRoute(i, r, rr.NATS)
 	}
+	return p.httpRoute(i, r, rr.HTTP)
+}
+
+// httpRoute reads an http: route's block.
+func (p *parser) httpRoute(i int, r Route, rh *rawHTTP) (Route, error) {
+	var err error
 	r.Transport = "http"
 	h := &HTTPRoute{}
 	base := []any{"routes", i, "http"}
 	at := func(k string) []any { return append(append([]any{}, base...), k) }
-	if h.URL, err = p.expand(rr.HTTP.URL, at("url")...); err != nil {
+	if h.URL, err = p.expand(rh.URL, at("url")...); err != nil {
 		return r, err
 	}
 	if h.URL == "" {
@@ -954,7 +960,7 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	if u.User != nil {
 		return r, p.errAt(at("url"), "must not carry credentials (user:password@): the receiver authenticates the token")
 	}
-	tok, err := p.expand(rr.HTTP.Token, at("token")...)
+	tok, err := p.expand(rh.Token, at("token")...)
 	if err != nil {
 		return r, err
 	}
@@ -966,19 +972,19 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 		// The value itself is never shown: it is a secret.
 		return r, p.errAt(at("token"), "must be printable ASCII (it travels in the Authorization header)")
 	}
-	if h.Timeout, err = p.duration(rr.HTTP.Timeout, at("timeout")...); err != nil {
+	if h.Timeout, err = p.duration(rh.Timeout, at("timeout")...); err != nil {
 		return r, err
 	}
-	if h.MaxConcurrent, err = p.int(rr.HTTP.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
+	if h.MaxConcurrent, err = p.int(rh.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
 		return r, err
 	}
-	if h.Batch, err = p.bool(rr.HTTP.Batch, at("batch")...); err != nil {
+	if h.Batch, err = p.bool(rh.Batch, at("batch")...); err != nil {
 		return r, err
 	}
-	if h.MaxBatchItems, err = p.int(rr.HTTP.MaxBatchItems, 1, at("max_batch_items")...); err != nil {
+	if h.MaxBatchItems, err = p.int(rh.MaxBatchItems, 1, at("max_batch_items")...); err != nil {
 		return r, err
 	}
-	if h.MaxBatchBytes, err = p.int(rr.HTTP.MaxBatchBytes, 1024, at("max_batch_bytes")...); err != nil {
+	if h.MaxBatchBytes, err = p.int(rh.MaxBatchBytes, 1024, at("max_batch_bytes")...); err != nil {
 		return r, err
 	}
 	if !h.Batch {
@@ -988,14 +994,14 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 			}
 		}
 	}
-	if err := p.onceFields(i, r, h, rr.HTTP, at); err != nil {
+	if err := p.onceFields(i, r, h, rh, at); err != nil {
 		return r, err
 	}
-	if rr.HTTP.TLS != nil {
+	if rh.TLS != nil {
 		if u.Scheme != "https" {
 			return r, p.errAt(at("tls"), "the URL is %s://: a tls: block needs an https:// URL", u.Scheme)
 		}
-		if h.TLS, err = p.tls(rr.HTTP.TLS, at("tls")); err != nil {
+		if h.TLS, err = p.tls(rh.TLS, at("tls")); err != nil {
 			return r, err
 		}
 	}
