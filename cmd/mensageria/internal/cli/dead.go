@@ -82,6 +82,21 @@ type deadScope struct {
 	types   []string // the app's own types; unused with allApps
 }
 
+// connectInScope connects to the config's current schema and resolves the
+// scope of a dead or doubt command: the app's types, or every app's.
+func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *backend, deadScope, error) {
+	c, b, err := a.connectCurrent(ctx)
+	if err != nil {
+		return nil, nil, deadScope{}, err
+	}
+	scope, err := newDeadScope(ctx, c, b.drv, allApps)
+	if err != nil {
+		b.Close()
+		return nil, nil, deadScope{}, err
+	}
+	return c, b, scope, nil
+}
+
 func newDeadScope(ctx context.Context, c *Config, drv driver.Driver, allApps bool) (deadScope, error) {
 	s := deadScope{app: c.App, schema: c.Schema, allApps: allApps}
 	if allApps {
@@ -144,15 +159,11 @@ func (s deadScope) none() bool { return !s.allApps && len(s.types) == 0 }
 // 'dead list' and 'doubt list' do: a type of another app is refused with
 // its owner's name, and an app that owns nothing lists nothing.
 func (a *app) listInScope(ctx context.Context, state driver.State, allApps bool, asked []string, after int64, limit int) (*Config, deadScope, []driver.Job, error) {
-	c, b, err := a.connectCurrent(ctx)
+	c, b, scope, err := a.connectInScope(ctx, allApps)
 	if err != nil {
 		return nil, deadScope{}, nil, err
 	}
 	defer b.Close()
-	scope, err := newDeadScope(ctx, c, b.drv, allApps)
-	if err != nil {
-		return nil, deadScope{}, nil, err
-	}
 	types, err := scope.filter(ctx, b.drv, asked)
 	if err != nil || scope.none() {
 		return c, scope, nil, err
@@ -266,15 +277,11 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 	if err != nil {
 		return err
 	}
-	c, b, err := a.connectCurrent(ctx)
+	c, b, scope, err := a.connectInScope(ctx, showAll)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	scope, err := newDeadScope(ctx, c, b.drv, showAll)
-	if err != nil {
-		return err
-	}
 	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
 	if err != nil {
 		return err
@@ -335,15 +342,11 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				return usageErr("dead %s takes message ids or --type, not both", verb)
 			}
 			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
+			c, b, scope, err := a.connectInScope(ctx, allApps)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			scope, err := newDeadScope(ctx, c, b.drv, allApps)
-			if err != nil {
-				return err
-			}
 			if len(types) > 0 {
 				if _, err := scope.filter(ctx, b.drv, types); err != nil {
 					return err

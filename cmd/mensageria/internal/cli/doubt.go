@@ -168,16 +168,12 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 	if err != nil {
 		return err
 	}
-	c, b, err := a.connectCurrent(ctx)
+	c, b, scope, err := a.connectInScope(ctx, showAll)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	amo, err := atMostOnceOf(b.drv)
-	if err != nil {
-		return err
-	}
-	scope, err := newDeadScope(ctx, c, b.drv, showAll)
 	if err != nil {
 		return err
 	}
@@ -265,16 +261,12 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 				return usageErr("%v (see 'mensageria doubt resolve --help')", err)
 			}
 			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
+			c, b, scope, err := a.connectInScope(ctx, allApps)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			amo, err := atMostOnceOf(b.drv)
-			if err != nil {
-				return err
-			}
-			scope, err := newDeadScope(ctx, c, b.drv, allApps)
 			if err != nil {
 				return err
 			}
