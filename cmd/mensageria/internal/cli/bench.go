@@ -294,14 +294,11 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 }
 
 func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
 	schema := fmt.Sprintf("%s_bench_%08x", c.Schema, rand.Uint32())
 	if len(schema) > 63 {
 		schema = fmt.Sprintf("mensageria_bench_%08x", rand.Uint32())

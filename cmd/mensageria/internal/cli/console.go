@@ -86,14 +86,11 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 		addr = defaultConsoleListen
 	}
 	ctx := cmd.Context()
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
 	res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
 	switch {
 	case errors.Is(err, driver.ErrSchemaBehind):

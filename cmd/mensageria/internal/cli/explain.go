@@ -101,14 +101,11 @@ func readOwnership(ctx context.Context, c *Config) explainOwnership {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return explainOwnership{Why: err.Error()}
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
-		return explainOwnership{Why: err.Error()}
-	}
 	if err := checkSchema(ctx, c, b.drv); err != nil {
 		return explainOwnership{Why: err.Error()}
 	}

@@ -336,13 +336,23 @@ func (a *app) connect(ctx context.Context) (*Config, *backend, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return nil, nil, err
 	}
+	return c, b, nil
+}
+
+// openPinged opens the database and checks that it answers; the caller
+// closes the backend.
+func openPinged(ctx context.Context, database, schema string) (*backend, error) {
+	b, err := openBackend(ctx, database, schema)
+	if err != nil {
+		return nil, err
+	}
 	if err := b.ping(ctx); err != nil {
 		b.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return c, b, nil
+	return b, nil
 }

@@ -111,15 +111,12 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 	if err != nil {
 		return err
 	}
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	d.b = b
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
 	if err := d.checkSchema(ctx, migrate, configPath); err != nil {
 		return err
 	}

@@ -112,14 +112,11 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 		return err
 	}
 	defer closeSenders()
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
 	if err := a.relaySchema(ctx, b, c, o.migrate, log); err != nil {
 		return err
 	}
