@@ -151,21 +151,21 @@ func addIdleRoutedTypes(ctx context.Context, c *Config, drv driver.Driver, st *S
 // statusElection fills e with the app's election holder, when the config
 // elects one.
 func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *StatusElection) error {
-	if c.Relay.Election != mensageria.ElectionNone {
-		el, err := drv.Elector(c.App, c.Effective().Lease)
-		if err == nil {
-			var h driver.Leader
-			if h, err = el.Holder(ctx); err == nil {
-				e.Holder, e.Epoch = h.Holder, h.Epoch
-				if !h.Since.IsZero() && h.Holder != "" {
-					since := h.Since.UTC()
-					e.Since = &since
-				}
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("status: election: %w", err)
-		}
+	if c.Relay.Election == mensageria.ElectionNone {
+		return nil
+	}
+	el, err := drv.Elector(c.App, c.Effective().Lease)
+	if err != nil {
+		return fmt.Errorf("status: election: %w", err)
+	}
+	h, err := el.Holder(ctx)
+	if err != nil {
+		return fmt.Errorf("status: election: %w", err)
+	}
+	e.Holder, e.Epoch = h.Holder, h.Epoch
+	if !h.Since.IsZero() && h.Holder != "" {
+		since := h.Since.UTC()
+		e.Since = &since
 	}
 	return nil
 }
