@@ -38,7 +38,7 @@ The per-type counts read every pending row, so the console keeps the last
 ones and counts again in the background at most once a second (longer when
 a count takes long): a page load never waits for a count.`
 
-// consoleOptions are the flags of the command.
+// consoleOptions are the console command's flags.
 type consoleOptions struct {
 	listen, logFormat, logLevel string
 	readOnly, allApps           bool

@@ -71,7 +71,7 @@ Apps in other languages enqueue with a plain INSERT instead; the database
 refuses a type that no app owns:
   INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`
 
-// enqueueOptions are the flags of the command.
+// enqueueOptions are the enqueue command's flags.
 type enqueueOptions struct {
 	typ, key, payload string
 	headers           []string
