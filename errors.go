@@ -22,12 +22,11 @@ var (
 	// the inbox can no longer tell whether it was applied. It is refused,
 	// never re-applied blindly.
 	ErrStale = errors.New("mensageria: message older than the dedup window")
-	// ErrClosed: the client was stopped.
-	ErrClosed = errors.New("mensageria: client stopped")
 	// ErrAlreadyStarted: Start was called twice.
 	ErrAlreadyStarted = errors.New("mensageria: relay already started")
-	// ErrConfig is wrapped by every *ConfigError.
-	ErrConfig = errors.New("mensageria: invalid config")
+	// ErrConfig is wrapped by every configuration error: this package's
+	// *ConfigError, the drivers' and transports', and the command's.
+	ErrConfig = driver.ErrConfig
 	// ErrConflict: an inbox already applied a different message under the
 	// same dedup key (same key, different payload). Nothing was applied;
 	// it is reported, never absorbed as a duplicate.

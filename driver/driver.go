@@ -23,6 +23,11 @@ import (
 // (for example Listen on SQLite). Callers fall back to polling.
 var ErrNotSupported = errors.New("mensageria/driver: not supported by this driver")
 
+// ErrConfig is wrapped by every backend's configuration error; the root
+// package exports it as mensageria.ErrConfig, so one errors.Is test covers
+// a refused Config and a refused driver setting alike.
+var ErrConfig = errors.New("mensageria: invalid config")
+
 // ErrSchemaBehind is wrapped by Migrate in check mode when the database is at
 // an older schema version than this build needs.
 var ErrSchemaBehind = errors.New("mensageria/driver: schema version is behind")

@@ -302,15 +302,6 @@ func ids(jobs []driver.Job) []int64 {
 	return out
 }
 
-func keys(jobs []driver.Job) []string {
-	out := make([]string, len(jobs))
-	for i, j := range jobs {
-		out[i] = j.Type + "/" + j.Key
-	}
-	slices.Sort(out)
-	return out
-}
-
 func wantIDs(t *testing.T, what string, got []driver.Job, want ...int64) {
 	t.Helper()
 	slices.Sort(want)

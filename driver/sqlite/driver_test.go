@@ -480,3 +480,20 @@ func TestMigrateUpgradesFromOlderVersion(t *testing.T) {
 		t.Fatalf("upgrade from 1 = %+v, %v", res, err)
 	}
 }
+
+// Every setting the driver refuses is a *ConfigError that errors.Is
+// matches against mensageria.ErrConfig, the one test a caller writes for
+// a refused Config, driver setting or transport config alike.
+func TestConfigErrorIsErrConfig(t *testing.T) {
+	d := migrated(t, filepath.Join(t.TempDir(), "m.db"), nil)
+	_, openErr := sqlite.Open("", nil)
+	_, schemaErr := sqlite.Open(filepath.Join(t.TempDir(), "s.db"), &sqlite.Config{Schema: "a-b"})
+	_, nilDBErr := sqlite.New(nil, nil)
+	_, electorErr := d.Elector("a", 0)
+	for name, err := range map[string]error{"empty path": openErr, "bad schema": schemaErr, "nil db": nilDBErr, "zero lease": electorErr} {
+		var ce *sqlite.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, mensageria.ErrConfig) {
+			t.Errorf("%s: %v, want a *ConfigError that is mensageria.ErrConfig", name, err)
+		}
+	}
+}

@@ -68,6 +68,9 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("mensageria/sqlite: config %s: %s", e.Field, e.Reason)
 }
 
+// Is makes errors.Is(err, mensageria.ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == driver.ErrConfig }
+
 // Driver is the SQLite backend. It is safe for concurrent use.
 type Driver struct {
 	db     *sql.DB

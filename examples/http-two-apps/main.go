@@ -54,7 +54,6 @@ func main() {
 type app struct {
 	client *mensageria.Client
 	srv    *http.Server
-	url    string
 }
 
 // The two messages' payloads.

@@ -81,7 +81,7 @@ func For(transport string, o Options) (Map, bool) {
 	if transport == "kafka" && o.KafkaTransactional {
 		m.Hops[1] = kafkaTransactionalHop
 		m.EndToEnd = ExactlyOnce
-		m.Boundary = "exactly-once from the outbox into Kafka for read_committed consumers, and from Kafka into one database through kafka.Sink; it holds while one relay at a time uses the transactional id (election advisory) and an unsettled batch comes back within the sender's Retain (default 5 minutes; the relay's lease is 30 seconds)"
+		m.Boundary = "exactly-once from the outbox into Kafka for read_committed consumers, and from Kafka into one database through kafka.Sink; it holds while one relay at a time uses the transactional id (election leader) and an unsettled batch comes back within the sender's Retain (default 5 minutes; the relay's lease is 30 seconds)"
 		m.Defend = []string{
 			"consumers that apply through anything but kafka.Sink or an Inbox (their own effects repeat on their own redeliveries)",
 			"consumers in read_uncommitted mode see aborted records",
@@ -100,7 +100,7 @@ func For(transport string, o Options) (Map, bool) {
 
 const orderedText = "per key, in enqueue order: only the oldest unsettled message of a key is claimed, so a failing message blocks its own key and no other; a redelivery repeats a message but never overtakes it."
 
-const orderedNoElection = "With election none, concurrent relays keep the order only as long as the leases hold: a relay paused past its lease can deliver late; prefer election advisory for ordered routes."
+const orderedNoElection = "With election none, concurrent relays keep the order only as long as the leases hold: a relay paused past its lease can deliver late; prefer election leader for ordered routes."
 
 // kafkaTransactionalHop replaces the kafka route's at-least-once hop when
 // the relay uses the transactional sender.
@@ -109,7 +109,7 @@ var kafkaTransactionalHop = Hop{
 	To:       "Kafka topic",
 	Level:    ExactlyOnce,
 	Why:      "each relay batch is one Kafka transaction that also records which outbox rows it carried; a relay restarted between the Kafka commit and the database settle reads that record back and answers the rows delivered instead of producing them again",
-	Requires: "election advisory (one relay uses the transactional id at a time), the same transactional_id on every replica of the app and a different one per app and route, read_committed consumers",
+	Requires: "election leader (one relay uses the transactional id at a time), the same transactional_id on every replica of the app and a different one per app and route, read_committed consumers",
 }
 
 // enqueueHop is the first hop of every route: the outbox row and the

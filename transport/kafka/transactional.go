@@ -51,8 +51,8 @@ type TransactionalConfig struct {
 	// TopicFor picks the topic per delivery. Default: Topic.
 	TopicFor func(*mensageria.Delivery) string
 	// PositionsTopic is the compacted topic that stores, under each lane's
-	// transactional id, the outbox rows of its last Window batches;
-	// created compacted with one partition when missing. Default
+	// transactional id, the outbox rows of its last PositionBatches
+	// batches; created compacted with one partition when missing. Default
 	// DefaultPositionsTopic.
 	PositionsTopic string
 	// Retain is how long a committed batch is remembered: in memory, so
@@ -64,11 +64,11 @@ type TransactionalConfig struct {
 	// never under five minutes, from the settings Start hands the sender
 	// (mensageria.RelayAware); five minutes before that.
 	Retain time.Duration
-	// Window is how many of a lane's latest batches its position record
-	// holds: what a successor inherits when this relay dies. It must cover
-	// the batches that can be committed and still unsettled at that moment
-	// (the relay's batches in flight on the lane). Default 8.
-	Window int
+	// PositionBatches is how many of a lane's latest batches its position
+	// record holds: what a successor inherits when this relay dies. It
+	// must cover the batches that can be committed and still unsettled at
+	// that moment (the relay's batches in flight on the lane). Default 8.
+	PositionBatches int
 	// Lanes is how many transactions may be open at once, each on its own
 	// producer and transactional id. A producer has one open transaction at
 	// a time, so with one lane the relay's two batches in flight wait for
@@ -183,8 +183,8 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 		return nil, &ConfigError{Field: "Brokers", Reason: "required"}
 	case cfg.TransactionalID == "":
 		return nil, &ConfigError{Field: "TransactionalID", Reason: "required: a stable id per app"}
-	case cfg.Window < 0:
-		return nil, &ConfigError{Field: "Window", Reason: "must not be negative"}
+	case cfg.PositionBatches < 0:
+		return nil, &ConfigError{Field: "PositionBatches", Reason: "must not be negative"}
 	case cfg.Retain < 0:
 		return nil, &ConfigError{Field: "Retain", Reason: "must not be negative"}
 	case cfg.Lanes < 0 || cfg.Lanes > 16:
@@ -194,8 +194,8 @@ func NewTransactionalSender(cfg TransactionalConfig) (*TransactionalSender, erro
 	if cfg.PositionsTopic == "" {
 		cfg.PositionsTopic = DefaultPositionsTopic
 	}
-	if cfg.Window == 0 {
-		cfg.Window = 8
+	if cfg.PositionBatches == 0 {
+		cfg.PositionBatches = 8
 	}
 	if cfg.Retain == 0 {
 		cfg.Retain = defaultRetain(mensageria.DefaultLease)
@@ -294,7 +294,7 @@ func (s *TransactionalSender) open(ctx context.Context, l *lane) error {
 		cl.Close()
 		return fmt.Errorf("mensageria/kafka: read positions: %w", err)
 	}
-	pos, err := decodePositions(s.cfg.Window, retain, val)
+	pos, err := decodePositions(s.cfg.PositionBatches, retain, val)
 	if err != nil {
 		cl.Close()
 		return &PositionsError{Topic: s.cfg.PositionsTopic, Key: l.id, Err: err}

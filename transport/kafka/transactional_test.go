@@ -488,7 +488,7 @@ func TestTransactionalConfig(t *testing.T) {
 		{Topic: "t", TransactionalID: "x"},
 		{Brokers: []string{"x:1"}, Topic: "t"},
 		{Brokers: []string{"x:1"}, TransactionalID: "x"},
-		{Brokers: []string{"x:1"}, TransactionalID: "x", Topic: "t", Window: -1},
+		{Brokers: []string{"x:1"}, TransactionalID: "x", Topic: "t", PositionBatches: -1},
 	} {
 		if _, err := NewTransactionalSender(cfg); !errors.Is(err, mensageria.ErrConfig) {
 			t.Errorf("%+v: %v, want ErrConfig", cfg, err)

@@ -169,7 +169,7 @@ func TestCheckWarnsWhenHorizonExceedsWindow(t *testing.T) {
 		t.Fatalf("no warning for a %s horizon over a 2m window: %q", horizon, out)
 	}
 	s.horizon.Store(int64(time.Minute))
-	if r, err := s.Check(testCtx(t)); err != nil || !r.Covered || r.Window != 2*time.Minute {
+	if r, err := s.Check(testCtx(t)); err != nil || !r.Covered || r.DuplicateWindow != 2*time.Minute {
 		t.Fatalf("Check = %+v, %v; want covered by the 2m window", r, err)
 	}
 	// Defaults: 20 attempts of up to 30s, backoff 1s doubling to 10m.

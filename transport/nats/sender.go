@@ -102,11 +102,11 @@ func NewSender(ctx context.Context, cfg SenderConfig) (*Sender, error) {
 	return s, nil
 }
 
-// WindowReport is what Check found.
-type WindowReport struct {
+// DuplicateWindowReport is what Check found.
+type DuplicateWindowReport struct {
 	Stream string
-	// Window is the stream's duplicate window.
-	Window time.Duration
+	// DuplicateWindow is the stream's Duplicates setting.
+	DuplicateWindow time.Duration
 	// Horizon is the configured retry horizon.
 	Horizon time.Duration
 	// Covered is false when a redelivery can come after the window, where
@@ -121,25 +121,25 @@ type WindowReport struct {
 // exist, a subject no stream holds, or a server without JetStream is a
 // *StreamError naming it; a server that does not answer within ctx, the
 // client's error.
-func (s *Sender) Check(ctx context.Context) (WindowReport, error) {
+func (s *Sender) Check(ctx context.Context) (DuplicateWindowReport, error) {
 	name, err := s.streamName(ctx)
 	if err != nil {
-		return WindowReport{}, err
+		return DuplicateWindowReport{}, err
 	}
 	st, err := s.js.Stream(ctx, name)
 	if err != nil {
 		if missing(err) {
-			return WindowReport{}, &StreamError{Stream: name, Subject: s.cfg.Subject, Err: err}
+			return DuplicateWindowReport{}, &StreamError{Stream: name, Subject: s.cfg.Subject, Err: err}
 		}
-		return WindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", name, err)
+		return DuplicateWindowReport{}, fmt.Errorf("mensageria/nats: stream %q: %w", name, err)
 	}
 	info := st.CachedInfo()
 	horizon := time.Duration(s.horizon.Load())
-	r := WindowReport{Stream: name, Window: info.Config.Duplicates, Horizon: horizon}
-	r.Covered = horizon <= r.Window
+	r := DuplicateWindowReport{Stream: name, DuplicateWindow: info.Config.Duplicates, Horizon: horizon}
+	r.Covered = horizon <= r.DuplicateWindow
 	if !r.Covered {
 		s.cfg.Logger.Warn("the relay can redeliver after the stream's duplicate window; the server will store such a redelivery again and only the receivers' inboxes absorb it (widen the window to the retry horizon, or shorten the relay's retries)",
-			"stream", r.Stream, "duplicate_window", r.Window, "retry_horizon", r.Horizon)
+			"stream", r.Stream, "duplicate_window", r.DuplicateWindow, "retry_horizon", r.Horizon)
 	}
 	return r, nil
 }

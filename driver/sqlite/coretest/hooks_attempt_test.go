@@ -17,10 +17,9 @@ type ctxMark struct{}
 // attemptHook stamps each message at enqueue and each attempt as it
 // starts, and records how every attempt ended.
 type attemptHook struct {
-	mu    sync.Mutex
-	ends  []mensageria.DeliveryEvent
-	sends []string // what each Send saw: header and context mark
-	seen  []mensageria.Attempt
+	mu   sync.Mutex
+	ends []mensageria.DeliveryEvent
+	seen []mensageria.Attempt
 }
 
 func (h *attemptHook) OnEnqueue(ctx context.Context, m *mensageria.Message) {

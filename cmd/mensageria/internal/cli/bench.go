@@ -24,10 +24,6 @@ import (
 // benchScenarios are the scenarios `bench` knows, in run order.
 var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite", "console"}
 
-// privateScenarios need no database of the config: with --private-server
-// (or on SQLite, in a temporary directory) they bring their own.
-var privateScenarios = []string{"stress", "tax", "stress-sqlite"}
-
 type benchOptions struct {
 	scenarios      []string
 	messages       int
@@ -62,12 +58,7 @@ type benchOptions struct {
 	stressOutbox  []string
 }
 
-func (a *app) benchCommand() *cobra.Command {
-	var o benchOptions
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Run the project's benchmark scenarios against the configured PostgreSQL",
-		Long: `bench runs the scenarios behind docs/benchmarks.md against the config's
+const benchLong = `bench runs the scenarios behind docs/benchmarks.md against the config's
 database, in a scratch schema of its own (<schema>_bench_<random>) that is
 dropped afterwards: it never touches the configured schema's rows.
 
@@ -151,73 +142,25 @@ root) and runs every PostgreSQL scenario there instead of the config's
 database, which is then not needed. The stress result's notes name the
 server's settings and say when autovacuum is off.
 
---json prints one JSON object per scenario.`,
-		Args: noArgs,
+--json prints one JSON object per scenario.`
+
+func (a *app) benchCommand() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the project's benchmark scenarios against the configured PostgreSQL",
+		Long:  benchLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			if o.stressRelay {
-				spec, _ := a.io.Env(bench.StressRelayEnv)
-				return bench.RunStressRelay(cmd.Context(), spec, a.io.In, a.io.Out, a.io.Err)
-			}
-			if o.serveKfake {
-				return bench.ServeKfake(a.io.In, a.io.Out)
-			}
-			for _, k := range o.kafkaClusters {
-				if k != bench.KafkaProcess && k != bench.KafkaInProcess {
-					return usageErr("--kafka-cluster %q: use %s or %s", k, bench.KafkaProcess, bench.KafkaInProcess)
-				}
-			}
-			if len(o.kafkaClusters) == 0 {
-				return usageErr("--kafka-cluster: name at least one of %s, %s", bench.KafkaProcess, bench.KafkaInProcess)
-			}
-			for _, c := range o.kafkaClaims {
-				if c < 1 || c > 10000 {
-					return usageErr("--kafka-claims %d: 1..10000", c)
-				}
-			}
-			for _, s := range o.scenarios {
-				if !slices.Contains(benchScenarios, s) {
-					return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
-				}
-			}
-			switch {
-			case o.brokerMessages < 100:
-				return usageErr("--broker-messages %d: at least 100", o.brokerMessages)
-			case o.batch < 1 || o.batch > o.brokerMessages:
-				return usageErr("--batch %d: 1..--broker-messages", o.batch)
-			case o.rounds < 1:
-				return usageErr("--rounds %d: at least 1", o.rounds)
-			case o.pacedFor < 100*time.Millisecond:
-				return usageErr("--paced-for %s: at least 100ms", o.pacedFor)
-			case o.checkFor < 100*time.Millisecond:
-				return usageErr("--check-for %s: at least 100ms", o.checkFor)
-			case o.stressRate < 1 || o.stressReaders < 1:
-				return usageErr("--stress-rate %d and --stress-readers %d: at least 1", o.stressRate, o.stressReaders)
-			case o.stressWarmup < 100*time.Millisecond || o.stressPhase < 100*time.Millisecond || o.stressPinned < 100*time.Millisecond:
-				return usageErr("--stress-warmup %s, --stress-phase %s, --stress-pinned %s: at least 100ms each", o.stressWarmup, o.stressPhase, o.stressPinned)
-			case o.stressLease != 0 && o.stressLease < time.Second:
-				return usageErr("--stress-lease %s: at least 1s (0: the relay's default)", o.stressLease)
-			case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
-				return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
-			}
-			if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
-				return usageErr("--stress-outbox-set: %v", err)
-			}
-			if o.private || onlyPrivate(o.scenarios) {
-				return a.runBenchPrivate(cmd.Context(), o)
-			}
-			if cmd.Flags().Changed("paced-for") {
-				o.httpPacedFor = o.pacedFor
-			}
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			if c.Backend() != "postgres" {
-				return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
-			}
-			return a.runBench(cmd.Context(), c, o)
+			return a.runBenchCommand(cmd, o)
 		}),
 	}
+	benchFlags(cmd, &o)
+	return cmd
+}
+
+// benchFlags binds the bench command's flags to o.
+func benchFlags(cmd *cobra.Command, o *benchOptions) {
 	f := cmd.Flags()
 	f.StringSliceVar(&o.scenarios, "scenario", []string{"drain", "steady", "overhead"}, "scenarios to run: "+strings.Join(benchScenarios, ", "))
 	f.IntVar(&o.messages, "messages", 100000, "drain: backlog size")
@@ -250,7 +193,73 @@ server's settings and say when autovacuum is off.
 	_ = f.MarkHidden("stress-relay")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
-	return cmd
+}
+
+// runBenchCommand runs the scenarios o names, or the process a scenario
+// starts of itself.
+func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
+	if o.stressRelay {
+		spec, _ := a.io.Env(bench.StressRelayEnv)
+		return bench.RunStressRelay(cmd.Context(), spec, a.io.In, a.io.Out, a.io.Err)
+	}
+	if o.serveKfake {
+		return bench.ServeKfake(a.io.In, a.io.Out)
+	}
+	for _, k := range o.kafkaClusters {
+		if k != bench.KafkaProcess && k != bench.KafkaInProcess {
+			return usageErr("--kafka-cluster %q: use %s or %s", k, bench.KafkaProcess, bench.KafkaInProcess)
+		}
+	}
+	if len(o.kafkaClusters) == 0 {
+		return usageErr("--kafka-cluster: name at least one of %s, %s", bench.KafkaProcess, bench.KafkaInProcess)
+	}
+	for _, c := range o.kafkaClaims {
+		if c < 1 || c > 10000 {
+			return usageErr("--kafka-claims %d: 1..10000", c)
+		}
+	}
+	for _, s := range o.scenarios {
+		if !slices.Contains(benchScenarios, s) {
+			return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
+		}
+	}
+	switch {
+	case o.brokerMessages < 100:
+		return usageErr("--broker-messages %d: at least 100", o.brokerMessages)
+	case o.batch < 1 || o.batch > o.brokerMessages:
+		return usageErr("--batch %d: 1..--broker-messages", o.batch)
+	case o.rounds < 1:
+		return usageErr("--rounds %d: at least 1", o.rounds)
+	case o.pacedFor < 100*time.Millisecond:
+		return usageErr("--paced-for %s: at least 100ms", o.pacedFor)
+	case o.checkFor < 100*time.Millisecond:
+		return usageErr("--check-for %s: at least 100ms", o.checkFor)
+	case o.stressRate < 1 || o.stressReaders < 1:
+		return usageErr("--stress-rate %d and --stress-readers %d: at least 1", o.stressRate, o.stressReaders)
+	case o.stressWarmup < 100*time.Millisecond || o.stressPhase < 100*time.Millisecond || o.stressPinned < 100*time.Millisecond:
+		return usageErr("--stress-warmup %s, --stress-phase %s, --stress-pinned %s: at least 100ms each", o.stressWarmup, o.stressPhase, o.stressPinned)
+	case o.stressLease != 0 && o.stressLease < time.Second:
+		return usageErr("--stress-lease %s: at least 1s (0: the relay's default)", o.stressLease)
+	case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
+		return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
+	}
+	if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
+		return usageErr("--stress-outbox-set: %v", err)
+	}
+	if o.private || onlyPrivate(o.scenarios) {
+		return a.runBenchPrivate(cmd.Context(), o)
+	}
+	if cmd.Flags().Changed("paced-for") {
+		o.httpPacedFor = o.pacedFor
+	}
+	c, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
+	if c.Backend() != "postgres" {
+		return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
+	}
+	return a.runBench(cmd.Context(), c, o)
 }
 
 // onlyPrivate reports whether every scenario asked for brings its own
@@ -285,14 +294,11 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 }
 
 func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
 	schema := fmt.Sprintf("%s_bench_%08x", c.Schema, rand.Uint32())
 	if len(schema) > 63 {
 		schema = fmt.Sprintf("mensageria_bench_%08x", rand.Uint32())

@@ -183,7 +183,14 @@ func (a *app) loadConfig() (*Config, error) {
 	if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
 		return nil, usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
 	}
-	return LoadConfig(a.configPath, a.io.Env)
+	c, err := LoadConfig(a.configPath, a.io.Env)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range c.Warnings {
+		fmt.Fprintln(a.io.Err, "warning: "+w)
+	}
+	return c, nil
 }
 
 // exactArgs is cobra.ExactArgs with a usage exit code.

@@ -133,7 +133,7 @@ routes:
   - type: pedido.ordenado
     http: {url: %s, token: ${TEST_TOKEN}}
     ordering: key
-relay: {batch: 50, concurrency: 8, lease: 2s, max_attempts: 5, election: advisory, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 100ms}
+relay: {batch: 50, concurrency: 8, lease: 2s, max_attempts: 5, election: leader, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 100ms}
 `, database, schema, url, url))
 }
 
@@ -201,8 +201,25 @@ func TestExplain(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.out), &out); err != nil || r.code != 0 {
 		t.Fatalf("explain --json: %v %d %s", err, r.code, r.out)
 	}
-	if len(out.Routes) != 2 || out.Routes[0].Map.EndToEnd != "effectively-once" || out.Routes[1].Map.Ordering == "" || out.Election != "advisory" {
+	if len(out.Routes) != 2 || out.Routes[0].Map.EndToEnd != "effectively-once" || out.Routes[1].Map.Ordering == "" || out.Election != "leader" {
 		t.Fatalf("explain --json: %+v", out)
+	}
+}
+
+// A config that still says election: advisory runs, and the command says
+// once, on stderr, that the name is deprecated; stdout stays the JSON.
+func TestDeprecatedElectionWarnsOnStderr(t *testing.T) {
+	p := writeFile(t, "database: sqlite:/tmp/unused.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p', token: x}\nrelay: {election: advisory}\n")
+	r := run(t, "", nil, "explain", "--json", "--config", p)
+	var out explainOut
+	if err := json.Unmarshal([]byte(r.out), &out); err != nil || r.code != 0 {
+		t.Fatalf("explain --json: %v %d %s %s", err, r.code, r.out, r.err)
+	}
+	if out.Election != "leader" {
+		t.Errorf("election %q, want leader", out.Election)
+	}
+	if n := strings.Count(r.err, "warning: "); n != 1 || !strings.Contains(r.err, "relay.election: advisory is the former name of leader") {
+		t.Errorf("stderr %q, want one deprecation warning for relay.election", r.err)
 	}
 }
 

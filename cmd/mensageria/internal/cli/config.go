@@ -37,6 +37,9 @@ type Config struct {
 	Relay    RelayConfig
 	// Console is the console: block, nil when the file has none.
 	Console *ConsoleConfig
+	// Warnings are the deprecated spellings the file still uses, each
+	// located as an error would be; the command prints them and goes on.
+	Warnings []string
 }
 
 // Route is one message type this app sends, and how.
@@ -265,6 +268,9 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
+// Is makes errors.Is(err, mensageria.ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == mensageria.ErrConfig }
+
 // The file's shape. Every leaf is a string so that ${ENV} may stand for any
 // value (a number or a duration too); the strings are parsed after the
 // expansion, each error located through the node tree.
@@ -415,10 +421,16 @@ func ParseConfig(name string, data []byte, env func(string) (string, bool)) (*Co
 }
 
 type parser struct {
-	name  string
-	env   func(string) (string, bool)
-	root  *yaml.Node
-	nonce string
+	name     string
+	env      func(string) (string, bool)
+	root     *yaml.Node
+	nonce    string
+	warnings []string
+}
+
+// deprecated records a spelling the file may still use but should not.
+func (p *parser) deprecated(path []any, format string, args ...any) {
+	p.warnings = append(p.warnings, p.errAt(path, format, args...).Error())
 }
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -714,49 +726,17 @@ var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 func (p *parser) build(raw *rawConfig) (*Config, error) {
 	c := &Config{File: p.name}
-	var err error
-	str := func(dst *string, v string, path ...any) {
-		if err != nil {
-			return
-		}
-		*dst, err = p.expand(v, path...)
-	}
-	str(&c.Database, raw.Database, "database")
-	str(&c.Schema, raw.Schema, "schema")
-	str(&c.App, raw.App, "app")
-	if err != nil {
+	if err := p.database(raw, c); err != nil {
 		return nil, err
-	}
-	switch {
-	case c.Database == "":
-		return nil, p.errAt([]any{"database"}, "required: a postgres://user@host/db URL or sqlite:/path/file.db")
-	case strings.HasPrefix(c.Database, "sqlite:"):
-		if strings.TrimPrefix(c.Database, "sqlite:") == "" {
-			return nil, p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/mensageria.db")
-		}
-	case strings.HasPrefix(c.Database, "postgres://"), strings.HasPrefix(c.Database, "postgresql://"):
-		if u, perr := url.Parse(c.Database); perr != nil || u.Host == "" {
-			return nil, p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
-		}
-	default:
-		return nil, p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact(c.Database))
-	}
-	if c.Schema == "" {
-		c.Schema = "mensageria"
-	} else if !schemaName.MatchString(c.Schema) {
-		return nil, p.errAt([]any{"schema"}, "%q must be a lower-case SQL identifier (a-z, 0-9, _; at most 63)", c.Schema)
-	}
-	if c.App == "" {
-		return nil, p.errAt([]any{"app"}, "required: the name of this application (replicas of one app share it)")
 	}
 	if len(raw.Routes) == 0 {
 		return nil, p.errAt([]any{"routes"}, "no routes: list at least one message type this app sends (routes: - type: ... http: {url: ...})")
 	}
 	seen := map[string]int{}
 	for i, rr := range raw.Routes {
-		r, rerr := p.route(i, rr)
-		if rerr != nil {
-			return nil, rerr
+		r, err := p.route(i, rr)
+		if err != nil {
+			return nil, err
 		}
 		if first, dup := seen[r.Type]; dup {
 			return nil, p.errAt([]any{"routes", i, "type"}, "type %q is already routed by routes[%d]", r.Type, first)
@@ -773,25 +753,13 @@ func (p *parser) build(raw *rawConfig) (*Config, error) {
 		c.Relay.Election = mensageria.ElectionLeader
 	}
 	if raw.Console != nil {
+		var err error
 		if c.Console, err = p.console(raw.Console); err != nil {
 			return nil, err
 		}
 	}
-	// A transactional id is a fence: two routes sharing one would fence
-	// each other, and relays that are not elected would fence the leader.
-	txIDs := map[string]int{}
-	for i, r := range c.Routes {
-		if r.Kafka == nil || r.Kafka.TransactionalID == "" {
-			continue
-		}
-		at := []any{"routes", i, "kafka", "transactional_id"}
-		if c.Relay.Election == mensageria.ElectionNone {
-			return nil, p.errAt(at, "needs relay.election: advisory: with election none every replica would use the id and fence the others")
-		}
-		if first, dup := txIDs[r.Kafka.TransactionalID]; dup {
-			return nil, p.errAt(at, "%q is already used by routes[%d]: each route needs its own transactional id", r.Kafka.TransactionalID, first)
-		}
-		txIDs[r.Kafka.TransactionalID] = i
+	if err := p.transactionalIDs(c); err != nil {
+		return nil, err
 	}
 	// The library's own validation catches the remaining limits (app name,
 	// batch range); report them against the file too.
@@ -803,7 +771,69 @@ func (p *parser) build(raw *rawConfig) (*Config, error) {
 		}
 		return nil, &ConfigError{File: p.name, Msg: nerr.Error()}
 	}
+	c.Warnings = p.warnings
 	return c, nil
+}
+
+// database fills and checks database, schema and app.
+func (p *parser) database(raw *rawConfig, c *Config) error {
+	var err error
+	str := func(dst *string, v string, path ...any) {
+		if err != nil {
+			return
+		}
+		*dst, err = p.expand(v, path...)
+	}
+	str(&c.Database, raw.Database, "database")
+	str(&c.Schema, raw.Schema, "schema")
+	str(&c.App, raw.App, "app")
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Database == "":
+		return p.errAt([]any{"database"}, "required: a postgres://user@host/db URL or sqlite:/path/file.db")
+	case strings.HasPrefix(c.Database, "sqlite:"):
+		if strings.TrimPrefix(c.Database, "sqlite:") == "" {
+			return p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/mensageria.db")
+		}
+	case strings.HasPrefix(c.Database, "postgres://"), strings.HasPrefix(c.Database, "postgresql://"):
+		if u, perr := url.Parse(c.Database); perr != nil || u.Host == "" {
+			return p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
+		}
+	default:
+		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact(c.Database))
+	}
+	if c.Schema == "" {
+		c.Schema = "mensageria"
+	} else if !schemaName.MatchString(c.Schema) {
+		return p.errAt([]any{"schema"}, "%q must be a lower-case SQL identifier (a-z, 0-9, _; at most 63)", c.Schema)
+	}
+	if c.App == "" {
+		return p.errAt([]any{"app"}, "required: the name of this application (replicas of one app share it)")
+	}
+	return nil
+}
+
+// transactionalIDs refuses a Kafka transactional id that would fence
+// another relay: two routes sharing one would fence each other, and relays
+// that are not elected would fence the leader.
+func (p *parser) transactionalIDs(c *Config) error {
+	txIDs := map[string]int{}
+	for i, r := range c.Routes {
+		if r.Kafka == nil || r.Kafka.TransactionalID == "" {
+			continue
+		}
+		at := []any{"routes", i, "kafka", "transactional_id"}
+		if c.Relay.Election == mensageria.ElectionNone {
+			return p.errAt(at, "needs relay.election: leader: with election none every replica would use the id and fence the others")
+		}
+		if first, dup := txIDs[r.Kafka.TransactionalID]; dup {
+			return p.errAt(at, "%q is already used by routes[%d]: each route needs its own transactional id", r.Kafka.TransactionalID, first)
+		}
+		txIDs[r.Kafka.TransactionalID] = i
+	}
+	return nil
 }
 
 func libFieldPath(f string) []any {
@@ -907,11 +937,17 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	case rr.NATS != nil:
 		return p.natsRoute(i, r, rr.NATS)
 	}
+	return p.httpRoute(i, r, rr.HTTP)
+}
+
+// httpRoute reads an http: route's block.
+func (p *parser) httpRoute(i int, r Route, rh *rawHTTP) (Route, error) {
+	var err error
 	r.Transport = "http"
 	h := &HTTPRoute{}
 	base := []any{"routes", i, "http"}
 	at := func(k string) []any { return append(append([]any{}, base...), k) }
-	if h.URL, err = p.expand(rr.HTTP.URL, at("url")...); err != nil {
+	if h.URL, err = p.expand(rh.URL, at("url")...); err != nil {
 		return r, err
 	}
 	if h.URL == "" {
@@ -924,7 +960,7 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 	if u.User != nil {
 		return r, p.errAt(at("url"), "must not carry credentials (user:password@): the receiver authenticates the token")
 	}
-	tok, err := p.expand(rr.HTTP.Token, at("token")...)
+	tok, err := p.expand(rh.Token, at("token")...)
 	if err != nil {
 		return r, err
 	}
@@ -936,19 +972,19 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 		// The value itself is never shown: it is a secret.
 		return r, p.errAt(at("token"), "must be printable ASCII (it travels in the Authorization header)")
 	}
-	if h.Timeout, err = p.duration(rr.HTTP.Timeout, at("timeout")...); err != nil {
+	if h.Timeout, err = p.duration(rh.Timeout, at("timeout")...); err != nil {
 		return r, err
 	}
-	if h.MaxConcurrent, err = p.int(rr.HTTP.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
+	if h.MaxConcurrent, err = p.int(rh.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
 		return r, err
 	}
-	if h.Batch, err = p.bool(rr.HTTP.Batch, at("batch")...); err != nil {
+	if h.Batch, err = p.bool(rh.Batch, at("batch")...); err != nil {
 		return r, err
 	}
-	if h.MaxBatchItems, err = p.int(rr.HTTP.MaxBatchItems, 1, at("max_batch_items")...); err != nil {
+	if h.MaxBatchItems, err = p.int(rh.MaxBatchItems, 1, at("max_batch_items")...); err != nil {
 		return r, err
 	}
-	if h.MaxBatchBytes, err = p.int(rr.HTTP.MaxBatchBytes, 1024, at("max_batch_bytes")...); err != nil {
+	if h.MaxBatchBytes, err = p.int(rh.MaxBatchBytes, 1024, at("max_batch_bytes")...); err != nil {
 		return r, err
 	}
 	if !h.Batch {
@@ -958,14 +994,14 @@ func (p *parser) route(i int, rr rawRoute) (Route, error) {
 			}
 		}
 	}
-	if err := p.onceFields(i, r, h, rr.HTTP, at); err != nil {
+	if err := p.onceFields(i, r, h, rh, at); err != nil {
 		return r, err
 	}
-	if rr.HTTP.TLS != nil {
+	if rh.TLS != nil {
 		if u.Scheme != "https" {
 			return r, p.errAt(at("tls"), "the URL is %s://: a tls: block needs an https:// URL", u.Scheme)
 		}
-		if h.TLS, err = p.tls(rr.HTTP.TLS, at("tls")); err != nil {
+		if h.TLS, err = p.tls(rh.TLS, at("tls")); err != nil {
 			return r, err
 		}
 	}
@@ -1193,12 +1229,15 @@ func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
 			return e
 		}
 		switch v {
-		case "", "advisory":
+		case "", "leader":
+			out.Election = mensageria.ElectionLeader
+		case "advisory":
+			p.deprecated([]any{"relay", "election"}, "advisory is the former name of leader, still accepted: write election: leader")
 			out.Election = mensageria.ElectionLeader
 		case "none":
 			out.Election = mensageria.ElectionNone
 		default:
-			return p.errAt([]any{"relay", "election"}, "unknown election %q (use advisory: one active relay per app, or none: every replica relays)", v)
+			return p.errAt([]any{"relay", "election"}, "unknown election %q (use leader: one active relay per app, or none: every replica relays)", v)
 		}
 		return nil
 	})

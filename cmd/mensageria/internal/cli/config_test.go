@@ -27,7 +27,7 @@ routes:
       url: https://faturamento.internal/m2m
       token: t2
       max_concurrent: ${MAXC}
-relay: {batch: 100, concurrency: 16, lease: 30s, max_attempts: 20, election: advisory}
+relay: {batch: 100, concurrency: 16, lease: 30s, max_attempts: 20, election: leader}
 `
 
 func envOf(kv ...string) func(string) (string, bool) {
@@ -296,7 +296,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"kafka bad broker", base("routes:\n  - type: t\n    kafka:\n      brokers: [k9092]\n      topic: t\n"), 6, "routes[0].kafka.brokers[0]", `"k9092" is not host:port`},
 		{"kafka brokers not a list", base("routes:\n  - type: t\n    kafka:\n      brokers: k:9092\n      topic: t\n"), 6, "routes[0].kafka.brokers", "expected a list"},
 		{"kafka no topic", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092]}\n"), 5, "routes[0].kafka.topic", "required"},
-		{"transactional id with election none", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092], topic: t, transactional_id: x}\n") + "relay: {election: none}\n", 5, "routes[0].kafka.transactional_id", "needs relay.election: advisory"},
+		{"transactional id with election none", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092], topic: t, transactional_id: x}\n") + "relay: {election: none}\n", 5, "routes[0].kafka.transactional_id", "needs relay.election: leader"},
 		{"transactional id shared", base("routes:\n  - type: t\n    kafka: {brokers: [k:9092], topic: t, transactional_id: x}\n  - type: u\n    kafka: {brokers: [k:9092], topic: u, transactional_id: x}\n"), 7, "routes[1].kafka.transactional_id", `"x" is already used by routes[0]`},
 		{"nats bad url", base("routes:\n  - type: t\n    nats: {url: 'http://n:4222', subject: s}\n"), 5, "routes[0].nats.url", "not a nats://"},
 		{"nats wildcard subject", base("routes:\n  - type: t\n    nats: {url: 'nats://n:4222', subject: 'a.*'}\n"), 5, "routes[0].nats.subject", "no spaces or wildcards"},
@@ -323,6 +323,9 @@ func TestParseConfigErrors(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %T %v is not a *ConfigError", err, err)
 			}
+			if !errors.Is(err, mensageria.ErrConfig) {
+				t.Fatalf("error %v is not mensageria.ErrConfig", err)
+			}
 			if ce.Line != tc.line || ce.Field != tc.field || !strings.Contains(ce.Msg, tc.msg) {
 				t.Fatalf("got line %d field %q msg %q (%v)\nwant line %d field %q msg containing %q", ce.Line, ce.Field, ce.Msg, err, tc.line, tc.field, tc.msg)
 			}
@@ -338,6 +341,8 @@ func TestParseConfigEmptyAndMultiDoc(t *testing.T) {
 	for _, in := range []string{"", "# only a comment\n", "- a\n- b\n", "database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\n---\napp: b\n"} {
 		if _, err := ParseConfig("m.yaml", []byte(in), envOf()); err == nil {
 			t.Errorf("no error for %q", in)
+		} else if !errors.Is(err, mensageria.ErrConfig) {
+			t.Errorf("%q: %v is not mensageria.ErrConfig", in, err)
 		}
 	}
 }
@@ -409,5 +414,43 @@ func TestDocumentedConfigExample(t *testing.T) {
 		kf.TLS == nil || kf.TLS.CAFile != "" || kf.SASL == nil || kf.SASL.Mechanism != "SCRAM-SHA-512" || kf.SASL.Password.Reveal() != "pw" ||
 		n.TLS == nil || n.CredsFile == "" {
 		t.Fatalf("production routes: %+v %+v %+v", h, kf, n)
+	}
+}
+
+// election: advisory, the former name of leader, still runs as leader, with
+// one warning located at the key; leader and none warn of nothing.
+func TestElectionAdvisoryIsADeprecatedAliasOfLeader(t *testing.T) {
+	const head = "database: sqlite:/tmp/x.db\napp: a\nroutes:\n  - type: t\n    http: {url: 'http://h/p', token: x}\nrelay:\n  election: "
+	c, err := ParseConfig("m.yaml", []byte(head+"advisory\n"), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Relay.Election != mensageria.ElectionLeader {
+		t.Errorf("election advisory = %q, want %q", c.Relay.Election, mensageria.ElectionLeader)
+	}
+	if len(c.Warnings) != 1 || !strings.HasPrefix(c.Warnings[0], "m.yaml:7: relay.election: ") || !strings.Contains(c.Warnings[0], "election: leader") {
+		t.Errorf("warnings = %q, want one at m.yaml:7 naming election: leader", c.Warnings)
+	}
+	for _, v := range []string{"leader", "none"} {
+		c, err := ParseConfig("m.yaml", []byte(head+v+"\n"), envOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Warnings) != 0 {
+			t.Errorf("election %s: warnings %q, want none", v, c.Warnings)
+		}
+	}
+}
+
+// A file with several mistakes reports each, and the joined error is still
+// mensageria.ErrConfig.
+func TestSeveralConfigErrorsAreErrConfig(t *testing.T) {
+	_, err := ParseConfig("m.yaml", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\nrelay: {batch: [1], lease: [2]}\n"), envOf())
+	var m multiError
+	if !errors.As(err, &m) || len(m) < 2 {
+		t.Fatalf("got %T %v, want several located errors", err, err)
+	}
+	if !errors.Is(err, mensageria.ErrConfig) {
+		t.Errorf("%v is not mensageria.ErrConfig", err)
 	}
 }

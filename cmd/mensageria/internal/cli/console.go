@@ -19,13 +19,7 @@ import (
 // console is never exposed by default.
 const defaultConsoleListen = "127.0.0.1:9470"
 
-func (a *app) consoleCommand() *cobra.Command {
-	var listen, logFormat, logLevel string
-	var readOnly, allApps bool
-	cmd := &cobra.Command{
-		Use:   "console",
-		Short: "Serve the web console: per type counts, route health, elections, dead letters with retry and discard",
-		Long: `console serves the operator's web console (docs/config.md#the-web-console)
+const consoleLong = `console serves the operator's web console (docs/config.md#the-web-console)
 for the config's database and schema, every app of it: per message type the
 owning app, pending, in flight, dead, the oldest pending age, deliveries per
 minute over the last hour and the route's health as its relay recorded it;
@@ -42,89 +36,104 @@ unless all_apps: true (or --all-apps). It runs until SIGTERM or SIGINT.
 
 The per-type counts read every pending row, so the console keeps the last
 ones and counts again in the background at most once a second (longer when
-a count takes long): a page load never waits for a count.`,
-		Args: noArgs,
+a count takes long): a page load never waits for a count.`
+
+// consoleOptions are the console command's flags.
+type consoleOptions struct {
+	listen, logFormat, logLevel string
+	readOnly, allApps           bool
+}
+
+func (a *app) consoleCommand() *cobra.Command {
+	var o consoleOptions
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console: per type counts, route health, elections, dead letters with retry and discard",
+		Long:  consoleLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(a.io.Err, logFormat, logLevel)
-			if err != nil {
-				return err
-			}
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			if c.Console == nil {
-				return &ConfigError{File: c.File, Msg: "console: block missing: 'mensageria console' needs at least console: {token: ${MENSAGERIA_CONSOLE_TOKEN}} (docs/config.md#the-web-console)"}
-			}
-			cc := c.Console
-			addr := listen
-			if addr == "" {
-				addr = cc.Listen
-			}
-			if addr == "" {
-				addr = defaultConsoleListen
-			}
-			ctx := cmd.Context()
-			b, err := openBackend(ctx, c.Database, c.Schema)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			if err := b.ping(ctx); err != nil {
-				return err
-			}
-			res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
-			switch {
-			case errors.Is(err, driver.ErrSchemaBehind):
-				return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up'", c.Schema, res.From, res.To)
-			case err != nil:
-				return fmt.Errorf("schema check: %w", err)
-			}
-			var apps []string // every app's
-			if !cc.AllApps && !allApps {
-				apps = []string{c.App}
-			}
-			con, err := console.New(console.Options{
-				Apps:         apps,
-				Driver:       b.drv,
-				Auth:         console.Auth{Token: cc.Token.Reveal(), User: cc.User, Password: cc.Password.Reveal()},
-				ReadOnly:     cc.ReadOnly || readOnly,
-				SecureCookie: cc.SecureCookie,
-				Logger:       log,
-			})
-			if err != nil {
-				return usageErr("console: %v", err)
-			}
-			defer con.Close()
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return usageErr("console listen %s: %v", addr, err)
-			}
-			srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ln) }()
-			actsFor := c.App
-			if apps == nil {
-				actsFor = "every app"
-			}
-			log.Info("console serving", "addr", ln.Addr().String(), "schema", c.Schema, "read_only", cc.ReadOnly || readOnly, "acts_for", actsFor)
-			select {
-			case <-ctx.Done():
-			case err := <-done:
-				return fmt.Errorf("console server: %w", err)
-			}
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-			log.Info("console stopped")
-			return nil
+			return a.runConsole(cmd, o)
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", "", "address to serve on (default: the config's console.listen, else "+defaultConsoleListen+")")
-	f.BoolVar(&readOnly, "read-only", false, "refuse every action, whatever the config says")
-	f.BoolVar(&allApps, "all-apps", false, "retry and discard every app's dead letters, not only the config's app's (the config's console.all_apps)")
-	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.listen, "listen", "", "address to serve on (default: the config's console.listen, else "+defaultConsoleListen+")")
+	f.BoolVar(&o.readOnly, "read-only", false, "refuse every action, whatever the config says")
+	f.BoolVar(&o.allApps, "all-apps", false, "retry and discard every app's dead letters, not only the config's app's (the config's console.all_apps)")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
+}
+
+// runConsole serves the console until ctx ends or its server fails.
+func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
+	log, err := newLogger(a.io.Err, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	c, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
+	if c.Console == nil {
+		return &ConfigError{File: c.File, Msg: "console: block missing: 'mensageria console' needs at least console: {token: ${MENSAGERIA_CONSOLE_TOKEN}} (docs/config.md#the-web-console)"}
+	}
+	cc := c.Console
+	addr := o.listen
+	if addr == "" {
+		addr = cc.Listen
+	}
+	if addr == "" {
+		addr = defaultConsoleListen
+	}
+	ctx := cmd.Context()
+	b, err := openPinged(ctx, c.Database, c.Schema)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
+	switch {
+	case errors.Is(err, driver.ErrSchemaBehind):
+		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up'", c.Schema, res.From, res.To)
+	case err != nil:
+		return fmt.Errorf("schema check: %w", err)
+	}
+	var apps []string // every app's
+	if !cc.AllApps && !o.allApps {
+		apps = []string{c.App}
+	}
+	con, err := console.New(console.Options{
+		Apps:         apps,
+		Driver:       b.drv,
+		Auth:         console.Auth{Token: cc.Token.Reveal(), User: cc.User, Password: cc.Password.Reveal()},
+		ReadOnly:     cc.ReadOnly || o.readOnly,
+		SecureCookie: cc.SecureCookie,
+		Logger:       log,
+	})
+	if err != nil {
+		return usageErr("console: %v", err)
+	}
+	defer con.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return usageErr("console listen %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	actsFor := c.App
+	if apps == nil {
+		actsFor = "every app"
+	}
+	log.Info("console serving", "addr", ln.Addr().String(), "schema", c.Schema, "read_only", cc.ReadOnly || o.readOnly, "acts_for", actsFor)
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		return fmt.Errorf("console server: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	log.Info("console stopped")
+	return nil
 }

@@ -82,6 +82,21 @@ type deadScope struct {
 	types   []string // the app's own types; unused with allApps
 }
 
+// connectInScope connects to the config's current schema and resolves the
+// scope of a dead or doubt command: the app's types, or every app's.
+func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *backend, deadScope, error) {
+	c, b, err := a.connectCurrent(ctx)
+	if err != nil {
+		return nil, nil, deadScope{}, err
+	}
+	scope, err := newDeadScope(ctx, c, b.drv, allApps)
+	if err != nil {
+		b.Close()
+		return nil, nil, deadScope{}, err
+	}
+	return c, b, scope, nil
+}
+
 func newDeadScope(ctx context.Context, c *Config, drv driver.Driver, allApps bool) (deadScope, error) {
 	s := deadScope{app: c.App, schema: c.Schema, allApps: allApps}
 	if allApps {
@@ -144,15 +159,11 @@ func (s deadScope) none() bool { return !s.allApps && len(s.types) == 0 }
 // 'dead list' and 'doubt list' do: a type of another app is refused with
 // its owner's name, and an app that owns nothing lists nothing.
 func (a *app) listInScope(ctx context.Context, state driver.State, allApps bool, asked []string, after int64, limit int) (*Config, deadScope, []driver.Job, error) {
-	c, b, err := a.connectCurrent(ctx)
+	c, b, scope, err := a.connectInScope(ctx, allApps)
 	if err != nil {
 		return nil, deadScope{}, nil, err
 	}
 	defer b.Close()
-	scope, err := newDeadScope(ctx, c, b.drv, allApps)
-	if err != nil {
-		return nil, deadScope{}, nil, err
-	}
 	types, err := scope.filter(ctx, b.drv, asked)
 	if err != nil || scope.none() {
 		return c, scope, nil, err
@@ -161,11 +172,7 @@ func (a *app) listInScope(ctx context.Context, state driver.State, allApps bool,
 	return c, scope, jobs, err
 }
 
-func (a *app) deadCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "dead",
-		Short: "List, show, retry or discard dead letters",
-		Long: `dead operates the messages the relay parked as dead (refused permanently by
+const deadLong = `dead operates the messages the relay parked as dead (refused permanently by
 the destination, or out of attempts), each with its last error.
 
   dead list [--type T]            one line per dead message
@@ -179,13 +186,24 @@ another app is refused (exit 2) with its owner's name. --all-apps is the
 explicit flag for a DBA to act across every app of the schema.
 
 Retrying or discarding more than one message asks for confirmation on
-standard input unless --yes is given.`,
-		Args: noArgs,
+standard input unless --yes is given.`
+
+func (a *app) deadCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List, show, retry or discard dead letters",
+		Long:  deadLong,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("dead needs a sub-command: list, show, retry or discard (see 'mensageria dead --help')")
 		},
 	}
 
+	cmd.AddCommand(a.deadListCommand(), a.deadShowCommand(), a.reviveCommand(false), a.reviveCommand(true))
+	return cmd
+}
+
+func (a *app) deadListCommand() *cobra.Command {
 	var listTypes []string
 	var listJSON, listAll bool
 	var limit int
@@ -235,67 +253,68 @@ standard input unless --yes is given.`,
 	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	list.Flags().BoolVar(&listAll, "all-apps", false, "every app's dead letters, not only the config's app's (for a DBA)")
+	return list
+}
 
+func (a *app) deadShowCommand() *cobra.Command {
 	var showJSON, showAll bool
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one dead message in full",
 		Args:  exactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			ids, err := parseIDs(args)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			scope, err := newDeadScope(ctx, c, b.drv, showAll)
-			if err != nil {
-				return err
-			}
-			jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
-			if err != nil {
-				return err
-			}
-			if len(jobs) == 0 {
-				return failErr("no message with id %d in schema %s", ids[0], c.Schema)
-			}
-			if err := scope.check(jobs); err != nil {
-				return err
-			}
-			j := jobs[0]
-			if j.State != driver.StateDead {
-				fmt.Fprintf(a.io.Err, "note: message %d is %s, not dead\n", j.ID, j.State)
-			}
-			d := deadOf(j, true)
-			if showJSON {
-				enc := json.NewEncoder(a.io.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
-			}
-			w := a.io.Out
-			fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nowner       %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
-				d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
-			hk := make([]string, 0, len(d.Headers))
-			for k := range d.Headers {
-				hk = append(hk, k)
-			}
-			slices.Sort(hk)
-			for _, k := range hk {
-				fmt.Fprintf(w, "header      %s: %s\n", k, d.Headers[k])
-			}
-			fmt.Fprintf(w, "last route  %s\nlast error  %s\npayload     %s\n", cellOr(d.LastRoute), d.LastError, string(j.Payload))
-			return nil
+			return a.deadShow(cmd.Context(), args, showAll, showJSON)
 		}),
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 	show.Flags().BoolVar(&showAll, "all-apps", false, "show a message of any app (for a DBA)")
+	return show
+}
 
-	cmd.AddCommand(list, show, a.reviveCommand(false), a.reviveCommand(true))
-	return cmd
+// deadShow prints one message in full, saying so when it is not dead.
+func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON bool) error {
+	ids, err := parseIDs(args)
+	if err != nil {
+		return err
+	}
+	c, b, scope, err := a.connectInScope(ctx, showAll)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		return failErr("no message with id %d in schema %s", ids[0], c.Schema)
+	}
+	if err := scope.check(jobs); err != nil {
+		return err
+	}
+	j := jobs[0]
+	if j.State != driver.StateDead {
+		fmt.Fprintf(a.io.Err, "note: message %d is %s, not dead\n", j.ID, j.State)
+	}
+	d := deadOf(j, true)
+	if showJSON {
+		enc := json.NewEncoder(a.io.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	w := a.io.Out
+	fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nowner       %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
+		d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
+	hk := make([]string, 0, len(d.Headers))
+	for k := range d.Headers {
+		hk = append(hk, k)
+	}
+	slices.Sort(hk)
+	for _, k := range hk {
+		fmt.Fprintf(w, "header      %s: %s\n", k, d.Headers[k])
+	}
+	fmt.Fprintf(w, "last route  %s\nlast error  %s\npayload     %s\n", cellOr(d.LastRoute), d.LastError, string(j.Payload))
+	return nil
 }
 
 // reviveCommand builds `dead retry` and `dead discard`.
@@ -323,15 +342,11 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				return usageErr("dead %s takes message ids or --type, not both", verb)
 			}
 			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
+			c, b, scope, err := a.connectInScope(ctx, allApps)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			scope, err := newDeadScope(ctx, c, b.drv, allApps)
-			if err != nil {
-				return err
-			}
 			if len(types) > 0 {
 				if _, err := scope.filter(ctx, b.drv, types); err != nil {
 					return err
@@ -347,25 +362,8 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 					return err
 				}
 			}
-			if len(ids) > 1 || len(types) > 0 {
-				what := fmt.Sprintf("%d dead messages (%s)", len(ids), joinIDs(ids))
-				if len(types) > 0 {
-					n, err := countDead(cmd, b.drv, types)
-					if err != nil {
-						return err
-					}
-					what = fmt.Sprintf("all %d dead messages of type %s", n, strings.Join(types, ", "))
-				}
-				if !yes {
-					ok, err := confirm(a, fmt.Sprintf("%s %s in schema %s?", strings.ToUpper(verb[:1])+verb[1:], what, c.Schema))
-					if err != nil {
-						return err
-					}
-					if !ok {
-						fmt.Fprintln(a.io.Err, "nothing changed")
-						return silentExit(ExitFailure)
-					}
-				}
+			if err := a.confirmRevive(cmd, b.drv, verb, c.Schema, ids, types, yes); err != nil {
+				return err
 			}
 			n, err := b.drv.Revive(ctx, driver.ReviveParams{IDs: ids, Types: types, Discard: discard})
 			if err != nil {
@@ -386,6 +384,34 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&allApps, "all-apps", false, "act on dead letters of any app (for a DBA)")
 	return cmd
+}
+
+// confirmRevive asks before a dead retry or discard of several messages
+// or of whole types, unless yes; a refusal changes nothing and fails.
+func (a *app) confirmRevive(cmd *cobra.Command, drv driver.Driver, verb, schema string, ids []int64, types []string, yes bool) error {
+	if len(ids) < 2 && len(types) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("%d dead messages (%s)", len(ids), joinIDs(ids))
+	if len(types) > 0 {
+		n, err := countDead(cmd, drv, types)
+		if err != nil {
+			return err
+		}
+		what = fmt.Sprintf("all %d dead messages of type %s", n, strings.Join(types, ", "))
+	}
+	if yes {
+		return nil
+	}
+	ok, err := confirm(a, fmt.Sprintf("%s %s in schema %s?", strings.ToUpper(verb[:1])+verb[1:], what, schema))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		fmt.Fprintln(a.io.Err, "nothing changed")
+		return silentExit(ExitFailure)
+	}
+	return nil
 }
 
 func ownerCell(app string) string {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,11 +64,7 @@ func operator() string {
 	return who
 }
 
-func (a *app) doubtCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "doubt",
-		Short: "List, show and resolve messages in doubt (at_most_once routes)",
-		Long: `doubt operates the messages of at_most_once routes whose attempt may have
+const doubtLong = `doubt operates the messages of at_most_once routes whose attempt may have
 reached the receiver without the relay learning what happened (a timeout,
 a connection cut after the request was written, the relay dying after it
 marked the attempt). The relay never sends them again by itself; a route's
@@ -83,13 +80,24 @@ Every resolution is recorded with who (--by, default the OS user@host),
 when (the database clock) and why (--reason, required), and 'doubt show'
 prints them. Only rows still in doubt change: one being probed or sent is
 left alone and reported. Scope as for 'dead': the config's app's types,
-or every app's with --all-apps.`,
-		Args: noArgs,
+or every app's with --all-apps.`
+
+func (a *app) doubtCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doubt",
+		Short: "List, show and resolve messages in doubt (at_most_once routes)",
+		Long:  doubtLong,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("doubt needs a sub-command: list, show or resolve (see 'mensageria doubt --help')")
 		},
 	}
 
+	cmd.AddCommand(a.doubtListCommand(), a.doubtShowCommand(), a.doubtResolveCommand())
+	return cmd
+}
+
+func (a *app) doubtListCommand() *cobra.Command {
 	var listTypes []string
 	var listJSON, listAll bool
 	var limit int
@@ -135,98 +143,100 @@ or every app's with --all-apps.`,
 	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	list.Flags().BoolVar(&listAll, "all-apps", false, "every app's messages in doubt (for a DBA)")
+	return list
+}
 
+func (a *app) doubtShowCommand() *cobra.Command {
 	var showJSON, showAll bool
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one message in doubt in full, with its recorded resolutions",
 		Args:  exactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			ids, err := parseIDs(args)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			amo, err := atMostOnceOf(b.drv)
-			if err != nil {
-				return err
-			}
-			scope, err := newDeadScope(ctx, c, b.drv, showAll)
-			if err != nil {
-				return err
-			}
-			jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
-			if err != nil {
-				return err
-			}
-			var d DoubtMessage
-			var recs []driver.ResolutionRecord
-			if len(jobs) == 1 {
-				if err := scope.check(jobs); err != nil {
-					return err
-				}
-				d = doubtOf(jobs[0], true)
-				if recs, err = amo.Resolutions(ctx, [][16]byte{jobs[0].MessageID}, 20); err != nil {
-					return err
-				}
-			} else {
-				// A message resolved delivered is gone from the outbox; its
-				// record is kept.
-				all, err := amo.Resolutions(ctx, nil, 1000)
-				if err != nil {
-					return err
-				}
-				for _, r := range all {
-					if r.OutboxID == ids[0] {
-						recs = append(recs, r)
-					}
-				}
-				if len(recs) == 0 {
-					return failErr("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
-				}
-				if err := scope.check([]driver.Job{{ID: ids[0], Type: recs[0].Type}}); err != nil {
-					return err
-				}
-				d.ID, d.MessageID, d.Type, d.Key = ids[0], uuid.UUID(recs[0].MessageID).String(), recs[0].Type, recs[0].Key
-			}
-			for _, r := range recs {
-				d.Resolutions = append(d.Resolutions, DoubtResolution{Outcome: string(r.Outcome), By: r.By, Reason: r.Reason, At: r.At.UTC()})
-			}
-			if showJSON {
-				enc := json.NewEncoder(a.io.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
-			}
-			w := a.io.Out
-			state := "gone from the outbox (resolved delivered)"
-			if len(jobs) == 1 {
-				state = string(jobs[0].State)
-			}
-			at := "-"
-			if d.AttemptedAt != nil {
-				at = d.AttemptedAt.Format(time.RFC3339Nano)
-			}
-			fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nkey         %s\nstate       %s\nattempts    %d\nattempted   %s\nlast route  %s\nlast error  %s\n",
-				d.ID, d.MessageID, d.Type, d.Key, state, d.Attempts, at, cellOr(d.LastRoute), d.LastError)
-			if len(jobs) == 1 {
-				fmt.Fprintf(w, "payload     %s\n", string(jobs[0].Payload))
-			}
-			for _, r := range d.Resolutions {
-				fmt.Fprintf(w, "resolved    %s by %s at %s: %s\n", r.Outcome, r.By, r.At.Format(time.RFC3339), r.Reason)
-			}
-			return nil
+			return a.doubtShow(cmd.Context(), args, showAll, showJSON)
 		}),
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 	show.Flags().BoolVar(&showAll, "all-apps", false, "show a message of any app (for a DBA)")
+	return show
+}
 
-	cmd.AddCommand(list, show, a.doubtResolveCommand())
-	return cmd
+// doubtShow prints one message in doubt, or the resolutions recorded for
+// one resolved delivered, which is gone from the outbox.
+func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bool) error {
+	ids, err := parseIDs(args)
+	if err != nil {
+		return err
+	}
+	c, b, scope, err := a.connectInScope(ctx, showAll)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	amo, err := atMostOnceOf(b.drv)
+	if err != nil {
+		return err
+	}
+	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
+	if err != nil {
+		return err
+	}
+	var d DoubtMessage
+	var recs []driver.ResolutionRecord
+	if len(jobs) == 1 {
+		if err := scope.check(jobs); err != nil {
+			return err
+		}
+		d = doubtOf(jobs[0], true)
+		if recs, err = amo.Resolutions(ctx, [][16]byte{jobs[0].MessageID}, 20); err != nil {
+			return err
+		}
+	} else {
+		// A message resolved delivered is gone from the outbox; its
+		// record is kept.
+		all, err := amo.Resolutions(ctx, nil, 1000)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.OutboxID == ids[0] {
+				recs = append(recs, r)
+			}
+		}
+		if len(recs) == 0 {
+			return failErr("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
+		}
+		if err := scope.check([]driver.Job{{ID: ids[0], Type: recs[0].Type}}); err != nil {
+			return err
+		}
+		d.ID, d.MessageID, d.Type, d.Key = ids[0], uuid.UUID(recs[0].MessageID).String(), recs[0].Type, recs[0].Key
+	}
+	for _, r := range recs {
+		d.Resolutions = append(d.Resolutions, DoubtResolution{Outcome: string(r.Outcome), By: r.By, Reason: r.Reason, At: r.At.UTC()})
+	}
+	if showJSON {
+		enc := json.NewEncoder(a.io.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	w := a.io.Out
+	state := "gone from the outbox (resolved delivered)"
+	if len(jobs) == 1 {
+		state = string(jobs[0].State)
+	}
+	at := "-"
+	if d.AttemptedAt != nil {
+		at = d.AttemptedAt.Format(time.RFC3339Nano)
+	}
+	fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nkey         %s\nstate       %s\nattempts    %d\nattempted   %s\nlast route  %s\nlast error  %s\n",
+		d.ID, d.MessageID, d.Type, d.Key, state, d.Attempts, at, cellOr(d.LastRoute), d.LastError)
+	if len(jobs) == 1 {
+		fmt.Fprintf(w, "payload     %s\n", string(jobs[0].Payload))
+	}
+	for _, r := range d.Resolutions {
+		fmt.Fprintf(w, "resolved    %s by %s at %s: %s\n", r.Outcome, r.By, r.At.Format(time.RFC3339), r.Reason)
+	}
+	return nil
 }
 
 func (a *app) doubtResolveCommand() *cobra.Command {
@@ -251,16 +261,12 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 				return usageErr("%v (see 'mensageria doubt resolve --help')", err)
 			}
 			ctx := cmd.Context()
-			c, b, err := a.connectCurrent(ctx)
+			c, b, scope, err := a.connectInScope(ctx, allApps)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			amo, err := atMostOnceOf(b.drv)
-			if err != nil {
-				return err
-			}
-			scope, err := newDeadScope(ctx, c, b.drv, allApps)
 			if err != nil {
 				return err
 			}
@@ -290,15 +296,7 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return json.NewEncoder(a.io.Out).Encode(map[string]any{"outcome": outcome, "by": by, "resolved": orEmpty(res.Resolved), "not_in_doubt": orEmpty(res.NotInDoubt)})
-			}
-			fmt.Fprintf(a.io.Out, "%d message(s) resolved %s by %s\n", len(res.Resolved), outcome, by)
-			if len(res.NotInDoubt) > 0 {
-				fmt.Fprintf(a.io.Err, "note: %s not in doubt (settled, being probed or sent, or no such row) and left alone\n", joinIDs(res.NotInDoubt))
-				return silentExit(ExitFailure)
-			}
-			return nil
+			return a.printResolved(res, outcome, by, asJSON)
 		}),
 	}
 	cmd.Flags().StringVar(&outcome, "outcome", "", "delivered (the receiver has the effect), retry (it does not: one more attempt) or dead")
@@ -309,6 +307,20 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&allApps, "all-apps", false, "act on messages of any app (for a DBA)")
 	return cmd
+}
+
+// printResolved says what doubt resolve changed; rows it left alone make
+// the exit code a failure.
+func (a *app) printResolved(res driver.ResolveResult, outcome, by string, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(a.io.Out).Encode(map[string]any{"outcome": outcome, "by": by, "resolved": orEmpty(res.Resolved), "not_in_doubt": orEmpty(res.NotInDoubt)})
+	}
+	fmt.Fprintf(a.io.Out, "%d message(s) resolved %s by %s\n", len(res.Resolved), outcome, by)
+	if len(res.NotInDoubt) > 0 {
+		fmt.Fprintf(a.io.Err, "note: %s not in doubt (settled, being probed or sent, or no such row) and left alone\n", joinIDs(res.NotInDoubt))
+		return silentExit(ExitFailure)
+	}
+	return nil
 }
 
 func orEmpty(ids []int64) []int64 {

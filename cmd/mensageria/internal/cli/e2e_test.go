@@ -193,7 +193,7 @@ func TestEndToEndPostgres(t *testing.T) {
 	t.Logf("%d redeliveries after the kill", redelivered)
 
 	st := status(t, c)
-	if ty := st.typ("pedido.criado"); ty.Pending != 0 || ty.DeliveredLastHr != int64(total) || st.Election.Holder == "" || st.Election.Mode != "advisory" {
+	if ty := st.typ("pedido.criado"); ty.Pending != 0 || ty.DeliveredLastHr != int64(total) || st.Election.Holder == "" || st.Election.Mode != "leader" {
 		t.Fatalf("status: %+v", st)
 	}
 

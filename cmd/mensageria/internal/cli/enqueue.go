@@ -59,14 +59,7 @@ func parsePayloadArg(arg string, readFile func(string) ([]byte, error), stdin io
 	return json.RawMessage(b), nil
 }
 
-func (a *app) enqueueCommand() *cobra.Command {
-	var typ, key, payload string
-	var headers []string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
-		Short: "Enqueue one message (for operators and tests)",
-		Long: `enqueue writes one message into the outbox, as an app would inside its
+const enqueueLong = `enqueue writes one message into the outbox, as an app would inside its
 business transaction. The type must be one of the config's routes, and the
 ownership catalog must give it to the config's app (its relay records it
 when it starts, or 'mensageria owners register' does): a type with no
@@ -76,85 +69,104 @@ enqueue never records ownership itself.
 
 Apps in other languages enqueue with a plain INSERT instead; the database
 refuses a type that no app owns:
-  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`,
-		Args: noArgs,
+  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`
+
+// enqueueOptions are the enqueue command's flags.
+type enqueueOptions struct {
+	typ, key, payload string
+	headers           []string
+	asJSON            bool
+}
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var opt enqueueOptions
+	cmd := &cobra.Command{
+		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
+		Short: "Enqueue one message (for operators and tests)",
+		Long:  enqueueLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			if typ == "" || key == "" {
-				return usageErr("enqueue needs --type and --key")
-			}
-			if _, ok := c.Route(typ); !ok {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("app %q has no route for type %q, so nothing was enqueued (routes: %s); add it to %s or use the owning app's config",
-					c.App, typ, strings.Join(c.Types(), ", "), a.configPath)}
-			}
-			body, err := parsePayloadArg(payload, os.ReadFile, a.io.In)
-			if err != nil {
-				return &exitError{code: ExitUsage, err: err}
-			}
-			msg := mensageria.Message{Type: typ, Key: key, Payload: body}
-			for _, h := range headers {
-				k, v, ok := strings.Cut(h, "=")
-				if !ok || k == "" {
-					return usageErr("--header %q: use NAME=VALUE", h)
-				}
-				if msg.Headers == nil {
-					msg.Headers = map[string]string{}
-				}
-				msg.Headers[k] = v
-			}
-			ctx := cmd.Context()
-			b, cl, err := connect(ctx, c, nil)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			if err := b.ping(ctx); err != nil {
-				return err
-			}
-			if err := checkSchema(ctx, c, b.drv); err != nil {
-				return err
-			}
-			// The library's Enqueue would record the type as this app's
-			// on first use; an operator's one-off enqueue must not claim
-			// anything, so it checks the catalog and writes the rows
-			// itself.
-			p, ids, err := cl.PrepareEnqueue(msg)
-			if errors.Is(err, mensageria.ErrNoSender) || errors.Is(err, mensageria.ErrInvalidMessage) {
-				return &exitError{code: ExitUsage, err: err}
-			}
-			if err != nil {
-				return err
-			}
-			o, owned, err := lookupOwner(ctx, b.drv, driver.ResourceType, typ)
-			switch {
-			case err != nil:
-				return err
-			case !owned:
-				return usageErr("message type %q has no owner app in schema %s, so no relay would ever deliver it; nothing was enqueued (app %s records it when its relay starts, or run 'mensageria owners register --config %s' first)",
-					typ, c.Schema, c.App, a.configPath)
-			case o.App != "" && o.App != c.App:
-				return usageErr("message type %q is owned by app %q, not app %q: only its owner enqueues it and only its owner's relay delivers it; nothing was enqueued", typ, o.App, c.App)
-			case o.App == "":
-				fmt.Fprintf(a.io.Err, "note: message type %q is unclaimed (left so by the upgrade to the catalog): its rows wait until app %s's relay starts, or 'mensageria owners register'\n", typ, c.App)
-			}
-			if err := b.drv.Insert(ctx, p); err != nil {
-				return err
-			}
-			if asJSON {
-				return json.NewEncoder(a.io.Out).Encode(map[string]string{"id": ids[0].String(), "type": typ, "key": key})
-			}
-			fmt.Fprintf(a.io.Out, "enqueued %s (type %s, key %s)\n", ids[0], typ, key)
-			return nil
+			return a.runEnqueue(cmd, opt)
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVarP(&typ, "type", "t", "", "message type (must be routed by the config)")
-	f.StringVarP(&key, "key", "k", "", "natural key (receivers dedupe on it)")
-	f.StringVarP(&payload, "payload", "p", "", "JSON document, @file, or @- for standard input (default {})")
-	f.StringArrayVarP(&headers, "header", "H", nil, "header NAME=VALUE (repeatable)")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVarP(&opt.typ, "type", "t", "", "message type (must be routed by the config)")
+	f.StringVarP(&opt.key, "key", "k", "", "natural key (receivers dedupe on it)")
+	f.StringVarP(&opt.payload, "payload", "p", "", "JSON document, @file, or @- for standard input (default {})")
+	f.StringArrayVarP(&opt.headers, "header", "H", nil, "header NAME=VALUE (repeatable)")
+	f.BoolVar(&opt.asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// runEnqueue enqueues the one message the flags describe, on the config's app.
+func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
+	c, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
+	if opt.typ == "" || opt.key == "" {
+		return usageErr("enqueue needs --type and --key")
+	}
+	if _, ok := c.Route(opt.typ); !ok {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("app %q has no route for type %q, so nothing was enqueued (routes: %s); add it to %s or use the owning app's config",
+			c.App, opt.typ, strings.Join(c.Types(), ", "), a.configPath)}
+	}
+	body, err := parsePayloadArg(opt.payload, os.ReadFile, a.io.In)
+	if err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	msg := mensageria.Message{Type: opt.typ, Key: opt.key, Payload: body}
+	for _, h := range opt.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return usageErr("--header %q: use NAME=VALUE", h)
+		}
+		if msg.Headers == nil {
+			msg.Headers = map[string]string{}
+		}
+		msg.Headers[k] = v
+	}
+	ctx := cmd.Context()
+	b, cl, err := connect(ctx, c, nil)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.ping(ctx); err != nil {
+		return err
+	}
+	if err := checkSchema(ctx, c, b.drv); err != nil {
+		return err
+	}
+	// The library's Enqueue would record the type as this app's
+	// on first use; an operator's one-off enqueue must not claim
+	// anything, so it checks the catalog and writes the rows
+	// itself.
+	p, ids, err := cl.PrepareEnqueue(msg)
+	if errors.Is(err, mensageria.ErrNoSender) || errors.Is(err, mensageria.ErrInvalidMessage) {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	if err != nil {
+		return err
+	}
+	o, owned, err := lookupOwner(ctx, b.drv, driver.ResourceType, opt.typ)
+	switch {
+	case err != nil:
+		return err
+	case !owned:
+		return usageErr("message type %q has no owner app in schema %s, so no relay would ever deliver it; nothing was enqueued (app %s records it when its relay starts, or run 'mensageria owners register --config %s' first)",
+			opt.typ, c.Schema, c.App, a.configPath)
+	case o.App != "" && o.App != c.App:
+		return usageErr("message type %q is owned by app %q, not app %q: only its owner enqueues it and only its owner's relay delivers it; nothing was enqueued", opt.typ, o.App, c.App)
+	case o.App == "":
+		fmt.Fprintf(a.io.Err, "note: message type %q is unclaimed (left so by the upgrade to the catalog): its rows wait until app %s's relay starts, or 'mensageria owners register'\n", opt.typ, c.App)
+	}
+	if err := b.drv.Insert(ctx, p); err != nil {
+		return err
+	}
+	if opt.asJSON {
+		return json.NewEncoder(a.io.Out).Encode(map[string]string{"id": ids[0].String(), "type": opt.typ, "key": opt.key})
+	}
+	fmt.Fprintf(a.io.Out, "enqueued %s (type %s, key %s)\n", ids[0], opt.typ, opt.key)
+	return nil
 }

@@ -101,14 +101,11 @@ func readOwnership(ctx context.Context, c *Config) explainOwnership {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return explainOwnership{Why: err.Error()}
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
-		return explainOwnership{Why: err.Error()}
-	}
 	if err := checkSchema(ctx, c, b.drv); err != nil {
 		return explainOwnership{Why: err.Error()}
 	}
@@ -179,7 +176,7 @@ func electionName(e mensageria.Election) string {
 	if e == mensageria.ElectionNone {
 		return "none"
 	}
-	return "advisory"
+	return "leader"
 }
 
 func destination(r Route) string {
@@ -282,7 +279,7 @@ func delivery(r Route) string {
 
 func writeExplain(w io.Writer, c *Config, out explainOut) {
 	head := fmt.Sprintf("app %s: %d route(s); election %s", out.App, len(out.Routes), out.Election)
-	if out.Election == "advisory" {
+	if out.Election == "leader" {
 		head += " (one active relay per app; a deposed leader is fenced out)."
 	} else {
 		head += " (every replica relays; claims stay disjoint through row locks and leases)."

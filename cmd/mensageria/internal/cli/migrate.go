@@ -10,11 +10,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-func (a *app) migrateCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "migrate",
-		Short: "Apply, verify or print the schema migrations",
-		Long: `migrate manages the mensageria tables in the configured schema.
+const migrateLong = `migrate manages the mensageria tables in the configured schema.
 
   migrate up      apply every missing migration (safe to run from several
                   processes at once: they serialize on a database lock).
@@ -23,8 +19,14 @@ func (a *app) migrateCommand() *cobra.Command {
   migrate check   verify the schema is current without changing it; exits 1
                   when it is behind (open to every app)
   migrate sql     print the DDL, for a team's own migration tool (Flyway,
-                  goose, Liquibase)`,
-		Args: noArgs,
+                  goose, Liquibase)`
+
+func (a *app) migrateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply, verify or print the schema migrations",
+		Long:  migrateLong,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("migrate needs a sub-command: up, check or sql (see 'mensageria migrate --help')")
 		},
@@ -32,43 +34,7 @@ func (a *app) migrateCommand() *cobra.Command {
 	var asJSON bool
 	run := func(mode driver.MigrateMode) func(*cobra.Command, []string) error {
 		return runE(func(cmd *cobra.Command, _ []string) error {
-			c, b, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			res, err := b.drv.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
-			behind := errors.Is(err, driver.ErrSchemaBehind)
-			var oce *driver.OwnerConflictError
-			if errors.As(err, &oce) {
-				return conflictErr(oce, "migrate the schema up", a.configPath)
-			}
-			if err != nil && !behind {
-				return fmt.Errorf("migrate: %w", err)
-			}
-			if asJSON {
-				_ = json.NewEncoder(a.io.Out).Encode(map[string]any{
-					"schema": c.Schema, "from": res.From, "to": res.To, "applied": nonNil(res.Applied), "current": !behind, "owner": res.Owner,
-				})
-			} else {
-				switch {
-				case behind:
-					fmt.Fprintf(a.io.Out, "schema %s is behind: version %d, this build needs %d; run 'mensageria migrate up' (or apply 'mensageria migrate sql')\n", c.Schema, res.From, res.To)
-				case mode == driver.MigrateCheck:
-					fmt.Fprintf(a.io.Out, "schema %s is current (version %d)\n", c.Schema, res.To)
-				case len(res.Applied) == 0:
-					fmt.Fprintf(a.io.Out, "schema %s already at version %d; nothing to apply\n", c.Schema, res.To)
-				default:
-					fmt.Fprintf(a.io.Out, "schema %s migrated from version %d to %d (applied %v)\n", c.Schema, res.From, res.To, res.Applied)
-				}
-				if res.Owner != "" && !behind {
-					fmt.Fprintf(a.io.Out, "its migrations are owned by app %s\n", res.Owner)
-				}
-			}
-			if behind {
-				return silentExit(ExitFailure)
-			}
-			return nil
+			return a.runMigrate(cmd, mode, asJSON)
 		})
 	}
 	up := &cobra.Command{Use: "up", Short: "Apply every missing migration", Args: noArgs, RunE: run(driver.MigrateUp)}
@@ -76,6 +42,56 @@ func (a *app) migrateCommand() *cobra.Command {
 	for _, c := range []*cobra.Command{up, check} {
 		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	}
+	sql := a.migrateSQLCommand(&asJSON)
+	cmd.AddCommand(up, check, sql)
+	return cmd
+}
+
+// runMigrate applies (MigrateUp) or checks (MigrateCheck) the schema and
+// says where it stands; a schema behind exits 1.
+func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON bool) error {
+	c, b, err := a.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	res, err := b.drv.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
+	behind := errors.Is(err, driver.ErrSchemaBehind)
+	var oce *driver.OwnerConflictError
+	if errors.As(err, &oce) {
+		return conflictErr(oce, "migrate the schema up", a.configPath)
+	}
+	if err != nil && !behind {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if asJSON {
+		_ = json.NewEncoder(a.io.Out).Encode(map[string]any{
+			"schema": c.Schema, "from": res.From, "to": res.To, "applied": nonNil(res.Applied), "current": !behind, "owner": res.Owner,
+		})
+	} else {
+		switch {
+		case behind:
+			fmt.Fprintf(a.io.Out, "schema %s is behind: version %d, this build needs %d; run 'mensageria migrate up' (or apply 'mensageria migrate sql')\n", c.Schema, res.From, res.To)
+		case mode == driver.MigrateCheck:
+			fmt.Fprintf(a.io.Out, "schema %s is current (version %d)\n", c.Schema, res.To)
+		case len(res.Applied) == 0:
+			fmt.Fprintf(a.io.Out, "schema %s already at version %d; nothing to apply\n", c.Schema, res.To)
+		default:
+			fmt.Fprintf(a.io.Out, "schema %s migrated from version %d to %d (applied %v)\n", c.Schema, res.From, res.To, res.Applied)
+		}
+		if res.Owner != "" && !behind {
+			fmt.Fprintf(a.io.Out, "its migrations are owned by app %s\n", res.Owner)
+		}
+	}
+	if behind {
+		return silentExit(ExitFailure)
+	}
+	return nil
+}
+
+// migrateSQLCommand is 'migrate sql'; asJSON is the flag it shares with
+// up and check.
+func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 	var from int
 	sql := &cobra.Command{
 		Use:   "sql",
@@ -95,7 +111,7 @@ func (a *app) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			if *asJSON {
 				return json.NewEncoder(a.io.Out).Encode(ms)
 			}
 			for _, m := range ms {
@@ -105,9 +121,8 @@ func (a *app) migrateCommand() *cobra.Command {
 		}),
 	}
 	sql.Flags().IntVar(&from, "from", 0, "print only the migrations after this version")
-	sql.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(up, check, sql)
-	return cmd
+	sql.Flags().BoolVar(asJSON, "json", false, "print JSON")
+	return sql
 }
 
 func nonNil[T any](s []T) []T {

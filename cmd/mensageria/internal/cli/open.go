@@ -92,116 +92,135 @@ func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensa
 	}
 	switch r.Transport {
 	case "http":
-		h := r.HTTP
-		cfg := m2mhttp.SenderConfig{
-			URL:           h.URL,
-			Token:         h.Token.Reveal(),
-			Timeout:       h.Timeout,
-			MaxConcurrent: h.MaxConcurrent,
-			MaxBatchItems: h.MaxBatchItems,
-			MaxBatchBytes: h.MaxBatchBytes,
-			NotApplied:    h.NotApplied,
-			PayloadOnly:   h.PayloadOnly,
-		}
-		if h.TLS != nil {
-			tc, err := h.TLS.load(c.File, time.Now())
-			if err != nil {
-				return nil, nil, usage(err)
-			}
-			cfg.Client = httpClient(tc, h.MaxConcurrent)
-		}
-		var s mensageria.Sender
-		var err error
-		if h.Batch {
-			s, err = m2mhttp.NewBatchSender(cfg)
-		} else {
-			s, err = m2mhttp.NewSender(cfg)
-		}
-		if err != nil {
-			return nil, nil, usage(err)
-		}
-		if strings.HasPrefix(h.URL, "https://") {
-			client := cfg.Client
-			if client == nil {
-				client = httpClient(nil, h.MaxConcurrent)
-			}
-			if err := checkHTTPS(ctx, r, client, log); err != nil {
-				return nil, nil, usage(err)
-			}
-		}
-		return s, func() {}, nil
+		return newHTTPSender(ctx, c, r, log, usage)
 	case "kafka":
-		opts, err := kafkaOpts(c, r.Kafka)
-		if err != nil {
-			return nil, nil, usage(err)
-		}
-		if k := r.Kafka; k.SASL != nil && k.SASL.Mechanism == "PLAIN" && k.TLS == nil {
-			log.Warn("SASL PLAIN without TLS sends the password in clear text; add a tls: block", "type", r.Type, "destination", destination(r))
-		}
-		if err := checkKafka(ctx, r, opts, log); err != nil {
-			return nil, nil, usage(err)
-		}
-		var s interface {
-			mensageria.BatchSender
-			Check(context.Context) error
-			Close()
-		}
-		if r.Kafka.TransactionalID != "" {
-			s, err = kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
-				TransactionalID: r.Kafka.TransactionalID, Opts: opts, Logger: log})
-		} else {
-			s, err = kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic, Opts: opts, Logger: log})
-		}
-		if err != nil {
-			return nil, nil, usage(err)
-		}
-		if err := checkKafkaTopic(ctx, r, s.Check); err != nil {
-			s.Close()
-			return nil, nil, usage(err)
-		}
-		return s, s.Close, nil
+		return newKafkaSender(ctx, c, r, log, usage)
 	case "nats":
-		opts, err := natsOpts(c, r.NATS)
-		if err != nil {
-			return nil, nil, usage(err)
-		}
-		opts = append(opts, natsgo.Name("mensageria relay"), natsgo.MaxReconnects(-1))
-		nc, err := natsgo.Connect(r.NATS.URL, opts...)
-		if err != nil {
-			if reason, ok := natsRefusal(err, r.NATS); ok {
-				return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err})
-			}
-			return nil, nil, fmt.Errorf("route %s (line %d): %s: %w", r.Type, r.Line, destination(r), err)
-		}
-		if d := r.NATS.describe(); d != "" {
-			log.Info("NATS security checked", "type", r.Type, "destination", destination(r), "security", d)
-		}
-		// The Logger carries the duplicate window's warning, checked at
-		// Start against the relay's retry horizon.
-		s, err := natssender.NewSender(ctx, natssender.SenderConfig{Conn: nc, Subject: r.NATS.Subject, Stream: r.NATS.Stream, Logger: log})
-		if err == nil && r.NATS.Stream == "" {
-			// NewSender checked a configured stream; the one that holds
-			// the subject is checked here, so that a subject no stream
-			// holds stops the start as a missing stream does.
-			cctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			_, err = s.Check(cctx)
-			cancel()
-			var se *natssender.StreamError
-			if !errors.As(err, &se) {
-				err = nil // unreachable: logged at Start, and retried
-			}
-		}
-		if err != nil {
-			nc.Close()
-			var se *natssender.StreamError
-			if errors.As(err, &se) {
-				return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: "the stream is missing", Err: err})
-			}
-			return nil, nil, fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)
-		}
-		return s, func() { _ = nc.Drain() }, nil
+		return newNATSSender(ctx, c, r, log, usage)
 	}
 	return nil, nil, fmt.Errorf("route %q: transport %q is not in this build", r.Type, r.Transport)
+}
+
+// newHTTPSender builds an http: route's Sender, and probes an https://
+// destination with the route's TLS.
+func newHTTPSender(ctx context.Context, c *Config, r Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
+	h := r.HTTP
+	cfg := m2mhttp.SenderConfig{
+		URL:           h.URL,
+		Token:         h.Token.Reveal(),
+		Timeout:       h.Timeout,
+		MaxConcurrent: h.MaxConcurrent,
+		MaxBatchItems: h.MaxBatchItems,
+		MaxBatchBytes: h.MaxBatchBytes,
+		NotApplied:    h.NotApplied,
+		PayloadOnly:   h.PayloadOnly,
+	}
+	if h.TLS != nil {
+		tc, err := h.TLS.load(c.File, time.Now())
+		if err != nil {
+			return nil, nil, usage(err)
+		}
+		cfg.Client = httpClient(tc, h.MaxConcurrent)
+	}
+	var s mensageria.Sender
+	var err error
+	if h.Batch {
+		s, err = m2mhttp.NewBatchSender(cfg)
+	} else {
+		s, err = m2mhttp.NewSender(cfg)
+	}
+	if err != nil {
+		return nil, nil, usage(err)
+	}
+	if strings.HasPrefix(h.URL, "https://") {
+		client := cfg.Client
+		if client == nil {
+			client = httpClient(nil, h.MaxConcurrent)
+		}
+		if err := checkHTTPS(ctx, r, client, log); err != nil {
+			return nil, nil, usage(err)
+		}
+	}
+	return s, func() {}, nil
+}
+
+// newKafkaSender builds a kafka: route's Sender, idempotent or
+// transactional, once the cluster accepted the route's credentials and
+// knows its topic.
+func newKafkaSender(ctx context.Context, c *Config, r Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
+	opts, err := kafkaOpts(c, r.Kafka)
+	if err != nil {
+		return nil, nil, usage(err)
+	}
+	if k := r.Kafka; k.SASL != nil && k.SASL.Mechanism == "PLAIN" && k.TLS == nil {
+		log.Warn("SASL PLAIN without TLS sends the password in clear text; add a tls: block", "type", r.Type, "destination", destination(r))
+	}
+	if err := checkKafka(ctx, r, opts, log); err != nil {
+		return nil, nil, usage(err)
+	}
+	var s interface {
+		mensageria.BatchSender
+		Check(context.Context) error
+		Close()
+	}
+	if r.Kafka.TransactionalID != "" {
+		s, err = kafka.NewTransactionalSender(kafka.TransactionalConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic,
+			TransactionalID: r.Kafka.TransactionalID, Opts: opts, Logger: log})
+	} else {
+		s, err = kafka.NewSender(kafka.SenderConfig{Brokers: r.Kafka.Brokers, Topic: r.Kafka.Topic, Opts: opts, Logger: log})
+	}
+	if err != nil {
+		return nil, nil, usage(err)
+	}
+	if err := checkKafkaTopic(ctx, r, s.Check); err != nil {
+		s.Close()
+		return nil, nil, usage(err)
+	}
+	return s, s.Close, nil
+}
+
+// newNATSSender connects to a nats: route's server and builds its Sender
+// once the stream that holds the subject is found.
+func newNATSSender(ctx context.Context, c *Config, r Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
+	opts, err := natsOpts(c, r.NATS)
+	if err != nil {
+		return nil, nil, usage(err)
+	}
+	opts = append(opts, natsgo.Name("mensageria relay"), natsgo.MaxReconnects(-1))
+	nc, err := natsgo.Connect(r.NATS.URL, opts...)
+	if err != nil {
+		if reason, ok := natsRefusal(err, r.NATS); ok {
+			return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err})
+		}
+		return nil, nil, fmt.Errorf("route %s (line %d): %s: %w", r.Type, r.Line, destination(r), err)
+	}
+	if d := r.NATS.describe(); d != "" {
+		log.Info("NATS security checked", "type", r.Type, "destination", destination(r), "security", d)
+	}
+	// The Logger carries the duplicate window's warning, checked at
+	// Start against the relay's retry horizon.
+	s, err := natssender.NewSender(ctx, natssender.SenderConfig{Conn: nc, Subject: r.NATS.Subject, Stream: r.NATS.Stream, Logger: log})
+	if err == nil && r.NATS.Stream == "" {
+		// NewSender checked a configured stream; the one that holds
+		// the subject is checked here, so that a subject no stream
+		// holds stops the start as a missing stream does.
+		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		_, err = s.Check(cctx)
+		cancel()
+		var se *natssender.StreamError
+		if !errors.As(err, &se) {
+			err = nil // unreachable: logged at Start, and retried
+		}
+	}
+	if err != nil {
+		nc.Close()
+		var se *natssender.StreamError
+		if errors.As(err, &se) {
+			return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: "the stream is missing", Err: err})
+		}
+		return nil, nil, fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)
+	}
+	return s, func() { _ = nc.Drain() }, nil
 }
 
 // checkKafkaTopic asks the route's cluster about its topic: one that does
@@ -317,13 +336,23 @@ func (a *app) connect(ctx context.Context) (*Config, *backend, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return nil, nil, err
 	}
+	return c, b, nil
+}
+
+// openPinged opens the database and checks that it answers; the caller
+// closes the backend.
+func openPinged(ctx context.Context, database, schema string) (*backend, error) {
+	b, err := openBackend(ctx, database, schema)
+	if err != nil {
+		return nil, err
+	}
 	if err := b.ping(ctx); err != nil {
 		b.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return c, b, nil
+	return b, nil
 }

@@ -408,44 +408,11 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			case errors.Is(err, driver.ErrNotOwned):
 				return usageErr("%s is not in the ownership catalog of schema %s; nothing changed (see 'mensageria owners list --all-apps')", thing(kind, name), c.Schema)
 			case errors.As(err, &oce):
-				owner, known := "", false
-				for _, x := range oce.Conflicts {
-					if x.Kind == kind && x.Name == name {
-						owner, known = x.App, true
-					}
-				}
-				if !known {
-					o, ok, lerr := lookupOwner(ctx, b.drv, kind, name)
-					if lerr != nil {
-						return lerr
-					}
-					owner, known = o.App, ok
-				}
-				if !known {
-					return usageErr("%s is not owned by %s; nothing changed", thing(kind, name), quoteApp(from))
-				}
-				return usageErr("%s is owned by %s, not %s; nothing changed (pass --from %s if that is the app it moves from)", thing(kind, name), quoteApp(owner), quoteApp(from), shellArg(owner))
+				return transferConflict(ctx, b.drv, oce, kind, name, from)
 			case err != nil:
 				return fmt.Errorf("owners %s: %w", verb, err)
 			}
-			if asJSON {
-				return json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "kind": kind, "name": name, "from": from, "to": to, "schema": c.Schema})
-			}
-			if release {
-				fmt.Fprintf(a.io.Out, "%s released by %s in schema %s\n", thing(kind, name), quoteApp(from), c.Schema)
-				if kind == driver.ResourceType {
-					fmt.Fprintf(a.io.Err, "note: until an app registers it, the database refuses new rows of type %q; rows already there stay pending\n", name)
-				}
-				return nil
-			}
-			fmt.Fprintf(a.io.Out, "%s moved from %s to %s in schema %s\n", thing(kind, name), quoteApp(from), quoteApp(to), c.Schema)
-			switch kind {
-			case driver.ResourceType:
-				fmt.Fprintf(a.io.Err, "note: relays read the catalog when they start: restart app %s's relay so that it delivers %q; app %s's relay now refuses to start while its config still routes it\n", to, name, appName(from))
-			case driver.ResourceMigrations:
-				fmt.Fprintf(a.io.Err, "note: from now on only app %s runs 'mensageria migrate up' on schema %s\n", to, c.Schema)
-			}
-			return nil
+			return a.printTransfer(verb, release, kind, name, from, to, c.Schema, asJSON)
 		}),
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the app that owns it now ('' for an entry the upgrade left unclaimed)")
@@ -454,4 +421,49 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// transferConflict explains a transfer or release refused because --from
+// is not the entry's owner: who owns it, if anyone.
+func transferConflict(ctx context.Context, drv driver.Driver, oce *driver.OwnerConflictError, kind driver.ResourceKind, name, from string) error {
+	owner, known := "", false
+	for _, x := range oce.Conflicts {
+		if x.Kind == kind && x.Name == name {
+			owner, known = x.App, true
+		}
+	}
+	if !known {
+		o, ok, lerr := lookupOwner(ctx, drv, kind, name)
+		if lerr != nil {
+			return lerr
+		}
+		owner, known = o.App, ok
+	}
+	if !known {
+		return usageErr("%s is not owned by %s; nothing changed", thing(kind, name), quoteApp(from))
+	}
+	return usageErr("%s is owned by %s, not %s; nothing changed (pass --from %s if that is the app it moves from)", thing(kind, name), quoteApp(owner), quoteApp(from), shellArg(owner))
+}
+
+// printTransfer says what owners transfer or release changed, and what
+// the operator does next.
+func (a *app) printTransfer(verb string, release bool, kind driver.ResourceKind, name, from, to, schema string, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "kind": kind, "name": name, "from": from, "to": to, "schema": schema})
+	}
+	if release {
+		fmt.Fprintf(a.io.Out, "%s released by %s in schema %s\n", thing(kind, name), quoteApp(from), schema)
+		if kind == driver.ResourceType {
+			fmt.Fprintf(a.io.Err, "note: until an app registers it, the database refuses new rows of type %q; rows already there stay pending\n", name)
+		}
+		return nil
+	}
+	fmt.Fprintf(a.io.Out, "%s moved from %s to %s in schema %s\n", thing(kind, name), quoteApp(from), quoteApp(to), schema)
+	switch kind {
+	case driver.ResourceType:
+		fmt.Fprintf(a.io.Err, "note: relays read the catalog when they start: restart app %s's relay so that it delivers %q; app %s's relay now refuses to start while its config still routes it\n", to, name, appName(from))
+	case driver.ResourceMigrations:
+		fmt.Fprintf(a.io.Err, "note: from now on only app %s runs 'mensageria migrate up' on schema %s\n", to, schema)
+	}
+	return nil
 }

@@ -107,29 +107,16 @@ type receiveDaemon struct {
 
 func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen string, migrate bool, log *slog.Logger) error {
 	d := &receiveDaemon{cfg: c, log: log}
-	d.creds = &credentials{cfg: c, log: log, reloaded: func(string) {}}
-	toks, sum, err := d.creds.tokens()
+	toks, err := d.loadCredentials()
 	if err != nil {
-		return &exitError{code: ExitUsage, err: err}
+		return err
 	}
-	d.creds.fileSum = sum
-	if c.TLS != nil {
-		tc, err := loadTLS(c.TLS)
-		if err != nil {
-			return &exitError{code: ExitUsage, err: err}
-		}
-		d.creds.tls.Store(tc)
-	}
-
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	d.b = b
-	if err := b.ping(ctx); err != nil {
-		return err
-	}
 	if err := d.checkSchema(ctx, migrate, configPath); err != nil {
 		return err
 	}
@@ -137,23 +124,81 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 	if !ok {
 		return failErr("the %T backend has no inbox queue", b.drv)
 	}
+	reg, handlers, consumerOf, err := d.consumers(configPath)
+	if err != nil {
+		return err
+	}
+	if err := d.register(ctx, reg, configPath); err != nil {
+		return err
+	}
+	d.metrics = newReceiveMetrics(c.App, queue, func() *m2mhttp.Receiver { return d.rc }, log)
+	if pg, ok := b.drv.(*postgres.Driver); ok {
+		d.notify = newNotifier(c.NotifyInterval, pg.NotifyInbox, log, func(r string) { d.metrics.notifies.WithLabelValues(r).Inc() })
+		defer d.notify.close()
+	}
+	d.creds.reloaded = func(r string) { d.metrics.reloads.WithLabelValues(r).Inc() }
+	if err := d.newReceiver(toks, handlers, consumerOf); err != nil {
+		return err
+	}
+	srv, health, done, addr, scheme, err := d.serve(healthListen)
+	if err != nil {
+		return err
+	}
 
-	// The consumers are the app's in the catalog, each with its window:
-	// the purge below, and every other app's, follow it.
-	reg := mensageria.NewRegistry()
-	handlers := map[string]m2mhttp.Handler{}
-	consumerOf := map[string]string{}
-	for _, k := range c.Consumers {
-		in, err := mensageria.NewInbox(b.drv, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Go(func() { d.creds.watch(bg, hup) })
+	wg.Go(func() { d.purge(bg) })
+	defer func() { stopBG(); wg.Wait() }()
+
+	log.Info("receiving", "addr", addr, "url", scheme+"://"+addr+c.Path, "app", c.App, "schema", c.Schema,
+		"consumers", len(c.Consumers), "tokens", d.rc.Tokens(), "client_certificates", c.TLS != nil && c.TLS.ClientCAFile != "")
+	return d.waitAndStop(ctx, srv, health, done)
+}
+
+// loadCredentials reads the tokens senders present and, with tls:, the
+// server's certificate: a file that cannot be read stops the start.
+func (d *receiveDaemon) loadCredentials() ([]string, error) {
+	c := d.cfg
+	d.creds = &credentials{cfg: c, log: d.log, reloaded: func(string) {}}
+	toks, sum, err := d.creds.tokens()
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	d.creds.fileSum = sum
+	if c.TLS != nil {
+		tc, err := loadTLS(c.TLS)
 		if err != nil {
-			return usageErr("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
+			return nil, &exitError{code: ExitUsage, err: err}
+		}
+		d.creds.tls.Store(tc)
+	}
+	return toks, nil
+}
+
+// consumers builds each configured consumer's Inbox and queue handler,
+// keyed by the types it takes.
+func (d *receiveDaemon) consumers(configPath string) (reg *mensageria.Registry, handlers map[string]m2mhttp.Handler, consumerOf map[string]string, err error) {
+	c := d.cfg
+	// The consumers are the app's in the catalog, each with its window:
+	// the purge, and every other app's, follow it.
+	reg = mensageria.NewRegistry()
+	handlers = map[string]m2mhttp.Handler{}
+	consumerOf = map[string]string{}
+	for _, k := range c.Consumers {
+		in, err := mensageria.NewInbox(d.b.drv, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
+		if err != nil {
+			return nil, nil, nil, usageErr("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
 		}
 		if err := reg.RegisterInbox(in); err != nil {
-			return usageErr("%s:%d: %v", configPath, k.Line, err)
+			return nil, nil, nil, usageErr("%s:%d: %v", configPath, k.Line, err)
 		}
 		h, err := m2mhttp.QueueHandler(in)
 		if err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 		if c.tracer != nil {
 			h.Effect = c.tracer.Effect(h.Effect)
@@ -163,7 +208,14 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 			consumerOf[t] = k.Name
 		}
 	}
-	cl, err := mensageria.New(b.drv, &mensageria.Config{App: c.App, Registry: reg, Logger: log})
+	return reg, handlers, consumerOf, nil
+}
+
+// register records the consumers as the app's in the ownership catalog,
+// after a word about a window too short for a default relay's retries.
+func (d *receiveDaemon) register(ctx context.Context, reg *mensageria.Registry, configPath string) error {
+	c, log := d.cfg, d.log
+	cl, err := mensageria.New(d.b.drv, &mensageria.Config{App: c.App, Registry: reg, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -191,20 +243,21 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 				"app", c.App, "consumer", o.Name)
 		}
 	}
+	return nil
+}
 
-	d.metrics = newReceiveMetrics(c.App, queue, func() *m2mhttp.Receiver { return d.rc }, log)
-	if pg, ok := b.drv.(*postgres.Driver); ok {
-		d.notify = newNotifier(c.NotifyInterval, pg.NotifyInbox, log, func(r string) { d.metrics.notifies.WithLabelValues(r).Inc() })
-		defer d.notify.close()
-	}
-	d.creds.reloaded = func(r string) { d.metrics.reloads.WithLabelValues(r).Inc() }
+// newReceiver builds the HTTP receiver over the consumers' handlers; an
+// applied message wakes its consumer's workers.
+func (d *receiveDaemon) newReceiver(toks []string, handlers map[string]m2mhttp.Handler, consumerOf map[string]string) error {
+	c := d.cfg
+	var err error
 	d.rc, err = m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{
 		Tokens:        toks,
 		Handlers:      handlers,
 		MaxBodyBytes:  c.MaxBodyBytes,
 		MaxBatchItems: c.MaxBatchItems,
 		MaxInFlight:   c.MaxInFlight,
-		Logger:        log,
+		Logger:        d.log,
 		OnOutcome: func(typ, outcome string) {
 			d.metrics.messages.WithLabelValues(typ, outcome).Inc()
 			if outcome == m2mhttp.OutcomeApplied && d.notify != nil {
@@ -216,16 +269,23 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 		return err
 	}
 	d.creds.rc = d.rc
+	return nil
+}
 
+// serve starts the deliveries' server on receive.listen and, unless
+// healthListen is empty, the health and metrics server; done receives
+// the first one's failure; addr and scheme are the deliveries' server's.
+func (d *receiveDaemon) serve(healthListen string) (srv, health *http.Server, done chan error, addr, scheme string, err error) {
+	c, log := d.cfg, d.log
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
-		return usageErr("receive.listen %s: %v", c.Listen, err)
+		return nil, nil, nil, "", "", usageErr("receive.listen %s: %v", c.Listen, err)
 	}
-	scheme := "http"
+	scheme = "http"
 	if c.TLS != nil {
 		ln, scheme = tls.NewListener(ln, d.creds.serverTLS()), "https"
 	}
-	srv := &http.Server{
+	srv = &http.Server{
 		Handler:           d.metrics.countStatus(d.mux(true)),
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       c.ReadTimeout,
@@ -236,32 +296,25 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 		// the standard logger's.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	done := make(chan error, 2)
+	done = make(chan error, 2)
 	go func() { done <- srv.Serve(ln) }()
-	var health *http.Server
 	if healthListen != "" {
 		hl, err := net.Listen("tcp", healthListen)
 		if err != nil {
 			_ = srv.Close()
-			return usageErr("--listen %s: %v", healthListen, err)
+			return nil, nil, nil, "", "", usageErr("--listen %s: %v", healthListen, err)
 		}
 		health = &http.Server{Handler: d.mux(false), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("serving health and metrics", "addr", hl.Addr().String(), "paths", "/healthz /readyz /metrics")
 		go func() { done <- health.Serve(hl) }()
 	}
+	return srv, health, done, ln.Addr().String(), scheme, nil
+}
 
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	wg.Go(func() { d.creds.watch(bg, hup) })
-	wg.Go(func() { d.purge(bg) })
-	defer func() { stopBG(); wg.Wait() }()
-
-	log.Info("receiving", "addr", ln.Addr().String(), "url", scheme+"://"+ln.Addr().String()+c.Path, "app", c.App, "schema", c.Schema,
-		"consumers", len(c.Consumers), "tokens", d.rc.Tokens(), "client_certificates", c.TLS != nil && c.TLS.ClientCAFile != "")
-
+// waitAndStop runs until ctx ends or a server fails, then lets the
+// requests in flight finish within receive.shutdown_timeout.
+func (d *receiveDaemon) waitAndStop(ctx context.Context, srv, health *http.Server, done <-chan error) error {
+	c, log := d.cfg, d.log
 	var serveErr error
 	select {
 	case <-ctx.Done():

@@ -266,8 +266,10 @@ func (p *parser) checkDatabase(db string) error {
 	return nil
 }
 
+// receiveKey is the path of a key of the receive: block.
+func receiveKey(k string, more ...any) []any { return append([]any{"receive", k}, more...) }
+
 func (p *parser) receiveBlock(r *rawReceive, c *ReceiveConfig) error {
-	at := func(k string, more ...any) []any { return append([]any{"receive", k}, more...) }
 	var err error
 	do := func(f func() error) {
 		if err == nil {
@@ -276,7 +278,7 @@ func (p *parser) receiveBlock(r *rawReceive, c *ReceiveConfig) error {
 	}
 	dur := func(dst *time.Duration, v string, def time.Duration, key string) {
 		do(func() error {
-			d, e := p.duration(v, at(key)...)
+			d, e := p.duration(v, receiveKey(key)...)
 			if d == 0 {
 				d = def
 			}
@@ -284,92 +286,11 @@ func (p *parser) receiveBlock(r *rawReceive, c *ReceiveConfig) error {
 			return e
 		})
 	}
-	do(func() (e error) {
-		if c.Listen, e = p.expand(r.Listen, at("listen")...); e != nil {
-			return e
-		}
-		if c.Listen == "" {
-			c.Listen = defaultReceiveListen
-		}
-		if _, _, serr := net.SplitHostPort(c.Listen); serr != nil {
-			return p.errAt(at("listen"), "%q is not host:port (:8080 listens on every address)", c.Listen)
-		}
-		return nil
-	})
-	do(func() (e error) {
-		if c.Path, e = p.expand(r.Path, at("path")...); e != nil {
-			return e
-		}
-		switch {
-		case c.Path == "":
-			c.Path = "/"
-		case !strings.HasPrefix(c.Path, "/") || strings.ContainsAny(c.Path, "?#{} \t") || !isPrintableASCII(c.Path):
-			return p.errAt(at("path"), "%q must be a URL path starting with / (no query, no spaces)", c.Path)
-		}
-		for _, pp := range probePaths {
-			if c.Path == pp {
-				return p.errAt(at("path"), "%s is the daemon's own probe; deliveries need another path", pp)
-			}
-		}
-		return nil
-	})
-	for i, t := range r.Tokens {
-		do(func() error {
-			v, e := p.expand(t, at("tokens", i)...)
-			if e != nil {
-				return e
-			}
-			if reason := badToken(v); reason != "" {
-				return p.errAt(at("tokens", i), "%s", reason)
-			}
-			c.Tokens = append(c.Tokens, v)
-			return nil
-		})
-	}
-	do(func() (e error) { c.TokensFile, e = p.expand(r.TokensFile, at("tokens_file")...); return })
+	p.receiveAddress(r, c, do)
+	p.receiveTokens(r, c, do)
+	p.receiveTLS(r, c, do)
 	do(func() error {
-		if len(c.Tokens) == 0 && c.TokensFile == "" {
-			return p.errAt([]any{"receive", "tokens"}, "required: tokens: [${TOKEN}] or tokens_file: PATH, the Bearer tokens senders present")
-		}
-		v, e := p.expand(r.TokensCheck, at("tokens_check")...)
-		if e != nil {
-			return e
-		}
-		switch v {
-		case "":
-			c.TokensCheck = defaultTokensCheck
-		case "off":
-			c.TokensCheck = 0
-		default:
-			d, perr := time.ParseDuration(v)
-			if perr != nil || d <= 0 {
-				return p.errAt(at("tokens_check"), "%q is not a positive duration (5s) or off", v)
-			}
-			c.TokensCheck = d
-		}
-		return nil
-	})
-	if r.TLS != nil {
-		t := &ReceiveTLS{}
-		str := func(dst *string, v, key string) {
-			do(func() (e error) { *dst, e = p.expand(v, "receive", "tls", key); return })
-		}
-		str(&t.CertFile, r.TLS.CertFile, "cert_file")
-		str(&t.KeyFile, r.TLS.KeyFile, "key_file")
-		str(&t.ClientCAFile, r.TLS.ClientCAFile, "client_ca_file")
-		do(func() error {
-			switch {
-			case t.CertFile == "":
-				return p.errAt([]any{"receive", "tls", "cert_file"}, "required with tls: the server's certificate (PEM, with its chain)")
-			case t.KeyFile == "":
-				return p.errAt([]any{"receive", "tls", "key_file"}, "required with tls: the certificate's private key (PEM)")
-			}
-			return nil
-		})
-		c.TLS = t
-	}
-	do(func() error {
-		n, e := p.int(r.MaxBodyBytes, 1, at("max_body_bytes")...)
+		n, e := p.int(r.MaxBodyBytes, 1, receiveKey("max_body_bytes")...)
 		c.MaxBodyBytes = int64(n)
 		if n == 0 {
 			c.MaxBodyBytes = defaultReceiveMaxBody
@@ -377,11 +298,11 @@ func (p *parser) receiveBlock(r *rawReceive, c *ReceiveConfig) error {
 		return e
 	})
 	do(func() (e error) {
-		c.MaxBatchItems, e = p.int(r.MaxBatchItems, 1, at("max_batch_items")...)
+		c.MaxBatchItems, e = p.int(r.MaxBatchItems, 1, receiveKey("max_batch_items")...)
 		return
 	})
 	do(func() error {
-		n, e := p.int(r.MaxInFlight, 1, at("max_in_flight")...)
+		n, e := p.int(r.MaxInFlight, 1, receiveKey("max_in_flight")...)
 		c.MaxInFlight = n
 		if n == 0 {
 			c.MaxInFlight = defaultReceiveMaxInFlight
@@ -398,13 +319,111 @@ func (p *parser) receiveBlock(r *rawReceive, c *ReceiveConfig) error {
 	do(func() error {
 		switch {
 		case c.WriteTimeout <= c.ReadTimeout:
-			return p.errAt(at("write_timeout"), "%s must be longer than read_timeout (%s): it runs from the end of the headers to the end of the answer, the body's reading included", c.WriteTimeout, c.ReadTimeout)
+			return p.errAt(receiveKey("write_timeout"), "%s must be longer than read_timeout (%s): it runs from the end of the headers to the end of the answer, the body's reading included", c.WriteTimeout, c.ReadTimeout)
 		case c.ReadHeaderTimeout > c.ReadTimeout:
-			return p.errAt(at("read_header_timeout"), "%s is longer than read_timeout (%s), which bounds the headers too", c.ReadHeaderTimeout, c.ReadTimeout)
+			return p.errAt(receiveKey("read_header_timeout"), "%s is longer than read_timeout (%s), which bounds the headers too", c.ReadHeaderTimeout, c.ReadTimeout)
 		}
 		return nil
 	})
 	return err
+}
+
+// receiveAddress reads listen and path.
+func (p *parser) receiveAddress(r *rawReceive, c *ReceiveConfig, do func(func() error)) {
+	do(func() (e error) {
+		if c.Listen, e = p.expand(r.Listen, receiveKey("listen")...); e != nil {
+			return e
+		}
+		if c.Listen == "" {
+			c.Listen = defaultReceiveListen
+		}
+		if _, _, serr := net.SplitHostPort(c.Listen); serr != nil {
+			return p.errAt(receiveKey("listen"), "%q is not host:port (:8080 listens on every address)", c.Listen)
+		}
+		return nil
+	})
+	do(func() (e error) {
+		if c.Path, e = p.expand(r.Path, receiveKey("path")...); e != nil {
+			return e
+		}
+		switch {
+		case c.Path == "":
+			c.Path = "/"
+		case !strings.HasPrefix(c.Path, "/") || strings.ContainsAny(c.Path, "?#{} \t") || !isPrintableASCII(c.Path):
+			return p.errAt(receiveKey("path"), "%q must be a URL path starting with / (no query, no spaces)", c.Path)
+		}
+		for _, pp := range probePaths {
+			if c.Path == pp {
+				return p.errAt(receiveKey("path"), "%s is the daemon's own probe; deliveries need another path", pp)
+			}
+		}
+		return nil
+	})
+}
+
+// receiveTokens reads the Bearer tokens senders present: tokens,
+// tokens_file and how often the file is read again.
+func (p *parser) receiveTokens(r *rawReceive, c *ReceiveConfig, do func(func() error)) {
+	for i, t := range r.Tokens {
+		do(func() error {
+			v, e := p.expand(t, receiveKey("tokens", i)...)
+			if e != nil {
+				return e
+			}
+			if reason := badToken(v); reason != "" {
+				return p.errAt(receiveKey("tokens", i), "%s", reason)
+			}
+			c.Tokens = append(c.Tokens, v)
+			return nil
+		})
+	}
+	do(func() (e error) { c.TokensFile, e = p.expand(r.TokensFile, receiveKey("tokens_file")...); return })
+	do(func() error {
+		if len(c.Tokens) == 0 && c.TokensFile == "" {
+			return p.errAt([]any{"receive", "tokens"}, "required: tokens: [${TOKEN}] or tokens_file: PATH, the Bearer tokens senders present")
+		}
+		v, e := p.expand(r.TokensCheck, receiveKey("tokens_check")...)
+		if e != nil {
+			return e
+		}
+		switch v {
+		case "":
+			c.TokensCheck = defaultTokensCheck
+		case "off":
+			c.TokensCheck = 0
+		default:
+			d, perr := time.ParseDuration(v)
+			if perr != nil || d <= 0 {
+				return p.errAt(receiveKey("tokens_check"), "%q is not a positive duration (5s) or off", v)
+			}
+			c.TokensCheck = d
+		}
+		return nil
+	})
+}
+
+// receiveTLS reads the tls: block, when there is one.
+func (p *parser) receiveTLS(r *rawReceive, c *ReceiveConfig, do func(func() error)) {
+	if r.TLS == nil {
+		return
+	}
+	t := &ReceiveTLS{}
+	str := func(dst *string, v, key string) {
+		do(func() (e error) { *dst, e = p.expand(v, "receive", "tls", key); return })
+	}
+	str(&t.CertFile, r.TLS.CertFile, "cert_file")
+	str(&t.KeyFile, r.TLS.KeyFile, "key_file")
+	str(&t.ClientCAFile, r.TLS.ClientCAFile, "client_ca_file")
+	do(func() error {
+		switch {
+		case t.CertFile == "":
+			return p.errAt([]any{"receive", "tls", "cert_file"}, "required with tls: the server's certificate (PEM, with its chain)")
+		case t.KeyFile == "":
+			return p.errAt([]any{"receive", "tls", "key_file"}, "required with tls: the certificate's private key (PEM)")
+		}
+		return nil
+	})
+	c.TLS = t
 }
 
 func (p *parser) consumers(raws []rawConsumer, c *ReceiveConfig) error {

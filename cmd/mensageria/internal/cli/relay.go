@@ -34,14 +34,14 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, usageErr("--log-format %q: use text or json", format)
 }
 
-func (a *app) relayCommand() *cobra.Command {
-	var listen, logFormat, logLevel string
-	var shutdown time.Duration
-	var migrate, traced bool
-	cmd := &cobra.Command{
-		Use:   "relay",
-		Short: "Run the relay of this app's routes until SIGTERM or SIGINT",
-		Long: `relay delivers the outbox messages of the config's routes, and only those:
+// relayOptions are the relay command's flags.
+type relayOptions struct {
+	listen, logFormat, logLevel string
+	shutdown                    time.Duration
+	migrate, traced             bool
+}
+
+const relayLong = `relay delivers the outbox messages of the config's routes, and only those:
 rows of other types in the same schema are left to their own apps. At start
 it records in the ownership catalog that the config's app owns its types
 (and its Kafka transactional ids); a type another app owns stops it with
@@ -55,7 +55,7 @@ logged, and its messages wait for it. It runs
 until SIGTERM or SIGINT, then stops claiming, lets the deliveries in flight
 finish within --shutdown-timeout and releases the rest for the next relay.
 
-With election advisory, replicas of one app elect one active relay; the
+With election leader, replicas of one app elect one active relay; the
 others stand by and take over when it dies.
 
 It serves, on --listen:
@@ -75,152 +75,210 @@ With --trace it exports OpenTelemetry traces over OTLP/HTTP, configured by
 the standard OTEL_EXPORTER_OTLP_* variables: a span per delivery attempt,
 continuing the trace each message was enqueued in (docs/observability.md).
 
-The schema must be current ('mensageria migrate up', or --migrate).`,
-		Args: noArgs,
+The schema must be current ('mensageria migrate up', or --migrate).`
+
+func (a *app) relayCommand() *cobra.Command {
+	var o relayOptions
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Run the relay of this app's routes until SIGTERM or SIGINT",
+		Long:  relayLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(a.io.Err, logFormat, logLevel)
-			if err != nil {
-				return err
-			}
-			c, err := a.loadConfig()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			reg, senders, closeSenders, err := registry(ctx, c, log)
-			if err != nil {
-				return err
-			}
-			defer closeSenders()
-			b, err := openBackend(ctx, c.Database, c.Schema)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			if err := b.ping(ctx); err != nil {
-				return err
-			}
-			mode := driver.MigrateCheck
-			if migrate {
-				mode = driver.MigrateUp
-			}
-			res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.App})
-			var oce *driver.OwnerConflictError
-			switch {
-			case errors.Is(err, driver.ErrSchemaBehind):
-				return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the relay with --migrate", c.Schema, res.From, res.To)
-			case errors.As(err, &oce):
-				return conflictErr(oce, "migrate the schema up (--migrate)", a.configPath)
-			case err != nil:
-				return fmt.Errorf("schema check: %w", err)
-			}
-			if len(res.Applied) > 0 {
-				log.Info("schema migrated", "schema", c.Schema, "from", res.From, "to", res.To, "migrations_owner", res.Owner)
-			}
-			cc := c.ClientConfig()
-			cc.Registry = reg
-			cc.Logger = log
-			var el driver.Elector
-			if c.Relay.Election != mensageria.ElectionNone {
-				if el, err = b.drv.Elector(c.App, c.Effective().Lease); err != nil {
-					return err
-				}
-			}
-			m := newMetrics(c.App, b.drv, el, log)
-			if c.Relay.Election == mensageria.ElectionNone {
-				m.leader.Set(1)
-			}
-			cc.Hooks = append(cc.Hooks, m)
-			tr, err := startTracing(ctx, traced, "mensageria-relay", c.App, a.io.Env, log)
-			if err != nil {
-				return err
-			}
-			defer tr.stop(shutdown, log)
-			if tr.Tracer != nil {
-				cc.Hooks = append(cc.Hooks, tr.Tracer)
-			}
-			for _, s := range senders {
-				if ts, ok := s.(*kafka.TransactionalSender); ok {
-					m.watchTransactional(ts)
-				}
-			}
-			cl, err := mensageria.New(b.drv, &cc)
-			if err != nil {
-				return err
-			}
-			m.routes = cl.Routes
-			// Ownership first, before anything is served or claimed: a
-			// config that routes another app's type stops here.
-			if _, err := cl.Register(ctx); err != nil {
-				if errors.As(err, &oce) {
-					return conflictErr(oce, "start its relay", a.configPath)
-				}
-				return fmt.Errorf("ownership catalog: %w", err)
-			}
-			readyFn := func(ctx context.Context) error {
-				if err := cl.Ready(); err != nil {
-					return err
-				}
-				if b.pool != nil {
-					return b.pool.Ping(ctx)
-				}
-				_, err := b.drv.Stats(ctx)
-				return err
-			}
-			var srv *http.Server
-			srvDone := make(chan error, 1)
-			if listen != "" {
-				ln, err := net.Listen("tcp", listen)
-				if err != nil {
-					return usageErr("--listen %s: %v", listen, err)
-				}
-				srv = &http.Server{Handler: serveMux(m, readyFn), ReadHeaderTimeout: 10 * time.Second}
-				log.Info("serving health and metrics", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics")
-				go func() { srvDone <- srv.Serve(ln) }()
-			}
-			if err := cl.Start(ctx); err != nil {
-				if errors.As(err, &oce) {
-					return conflictErr(oce, "start its relay", a.configPath)
-				}
-				var se *natssender.StreamError
-				if kafka.TopicRefused(err) || errors.As(err, &se) {
-					// A topic or stream missing or refused is the
-					// config's or the cluster's to fix: a retry would
-					// meet the same answer.
-					return &exitError{code: ExitUsage, err: err}
-				}
-				return err
-			}
-			log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", electionName(c.Relay.Election))
-			var serveErr error
-			select {
-			case <-ctx.Done():
-				log.Info("stopping: finishing deliveries in flight", "timeout", shutdown)
-			case serveErr = <-srvDone:
-				log.Error("health server failed; stopping", "err", serveErr)
-			}
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
-			defer cancel()
-			stopErr := cl.Stop(sctx)
-			if stopErr != nil {
-				log.Warn("stop timed out; unfinished deliveries were released for the next relay", "err", stopErr)
-			}
-			if srv != nil {
-				_ = srv.Shutdown(sctx)
-			}
-			log.Info("relay stopped", "app", c.App)
-			if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-				return serveErr
-			}
-			return nil
+			return a.runRelay(cmd.Context(), o)
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", "127.0.0.1:9464", "address of /healthz, /readyz and /metrics (empty: do not serve)")
-	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long a stop waits for deliveries in flight")
-	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
-	f.BoolVar(&traced, "trace", false, traceFlagHelp)
+	f.StringVar(&o.listen, "listen", "127.0.0.1:9464", "address of /healthz, /readyz and /metrics (empty: do not serve)")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long a stop waits for deliveries in flight")
+	f.BoolVar(&o.migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
+	f.BoolVar(&o.traced, "trace", false, traceFlagHelp)
 	return cmd
+}
+
+func (a *app) runRelay(ctx context.Context, o relayOptions) error {
+	log, err := newLogger(a.io.Err, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	c, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
+	reg, senders, closeSenders, err := registry(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer closeSenders()
+	b, err := openPinged(ctx, c.Database, c.Schema)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := a.relaySchema(ctx, b, c, o.migrate, log); err != nil {
+		return err
+	}
+	cc := c.ClientConfig()
+	cc.Registry = reg
+	cc.Logger = log
+	m, err := relayMetrics(b, c, log)
+	if err != nil {
+		return err
+	}
+	cc.Hooks = append(cc.Hooks, m)
+	tr, err := startTracing(ctx, o.traced, "mensageria-relay", c.App, a.io.Env, log)
+	if err != nil {
+		return err
+	}
+	defer tr.stop(o.shutdown, log)
+	if tr.Tracer != nil {
+		cc.Hooks = append(cc.Hooks, tr.Tracer)
+	}
+	for _, s := range senders {
+		if ts, ok := s.(*kafka.TransactionalSender); ok {
+			m.watchTransactional(ts)
+		}
+	}
+	cl, err := mensageria.New(b.drv, &cc)
+	if err != nil {
+		return err
+	}
+	m.routes = cl.Routes
+	// Ownership first, before anything is served or claimed: a
+	// config that routes another app's type stops here.
+	if _, err := cl.Register(ctx); err != nil {
+		var oce *driver.OwnerConflictError
+		if errors.As(err, &oce) {
+			return conflictErr(oce, "start its relay", a.configPath)
+		}
+		return fmt.Errorf("ownership catalog: %w", err)
+	}
+	srv, srvDone, err := serveRelayHealth(o.listen, m, relayReady(cl, b), log)
+	if err != nil {
+		return err
+	}
+	if err := a.startRelay(ctx, cl); err != nil {
+		return err
+	}
+	log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", electionName(c.Relay.Election))
+	return waitAndStopRelay(ctx, cl, srv, srvDone, o.shutdown, c.App, log)
+}
+
+// waitAndStopRelay runs until ctx ends or the health server fails, then
+// stops the relay within shutdown.
+func waitAndStopRelay(ctx context.Context, cl *mensageria.Client, srv *http.Server, srvDone <-chan error, shutdown time.Duration, appName string, log *slog.Logger) error {
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: finishing deliveries in flight", "timeout", shutdown)
+	case serveErr = <-srvDone:
+		log.Error("health server failed; stopping", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
+	defer cancel()
+	stopErr := cl.Stop(sctx)
+	if stopErr != nil {
+		log.Warn("stop timed out; unfinished deliveries were released for the next relay", "err", stopErr)
+	}
+	if srv != nil {
+		_ = srv.Shutdown(sctx)
+	}
+	log.Info("relay stopped", "app", appName)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// relaySchema checks the schema, or with migrate brings it up, on behalf
+// of the config's app.
+func (a *app) relaySchema(ctx context.Context, b *backend, c *Config, migrate bool, log *slog.Logger) error {
+	mode := driver.MigrateCheck
+	if migrate {
+		mode = driver.MigrateUp
+	}
+	res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.App})
+	var oce *driver.OwnerConflictError
+	switch {
+	case errors.Is(err, driver.ErrSchemaBehind):
+		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the relay with --migrate", c.Schema, res.From, res.To)
+	case errors.As(err, &oce):
+		return conflictErr(oce, "migrate the schema up (--migrate)", a.configPath)
+	case err != nil:
+		return fmt.Errorf("schema check: %w", err)
+	}
+	if len(res.Applied) > 0 {
+		log.Info("schema migrated", "schema", c.Schema, "from", res.From, "to", res.To, "migrations_owner", res.Owner)
+	}
+	return nil
+}
+
+// relayMetrics builds the relay's metrics, watching the election when
+// there is one; with none, every replica counts as the leader.
+func relayMetrics(b *backend, c *Config, log *slog.Logger) (*metrics, error) {
+	var el driver.Elector
+	if c.Relay.Election != mensageria.ElectionNone {
+		var err error
+		if el, err = b.drv.Elector(c.App, c.Effective().Lease); err != nil {
+			return nil, err
+		}
+	}
+	m := newMetrics(c.App, b.drv, el, log)
+	if c.Relay.Election == mensageria.ElectionNone {
+		m.leader.Set(1)
+	}
+	return m, nil
+}
+
+// relayReady is /readyz: the relay is ready and the database answers.
+func relayReady(cl *mensageria.Client, b *backend) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := cl.Ready(); err != nil {
+			return err
+		}
+		if b.pool != nil {
+			return b.pool.Ping(ctx)
+		}
+		_, err := b.drv.Stats(ctx)
+		return err
+	}
+}
+
+// serveRelayHealth serves /healthz, /readyz and /metrics on listen, unless
+// listen is empty (then srv is nil and done never fires).
+func serveRelayHealth(listen string, m *metrics, ready func(context.Context) error, log *slog.Logger) (srv *http.Server, done chan error, err error) {
+	done = make(chan error, 1)
+	if listen == "" {
+		return nil, done, nil
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, nil, usageErr("--listen %s: %v", listen, err)
+	}
+	srv = &http.Server{Handler: serveMux(m, ready), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("serving health and metrics", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics")
+	go func() { done <- srv.Serve(ln) }()
+	return srv, done, nil
+}
+
+// startRelay starts cl's relay; what only the config or the cluster can
+// fix is a usage error.
+func (a *app) startRelay(ctx context.Context, cl *mensageria.Client) error {
+	err := cl.Start(ctx)
+	if err == nil {
+		return nil
+	}
+	var oce *driver.OwnerConflictError
+	if errors.As(err, &oce) {
+		return conflictErr(oce, "start its relay", a.configPath)
+	}
+	var se *natssender.StreamError
+	if kafka.TopicRefused(err) || errors.As(err, &se) {
+		// A topic or stream missing or refused is the config's or the
+		// cluster's to fix: a retry would meet the same answer.
+		return &exitError{code: ExitUsage, err: err}
+	}
+	return err
 }

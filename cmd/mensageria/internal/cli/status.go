@@ -79,27 +79,8 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 			InDoubt: s.InDoubt, OldestInDoubtSec: s.OldestInDoubt.Seconds(),
 		})
 	}
-	// A routed type with no rows yet still gets its line: "0 pending" is
-	// an answer an operator wants to see, and so is its owner.
-	var catalog []driver.Ownership
-	loaded := false
-	for _, t := range c.Types() {
-		if seen[t] {
-			continue
-		}
-		if !loaded {
-			if catalog, err = drv.Owners(ctx, ""); err != nil {
-				return nil, fmt.Errorf("status: ownership catalog: %w", err)
-			}
-			loaded = true
-		}
-		owner := ""
-		for _, o := range catalog {
-			if o.Kind == driver.ResourceType && o.Name == t {
-				owner = o.App
-			}
-		}
-		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
+	if err := addIdleRoutedTypes(ctx, c, drv, st, seen); err != nil {
+		return nil, err
 	}
 	routes, err := drv.RouteStates(ctx, "")
 	if err != nil {
@@ -133,23 +114,60 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		}
 		return 0
 	})
-	if c.Relay.Election != mensageria.ElectionNone {
-		el, err := drv.Elector(c.App, c.Effective().Lease)
-		if err == nil {
-			var h driver.Leader
-			if h, err = el.Holder(ctx); err == nil {
-				st.Election.Holder, st.Election.Epoch = h.Holder, h.Epoch
-				if !h.Since.IsZero() && h.Holder != "" {
-					since := h.Since.UTC()
-					st.Election.Since = &since
-				}
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("status: election: %w", err)
-		}
+	if err := statusElection(ctx, c, drv, &st.Election); err != nil {
+		return nil, err
 	}
 	return st, nil
+}
+
+// addIdleRoutedTypes adds a line, with its owner, for each routed type
+// that has no rows yet: "0 pending" is an answer an operator wants to
+// see, and so is its owner.
+func addIdleRoutedTypes(ctx context.Context, c *Config, drv driver.Driver, st *Status, seen map[string]bool) error {
+	var err error
+	var catalog []driver.Ownership
+	loaded := false
+	for _, t := range c.Types() {
+		if seen[t] {
+			continue
+		}
+		if !loaded {
+			if catalog, err = drv.Owners(ctx, ""); err != nil {
+				return fmt.Errorf("status: ownership catalog: %w", err)
+			}
+			loaded = true
+		}
+		owner := ""
+		for _, o := range catalog {
+			if o.Kind == driver.ResourceType && o.Name == t {
+				owner = o.App
+			}
+		}
+		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
+	}
+	return nil
+}
+
+// statusElection fills e with the app's election holder, when the config
+// elects one.
+func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *StatusElection) error {
+	if c.Relay.Election == mensageria.ElectionNone {
+		return nil
+	}
+	el, err := drv.Elector(c.App, c.Effective().Lease)
+	if err != nil {
+		return fmt.Errorf("status: election: %w", err)
+	}
+	h, err := el.Holder(ctx)
+	if err != nil {
+		return fmt.Errorf("status: election: %w", err)
+	}
+	e.Holder, e.Epoch = h.Holder, h.Epoch
+	if !h.Since.IsZero() && h.Holder != "" {
+		since := h.Since.UTC()
+		e.Since = &since
+	}
+	return nil
 }
 
 func writeStatus(w io.Writer, st *Status) {
@@ -158,13 +176,13 @@ func writeStatus(w io.Writer, st *Status) {
 	case st.Election.Mode == "none":
 		fmt.Fprintln(w, "election: none (every replica relays)")
 	case st.Election.Holder == "":
-		fmt.Fprintln(w, "election: advisory, no holder (no relay of this app is running)")
+		fmt.Fprintln(w, "election: leader, no holder (no relay of this app is running)")
 	default:
 		since := ""
 		if st.Election.Since != nil {
 			since = fmt.Sprintf(", for %s", time.Since(*st.Election.Since).Round(time.Second))
 		}
-		fmt.Fprintf(w, "election: advisory, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
+		fmt.Fprintf(w, "election: leader, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")

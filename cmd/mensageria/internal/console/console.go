@@ -26,7 +26,6 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
-	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -41,9 +40,6 @@ import (
 //go:embed assets
 var assets embed.FS
 
-// ErrConfig is wrapped by *ConfigError.
-var ErrConfig = errors.New("mensageria/console: invalid options")
-
 // ConfigError names an option New refuses.
 type ConfigError struct {
 	Field, Reason string
@@ -53,8 +49,9 @@ func (e *ConfigError) Error() string {
 	return "mensageria/console: " + e.Field + ": " + e.Reason
 }
 
-// Is makes errors.Is(err, ErrConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+// Is makes errors.Is(err, mensageria.ErrConfig) true (the driver seam's
+// sentinel, which the root package exports).
+func (e *ConfigError) Is(target error) bool { return target == driver.ErrConfig }
 
 // Auth is who may use the console: the holder of Token, or of User and
 // Password (HTTP basic credentials). At least one must be set.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
 )
@@ -187,11 +188,11 @@ func TestNewRefusesAConsoleWithoutCredentials(t *testing.T) {
 	} {
 		_, err := New(Options{Driver: d, Auth: a})
 		var ce *ConfigError
-		if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) || ce.Field == "" {
+		if !errors.Is(err, mensageria.ErrConfig) || !errors.As(err, &ce) || ce.Field == "" {
 			t.Errorf("%s: New = %v, want a *ConfigError", name, err)
 		}
 	}
-	if _, err := New(Options{Auth: Auth{Token: testToken}}); !errors.Is(err, ErrConfig) {
+	if _, err := New(Options{Auth: Auth{Token: testToken}}); !errors.Is(err, mensageria.ErrConfig) {
 		t.Errorf("no driver: %v", err)
 	}
 }
