@@ -390,6 +390,19 @@ func LoadConfig(path string, env func(string) (string, bool)) (*Config, error) {
 
 // ParseConfig decodes and validates the bytes of a config file named name.
 func ParseConfig(name string, data []byte, env func(string) (string, bool)) (*Config, error) {
+	var raw rawConfig
+	p, err := decodeConfigFile(name, data, env, &raw, "database, app and routes", "database:, app:, routes:, ...")
+	if err != nil {
+		return nil, err
+	}
+	return p.build(&raw)
+}
+
+// decodeConfigFile decodes the one YAML document of the config file name
+// into raw, refusing unknown keys, and returns the parser that knows where
+// each of its values came from. needs and shape complete the messages for
+// an empty file and for one that is not a mapping.
+func decodeConfigFile(name string, data []byte, env func(string) (string, bool), raw any, needs, shape string) (*parser, error) {
 	if env == nil {
 		env = os.LookupEnv
 	}
@@ -400,16 +413,15 @@ func ParseConfig(name string, data []byte, env func(string) (string, bool)) (*Co
 		return nil, p.yamlErr(err)
 	}
 	if root.Kind == 0 || len(root.Content) == 0 {
-		return nil, &ConfigError{File: name, Msg: "the file is empty; it needs at least database, app and routes"}
+		return nil, &ConfigError{File: name, Msg: "the file is empty; it needs at least " + needs}
 	}
 	p.root = root.Content[0]
 	if p.root.Kind != yaml.MappingNode {
-		return nil, &ConfigError{File: name, Line: p.root.Line, Msg: "the file must be a mapping (database:, app:, routes:, ...)"}
+		return nil, &ConfigError{File: name, Line: p.root.Line, Msg: "the file must be a mapping (" + shape + ")"}
 	}
-	var raw rawConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&raw); err != nil {
+	if err := dec.Decode(raw); err != nil {
 		return nil, p.yamlErr(err)
 	}
 	// A second document would be silently ignored; refuse it.
@@ -417,7 +429,7 @@ func ParseConfig(name string, data []byte, env func(string) (string, bool)) (*Co
 	if err := dec.Decode(&extra); err == nil {
 		return nil, &ConfigError{File: name, Line: extra.Line, Msg: "only one YAML document is allowed"}
 	}
-	return p.build(&raw)
+	return p, nil
 }
 
 type parser struct {

@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -13,10 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/xadm/mensageria"
-
 	"github.com/xadm/mensageria/mensageriaotel"
 )
 
@@ -169,31 +163,10 @@ func LoadReceiveConfig(path string, env func(string) (string, bool)) (*ReceiveCo
 // ParseReceiveConfig decodes and validates the bytes of a receive config
 // file named name.
 func ParseReceiveConfig(name string, data []byte, env func(string) (string, bool)) (*ReceiveConfig, error) {
-	if env == nil {
-		env = os.LookupEnv
-	}
-	p := &parser{name: name, env: env, nonce: fmt.Sprintf("%08x", rand.Uint32())}
-	data = p.protect(data)
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, p.yamlErr(err)
-	}
-	if root.Kind == 0 || len(root.Content) == 0 {
-		return nil, &ConfigError{File: name, Msg: "the file is empty; it needs at least database, app and consumers"}
-	}
-	p.root = root.Content[0]
-	if p.root.Kind != yaml.MappingNode {
-		return nil, &ConfigError{File: name, Line: p.root.Line, Msg: "the file must be a mapping (database:, app:, receive:, consumers:)"}
-	}
 	var raw rawReceiveFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&raw); err != nil {
-		return nil, p.yamlErr(err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, &ConfigError{File: name, Line: extra.Line, Msg: "only one YAML document is allowed"}
+	p, err := decodeConfigFile(name, data, env, &raw, "database, app and consumers", "database:, app:, receive:, consumers:")
+	if err != nil {
+		return nil, err
 	}
 	return p.buildReceive(&raw)
 }
