@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/internal/testdb"
 )
 
 func count(t *testing.T, d *sqlite.Driver) int {
@@ -229,10 +229,7 @@ func tool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed (scripts/services.sh installs it): %v", name, err)
-		}
-		t.Skipf("%s is not installed: %v", name, err)
+		testdb.Unavailable(t, name+" (scripts/services.sh installs it)", err)
 	}
 	return p
 }
