@@ -1,16 +1,12 @@
 package postgres
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // The reconcile probe's claim reads the partial index of marked rows, never
@@ -18,21 +14,8 @@ import (
 // rows in doubt costs the probe the rows in doubt only. Empty, full and
 // analyzed, full and never analyzed.
 func TestClaimInDoubtPlanUsesTheDoubtIndex(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	ctx, pool, d := migratedDriver(t)
+	exec := execer(t, ctx, pool)
 	explain := func(state string) {
 		t.Helper()
 		var plan string

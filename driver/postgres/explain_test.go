@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // The claim must walk its own types' part of the claim index in every state
@@ -22,21 +21,8 @@ import (
 // analyzed, drained. A plan that scans the table or another index here is
 // the stale-plan and type-filter trap of docs/adr/0004-claim-query.md.
 func TestClaimPlanUsesTheClaimIndexInEveryState(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	ctx, pool, d := migratedDriver(t)
+	exec := execer(t, ctx, pool)
 	var explainFrom func(state string, floor pgtype.Timestamptz)
 	explain := func(state string) {
 		t.Helper()
@@ -191,15 +177,7 @@ func badScans(scans []scan, table string, allowed ...string) []scan {
 // of the whole inbox, or a walk of every consumer's records in time order,
 // would grow with the other apps' records.
 func TestPurgeInboxPlanSeeksEachConsumer(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, d := migratedDriver(t)
 	var rs []driver.Resource
 	for i := range 5 {
 		rs = append(rs, driver.Resource{Kind: driver.ResourceConsumer, Name: fmt.Sprintf("mine.%d", i), Window: time.Hour})
@@ -240,15 +218,7 @@ func TestPurgeInboxPlanSeeksEachConsumer(t *testing.T) {
 // The delivered rows of one app's types are found by a seek per type, then
 // deleted by primary key.
 func TestPurgeOutboxPlanSeeksEachType(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
+	_, pool, d := migratedDriver(t)
 	own(t, d, "a", "mine.0", "mine.1")
 	own(t, d, "b", "theirs.0", "theirs.1", "theirs.2", "theirs.3")
 	check := func(state string) {
@@ -273,15 +243,7 @@ func TestPurgeOutboxPlanSeeksEachType(t *testing.T) {
 // the delivered rows an app keeps, and looks the owners up once per type
 // after counting (not once per row).
 func TestStatsPlanReadsThePartialIndexesAndOwnersOnce(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
+	_, pool, d := migratedDriver(t)
 	own(t, d, "a", "t.0", "t.1", "t.2", "t.3", "t.4")
 	check := func(state string) {
 		t.Helper()

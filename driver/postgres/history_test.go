@@ -1,26 +1,14 @@
 package postgres
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // The chart's counts: the minutes of the window only, of the types asked
 // for only, in type and minute order.
 func TestDeliveredPerMinute(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, d := migratedDriver(t)
 	if got, err := d.DeliveredPerMinute(ctx, nil, time.Hour); err != nil || got != nil {
 		t.Fatalf("no types: %v %v", got, err)
 	}
@@ -51,15 +39,7 @@ func TestDeliveredPerMinute(t *testing.T) {
 // The chart reads one primary-key range per type, never the whole day of
 // counts the table keeps: flattened into a join, the planner hashes it.
 func TestDeliveredPerMinutePlanReadsOneRangePerType(t *testing.T) {
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, d := migratedDriver(t)
 	var types []string
 	for i := range 50 {
 		types = append(types, "type-"+string(rune('A'+i/26))+string(rune('a'+i%26)))

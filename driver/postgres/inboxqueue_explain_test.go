@@ -20,15 +20,7 @@ import (
 // rows by the tens of thousands, and a few thousand of app a's.
 func queueEnv(t *testing.T) (*Driver, context.Context) {
 	t.Helper()
-	ctx := context.Background()
-	pool := testdb.Pool(t)
-	d, err := New(pool, &Config{Schema: testdb.Schema(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, d := migratedDriver(t)
 	var rs []driver.Resource
 	for i := range 5 {
 		rs = append(rs, driver.Resource{Kind: driver.ResourceConsumer, Name: fmt.Sprintf("mine.%d", i), Window: time.Hour})
