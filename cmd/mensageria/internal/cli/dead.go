@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,21 +155,47 @@ func (s deadScope) check(jobs []driver.Job) error {
 // filter would select every app's rows.
 func (s deadScope) none() bool { return !s.allApps && len(s.types) == 0 }
 
-// listInScope lists the rows in state of the asked types that the config's
-// app may see (every app's with allApps), one page after the id after, as
-// 'dead list' and 'doubt list' do: a type of another app is refused with
-// its owner's name, and an app that owns nothing lists nothing.
-func (a *app) listInScope(ctx context.Context, state driver.State, allApps bool, asked []string, after int64, limit int) (*Config, deadScope, []driver.Job, error) {
-	c, b, scope, err := a.connectInScope(ctx, allApps)
+// listOptions are the flags the dead and doubt list commands share: which
+// types, how many, from where, as JSON, and whether every app's.
+type listOptions struct {
+	types []string
+	limit int
+	after int64
+	json  bool
+	all   bool
+}
+
+func (o *listOptions) bind(list *cobra.Command, allAppsHelp string) {
+	list.Flags().StringSliceVarP(&o.types, "type", "t", nil, "only these types (repeatable)")
+	list.Flags().IntVar(&o.limit, "limit", 100, "at most this many")
+	list.Flags().Int64Var(&o.after, "after", 0, "only ids after this one (paging)")
+	list.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	list.Flags().BoolVar(&o.all, "all-apps", false, allAppsHelp)
+}
+
+// nextPage tells how to ask for the next page when jobs filled this one.
+func (o *listOptions) nextPage(out io.Writer, jobs []driver.Job) {
+	if len(jobs) == o.limit {
+		fmt.Fprintf(out, "(first %d; next page: --after %d)\n", o.limit, jobs[len(jobs)-1].ID)
+	}
+}
+
+// listInScope lists the rows in state of the types o.types that the
+// config's app may see (every app's with o.all), one page after the id
+// o.after, as 'dead list' and 'doubt list' do: a type of another app is
+// refused with its owner's name, and an app that owns nothing lists
+// nothing.
+func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, deadScope, []driver.Job, error) {
+	c, b, scope, err := a.connectInScope(ctx, o.all)
 	if err != nil {
 		return nil, deadScope{}, nil, err
 	}
 	defer b.Close()
-	types, err := scope.filter(ctx, b.drv, asked)
+	types, err := scope.filter(ctx, b.drv, o.types)
 	if err != nil || scope.none() {
 		return c, scope, nil, err
 	}
-	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: after, Limit: limit})
+	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: o.after, Limit: o.limit})
 	return c, scope, jobs, err
 }
 
@@ -204,20 +231,17 @@ func (a *app) deadCommand() *cobra.Command {
 }
 
 func (a *app) deadListCommand() *cobra.Command {
-	var listTypes []string
-	var listJSON, listAll bool
-	var limit int
-	var after int64
+	var o listOptions
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, scope, jobs, err := a.listInScope(cmd.Context(), driver.StateDead, listAll, listTypes, after, limit)
+			c, scope, jobs, err := a.listInScope(cmd.Context(), driver.StateDead, o)
 			if err != nil {
 				return err
 			}
-			if listJSON {
+			if o.json {
 				out := make([]DeadMessage, len(jobs))
 				for i, j := range jobs {
 					out[i] = deadOf(j, false)
@@ -228,7 +252,7 @@ func (a *app) deadListCommand() *cobra.Command {
 				switch {
 				case scope.none():
 					fmt.Fprintf(a.io.Out, "no dead messages: app %s owns no message types in schema %s (--all-apps lists every app's)\n", c.App, c.Schema)
-				case listAll:
+				case o.all:
 					fmt.Fprintln(a.io.Out, "no dead messages")
 				default:
 					fmt.Fprintf(a.io.Out, "no dead messages of app %s\n", c.App)
@@ -242,17 +266,11 @@ func (a *app) deadListCommand() *cobra.Command {
 					cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
-			if len(jobs) == limit {
-				fmt.Fprintf(a.io.Out, "(first %d; next page: --after %d)\n", limit, jobs[len(jobs)-1].ID)
-			}
+			o.nextPage(a.io.Out, jobs)
 			return nil
 		}),
 	}
-	list.Flags().StringSliceVarP(&listTypes, "type", "t", nil, "only these types (repeatable)")
-	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
-	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	list.Flags().BoolVar(&listAll, "all-apps", false, "every app's dead letters, not only the config's app's (for a DBA)")
+	o.bind(list, "every app's dead letters, not only the config's app's (for a DBA)")
 	return list
 }
 

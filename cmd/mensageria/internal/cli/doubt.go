@@ -98,20 +98,17 @@ func (a *app) doubtCommand() *cobra.Command {
 }
 
 func (a *app) doubtListCommand() *cobra.Command {
-	var listTypes []string
-	var listJSON, listAll bool
-	var limit int
-	var after int64
+	var o listOptions
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List messages in doubt",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, _, jobs, err := a.listInScope(cmd.Context(), driver.StateInDoubt, listAll, listTypes, after, limit)
+			c, _, jobs, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
 			if err != nil {
 				return err
 			}
-			if listJSON {
+			if o.json {
 				out := make([]DoubtMessage, len(jobs))
 				for i, j := range jobs {
 					out[i] = doubtOf(j, false)
@@ -132,17 +129,11 @@ func (a *app) doubtListCommand() *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
-			if len(jobs) == limit {
-				fmt.Fprintf(a.io.Out, "(first %d; next page: --after %d)\n", limit, jobs[len(jobs)-1].ID)
-			}
+			o.nextPage(a.io.Out, jobs)
 			return nil
 		}),
 	}
-	list.Flags().StringSliceVarP(&listTypes, "type", "t", nil, "only these types (repeatable)")
-	list.Flags().IntVar(&limit, "limit", 100, "at most this many")
-	list.Flags().Int64Var(&after, "after", 0, "only ids after this one (paging)")
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	list.Flags().BoolVar(&listAll, "all-apps", false, "every app's messages in doubt (for a DBA)")
+	o.bind(list, "every app's messages in doubt (for a DBA)")
 	return list
 }
 
