@@ -22,6 +22,13 @@ chmod 777 "$tmp" # the postgres user writes the profile there
 count() {
 	local n=$1 f=$tmp/in.$1.sql
 	{
+		# Valgrind runs the backend some fifty times slower than it runs,
+		# so every statement would find the wake-up's 10 ms debounce over
+		# and notify; at production rates nearly none does. Widen the
+		# window for the run, and put it back after: both runs do it, so
+		# it cancels out of the difference.
+		echo "DO \$\$ BEGIN EXECUTE replace(pg_get_functiondef('$schema.outbox_enqueue'::regproc), 'BETWEEN 0 AND 9', 'BETWEEN 0 AND 86400000'); END \$\$;"
+		echo "SELECT pg_catalog.setval('$schema.outbox_wakeup_at', (extract(epoch FROM clock_timestamp()) * 1000)::bigint);"
 		if [ "$mode" = prepared ] && [ "$rows" = 1 ]; then
 			echo "PREPARE p(text) AS INSERT INTO $schema.outbox (type, key, payload, headers) VALUES ('t.one', \$1, '{\"a\":1}', '$headers');"
 		elif [ "$mode" = prepared ]; then
@@ -37,6 +44,7 @@ count() {
 			fi
 		done
 		echo "TRUNCATE $schema.outbox;"
+		echo "DO \$\$ BEGIN EXECUTE replace(pg_get_functiondef('$schema.outbox_enqueue'::regproc), 'BETWEEN 0 AND 86400000', 'BETWEEN 0 AND 9'); END \$\$;"
 	} >"$f"
 	chmod 644 "$f"
 	local run=(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$n" "$bin/postgres" --single -D "$datadir" -c fsync=off -c synchronous_commit=off test)

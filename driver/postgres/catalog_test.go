@@ -87,6 +87,32 @@ func newRow(t *testing.T, typ, key string) driver.InsertRow {
 	return driver.InsertRow{MessageID: id, Type: typ, Key: key, Payload: []byte(`{}`)}
 }
 
+// The enqueue trigger's flag of a type passed in this transaction reads as
+// ” once a transaction that set it has ended; an empty type must still be
+// refused then, as on a fresh connection (schema versions 7 to 9 let it
+// through).
+func TestEmptyTypeIsRefusedAfterAnEarlierEnqueue(t *testing.T) {
+	e := newCatalogEnv(t, true)
+	e.own("a", "ok")
+	conn, err := e.pool.Acquire(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	ins := "INSERT INTO " + e.table("outbox") + " (type, key) VALUES ($1, $2)"
+	if _, err := conn.Exec(e.ctx, ins, "ok", "first"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(e.ctx, ins, "", "second")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "MS003" {
+		t.Fatalf("an empty type after an earlier enqueue on the connection: err = %v, want SQLSTATE MS003", err)
+	}
+	if n := e.count("type = ''"); n != 0 {
+		t.Fatalf("%d rows of an empty type were stored", n)
+	}
+}
+
 // Every refusal of the outbox carries its own SQLSTATE and names the column,
 // so that a JDBC or psycopg caller branches on the code, not on the text;
 // the text says what is wrong and what to do. Nothing of a refused

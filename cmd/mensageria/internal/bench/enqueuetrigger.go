@@ -8,7 +8,7 @@ import (
 	"github.com/xadm/mensageria/driver/postgres"
 )
 
-// The parts of the outbox's enqueue trigger (PostgreSQL migration 7) that a
+// The parts of the outbox's enqueue trigger (PostgreSQL migration 10) that a
 // benchmark can take out to measure what each one costs: "rules" (the
 // owner, key, type and headers checks) and "wake-up" (the debounced
 // notification to the relay).
@@ -17,6 +17,10 @@ const (
 	triggerWakeup = "wake-up"
 )
 
+// enqueueTriggerMigration is the migration that last wrote the whole
+// enqueue trigger, function and WHEN, from its DROP TRIGGER to its end.
+const enqueueTriggerMigration = 10
+
 // enqueueTriggerWithout returns the SQL that replaces, in d's schema, the
 // outbox's enqueue trigger by the same trigger with the marked blocks of
 // parts taken out ("-- <part> begin" to "-- <part> end", in the function
@@ -24,21 +28,22 @@ const (
 // benchmark's "without" is the shipped trigger minus exactly that part,
 // never a copy that could drift from it.
 func enqueueTriggerWithout(d *postgres.Driver, schema string, parts ...string) (string, error) {
-	migrations, err := d.MigrationSQL(6)
+	migrations, err := d.MigrationSQL(enqueueTriggerMigration - 1)
 	if err != nil {
 		return "", err
 	}
 	var text string
 	for _, m := range migrations {
-		if m.Version == 7 {
+		if m.Version == enqueueTriggerMigration {
 			text = m.SQL
 		}
 	}
-	start := strings.Index(text, "CREATE FUNCTION "+schema+".outbox_enqueue()")
-	end := strings.Index(text, "DROP TRIGGER outbox_check")
-	if start < 0 || end < start {
-		return "", fmt.Errorf("bench: migration 7 of schema %s has no outbox_enqueue function and trigger where expected", schema)
+	start := strings.Index(text, "DROP TRIGGER outbox_enqueue ON "+schema+".outbox;")
+	end := strings.LastIndex(text, "EXECUTE FUNCTION "+schema+".outbox_enqueue();")
+	if start < 0 || end < start || !strings.Contains(text, "CREATE OR REPLACE FUNCTION "+schema+".outbox_enqueue()") {
+		return "", fmt.Errorf("bench: migration %d of schema %s has no outbox_enqueue function and trigger where expected", enqueueTriggerMigration, schema)
 	}
+	end += len("EXECUTE FUNCTION " + schema + ".outbox_enqueue();")
 	body := text[start:end]
 	for _, part := range parts {
 		var kept []string
@@ -57,12 +62,11 @@ func enqueueTriggerWithout(d *postgres.Driver, schema string, parts ...string) (
 			}
 		}
 		if !found || inside {
-			return "", fmt.Errorf("bench: migration 7's enqueue trigger has no complete %q block", part)
+			return "", fmt.Errorf("bench: migration %d's enqueue trigger has no complete %q block", enqueueTriggerMigration, part)
 		}
 		body = strings.Join(kept, "\n")
 	}
-	body = strings.Replace(body, "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-	return "DROP TRIGGER outbox_enqueue ON " + schema + ".outbox;\n" + body, nil
+	return body, nil
 }
 
 // installEnqueueTriggerWithout replaces e's enqueue trigger by the shipped

@@ -54,7 +54,7 @@ func (c *WakeupConfig) defaults() {
 
 // The outboxes of Wakeup, one schema each:
 //
-//	wakeup  as migrated: migration 7's enqueue trigger, whose function
+//	wakeup  as migrated: migration 10's enqueue trigger, whose function
 //	        runs at the first row of each type in a transaction and
 //	        notifies when no transaction chose to in the last 10 ms;
 //	off     the same trigger with its wake-up taken out (its rules stay):
