@@ -210,6 +210,9 @@ type stressDB struct {
 	// tx runs business transaction seq: an order insert, a customer
 	// update and one message, keyed stressKey(seq), committed together.
 	tx func(ctx context.Context, seq int64) error
+	// queuedTx is tx with the message sent in the business statements'
+	// round trip; nil where the backend has no pipeline to queue it in.
+	queuedTx func(ctx context.Context, seq int64) error
 	// sample reads the outbox's gauges and counters.
 	sample func(ctx context.Context) (dbSample, error)
 	// committed calls each for every business transaction above after

@@ -101,6 +101,7 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 	db := stressDB{
 		name:      "PostgreSQL",
 		tx:        e.stressTx(producer),
+		queuedTx:  e.stressQueuedTx(producer, d),
 		sample:    e.stressSample,
 		derive:    pgStressDerive,
 		committed: e.stressCommitted,
@@ -121,6 +122,23 @@ func (e Env) stressTx(producer *mensageria.Client) func(ctx context.Context, seq
 			}
 			_, err := producer.EnqueueTx(ctx, tx, mensageria.Message{Type: stressType, Key: stressKey(seq), Payload: []byte(Payload)})
 			return err
+		})
+	}
+}
+
+// stressQueuedTx is stressDB.queuedTx: stressBusiness with the message
+// queued into the same pgx.Batch (Client.PrepareEnqueue and
+// postgres.Driver.QueueInsert), so that the enqueue adds no round trip.
+func (e Env) stressQueuedTx(producer *mensageria.Client, d *postgres.Driver) func(ctx context.Context, seq int64) error {
+	return func(ctx context.Context, seq int64) error {
+		rows, _, err := producer.PrepareEnqueue(mensageria.Message{Type: stressType, Key: stressKey(seq), Payload: []byte(Payload)})
+		if err != nil {
+			return err
+		}
+		return pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+			b := e.stressBusiness(seq)
+			d.QueueInsert(b, rows)
+			return postgres.EnqueueError(tx.SendBatch(ctx, b).Close())
 		})
 	}
 }

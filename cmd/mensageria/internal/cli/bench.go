@@ -115,9 +115,10 @@ dropped afterwards: it never touches the configured schema's rows.
              to Sender), max depth, the outbox's dead tuples and sizes, and
              a lost/duplicate audit at the end (not run unless asked for)
   tax        the outbox tax: 8 producers run one business transaction as
-             fast as they can with and without one enqueue (and with the
-             outbox's insert check disabled), the relay delivering to a
-             no-op Sender, --rounds rounds of --tax-run; then pickup
+             fast as they can with and without one enqueue (its own round
+             trip, or queued into the business batch; with the outbox's
+             insert check disabled; with no relay running), the relay
+             delivering to a no-op Sender, --rounds rounds of --tax-run; then pickup
              latency at 80% of the outbox rate for --tax-paced (not run
              unless asked for)
   stress-sqlite
