@@ -88,7 +88,7 @@ func newRow(t *testing.T, typ, key string) driver.InsertRow {
 }
 
 // The enqueue trigger's flag of a type passed in this transaction reads as
-// ” once a transaction that set it has ended; an empty type must still be
+// an empty string once a transaction that set it has ended; an empty type must still be
 // refused then, as on a fresh connection (schema versions 7 to 9 let it
 // through).
 func TestEmptyTypeIsRefusedAfterAnEarlierEnqueue(t *testing.T) {
