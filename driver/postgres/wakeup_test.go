@@ -152,6 +152,34 @@ func TestWakeupOncePerCommittedTransaction(t *testing.T) {
 	}
 }
 
+// Schema version 10 decides the wake-up at each type's first row in a
+// transaction: a transaction of two types, each finding a wake-up due,
+// still sends one notification, because PostgreSQL sends a channel's
+// notifications of one transaction (same payload) as one.
+func TestWakeupOncePerTransactionOfSeveralTypes(t *testing.T) {
+	e := newCatalogEnv(t, true)
+	e.own("a", "t", "u")
+	w := listenWakeups(t, e)
+	w.rewind()
+	err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		for _, typ := range []string{"t", "u"} {
+			if _, err := tx.Exec(e.ctx, "SELECT setval($1, 0)", e.schema+".outbox_wakeup_at"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(e.ctx, "INSERT INTO "+e.table("outbox")+" (type, key, payload) VALUES ($1, 'k', '{}')", typ); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := w.count(); n != 1 {
+		t.Fatalf("a committed transaction of two types, each due for a wake-up, sent %d, want 1", n)
+	}
+}
+
 // A savepoint rolled back takes its INSERT's wake-up with it, and the
 // transaction's next INSERT decides again: the flag that lets only the
 // first row through is undone with the savepoint.

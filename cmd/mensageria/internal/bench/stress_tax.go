@@ -44,8 +44,8 @@ var outboxTaxModes = []string{"business", "outbox", "outbox-queued", "outbox-unc
 //	                  no round trip of its own;
 //	outbox-unchecked  outbox with the outbox's insert check (the ownership
 //	                  catalog's rules) taken out: the check's share;
-//	enqueue-only      outbox with no relay running (the rows stay, and
-//	                  the next outbox mode delivers them first): how the
+//	enqueue-only      outbox with no relay running (its rows are deleted
+//	                  after the round, as settles would have): how the
 //	                  tax splits between the enqueue and the relay;
 //
 // alternating over Rounds, medians compared: tax-ratio is outbox /
