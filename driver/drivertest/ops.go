@@ -93,6 +93,57 @@ func (s *suite) purgeTests() []test {
 				t.Fatalf("rows left %v, want only the other type's delivered row %d", left, theirs)
 			}
 		}},
+		{"DeliveredCountsSurviveEveryPurge", func(t *testing.T, h *Harness) {
+			// A backend may keep the counts in more than one place (a log the
+			// settles append to, folded by Purge): no purge may lose or
+			// double a count, whatever it folds, and a later settle adds to
+			// what was folded.
+			d := h.Driver
+			for i, k := range []string{"1", "2", "3"} {
+				deliver(t, d, "counted", insertOne(t, d, "counted", k))
+				if got := stats(t, d, "counted").DeliveredLastHr; got != int64(i+1) {
+					t.Fatalf("after %d settles the last hour counts %d", i+1, got)
+				}
+			}
+			deliver(t, d, "other", insertOne(t, d, "other", "1"))
+			check := func(when string, counted int64) {
+				t.Helper()
+				if got := stats(t, d, "counted").DeliveredLastHr; got != counted {
+					t.Fatalf("%s: the last hour counts %d of type counted, want %d", when, got, counted)
+				}
+				if got := stats(t, d, "other").DeliveredLastHr; got != 1 {
+					t.Fatalf("%s: the last hour counts %d of type other, want 1", when, got)
+				}
+				hist, ok := d.(driver.DeliveryHistory)
+				if !ok {
+					return
+				}
+				mins, err := hist.DeliveredPerMinute(ctxOf(t), []string{"counted"}, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sum int64
+				for i, m := range mins {
+					if i > 0 && !mins[i-1].Minute.Before(m.Minute) {
+						t.Fatalf("%s: minute %s listed twice or out of order: %+v", when, m.Minute, mins)
+					}
+					sum += m.N
+				}
+				if sum != counted {
+					t.Fatalf("%s: the minutes %+v add up to %d, want %d", when, mins, sum, counted)
+				}
+			}
+			check("before any purge", 3)
+			purge(t, d, driver.PurgeParams{Types: []string{"counted"}})
+			check("after the first purge", 3)
+			purge(t, d, driver.PurgeParams{Types: []string{"counted", "other"}})
+			purge(t, d, driver.PurgeParams{Types: []string{"counted", "other"}})
+			check("after two more", 3)
+			deliver(t, d, "counted", insertOne(t, d, "counted", "4"))
+			check("after a settle that follows them", 4)
+			purge(t, d, driver.PurgeParams{Types: []string{"counted", "other"}})
+			check("after the last purge", 4)
+		}},
 		{"InboxOfTheAppsConsumersEachByItsWindow", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			register(t, d, "a", driver.Resource{Kind: driver.ResourceConsumer, Name: "short", Window: age},

@@ -3,6 +3,8 @@ package postgres
 import (
 	"testing"
 	"time"
+
+	"github.com/xadm/mensageria/driver"
 )
 
 // The chart's counts: the minutes of the window only, of the types asked
@@ -64,4 +66,56 @@ func TestDeliveredPerMinutePlanReadsOneRangePerType(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a day of 50 types, analyzed")
+}
+
+// Settles append their counts and never update a row: a row that every
+// settle updates is a chain of versions that a pinned xmin horizon keeps,
+// and every later settle walks it (migration 011). The purge folds the
+// log into one row per type and minute.
+func TestSettlesAppendTheirCountsAndThePurgeFoldsThem(t *testing.T) {
+	ctx, pool, d := migratedDriver(t)
+	count := func(table string) (rows, sum int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, "SELECT count(*), coalesce(sum(n), 0) FROM "+d.table(table)).Scan(&rows, &sum); err != nil {
+			t.Fatal(err)
+		}
+		return rows, sum
+	}
+	if _, err := d.Register(ctx, driver.RegisterParams{App: "a", Resources: []driver.Resource{{Kind: driver.ResourceType, Name: "appended"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var settles int64
+	for _, k := range []string{"1", "2", "3"} {
+		var id int64
+		if err := pool.QueryRow(ctx, "INSERT INTO "+d.table("outbox")+" (type, key) VALUES ('appended', $1) RETURNING id", k).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := d.Claim(ctx, driver.ClaimParams{Types: []string{"appended"}, Limit: 10, Lease: time.Minute, Token: 7})
+		if err != nil || len(jobs) != 1 || jobs[0].ID != id {
+			t.Fatalf("claim = %+v, %v", jobs, err)
+		}
+		res, err := d.Settle(ctx, driver.SettleParams{Token: 7, Delivered: []int64{id}})
+		if err != nil || len(res.Settled) != 1 {
+			t.Fatalf("settle = %+v, %v", res, err)
+		}
+		settles++
+		// Two settles in one minute must not have touched one row: the
+		// upserted table stays empty until the purge.
+		if rows, _ := count("delivered_counts"); rows != 0 {
+			t.Fatalf("after settle %d delivered_counts has %d rows: a settle wrote it", settles, rows)
+		}
+		if rows, sum := count("delivered_counts_log"); rows != settles || sum != settles {
+			t.Fatalf("after settle %d the log has %d rows adding up to %d", settles, rows, sum)
+		}
+	}
+	if _, err := d.Purge(ctx, driver.PurgeParams{Types: []string{"appended"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := count("delivered_counts_log"); rows != 0 {
+		t.Fatalf("the purge left %d rows in the log", rows)
+	}
+	if rows, sum := count("delivered_counts"); rows < 1 || rows > 2 || sum != 3 {
+		// Two rows only if the settles straddled a minute.
+		t.Fatalf("after the purge delivered_counts has %d rows adding up to %d, want one a minute adding up to 3", rows, sum)
+	}
 }

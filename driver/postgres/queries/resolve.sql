@@ -37,10 +37,9 @@ WITH doubt AS (
 ), done AS (
     SELECT * FROM gone UNION ALL SELECT * FROM kept UNION ALL SELECT * FROM retried UNION ALL SELECT * FROM parked
 ), counted AS (
-    INSERT INTO {{schema}}.delivered_counts AS c (type, minute, n)
+    INSERT INTO {{schema}}.delivered_counts_log (type, minute, n)
     SELECT type, date_trunc('minute', now()), count(*)
     FROM done WHERE $2::text = 'delivered' GROUP BY type
-    ON CONFLICT (type, minute) DO UPDATE SET n = c.n + excluded.n
 ), recorded AS (
     INSERT INTO {{schema}}.resolutions (outbox_id, message_id, type, key, outcome, resolved_by, reason)
     SELECT id, message_id, type, key, $2::text, $3::text, $4::text FROM done

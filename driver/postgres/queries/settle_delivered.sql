@@ -14,10 +14,10 @@ WITH settled AS (
     RETURNING id, type
 ), counted AS (
     -- Runs whether or not the final SELECT reads it, as every data-modifying
-    -- WITH does.
-    INSERT INTO {{schema}}.delivered_counts AS c (type, minute, n)
+    -- WITH does. Appended, never updated: a row that every settle updates
+    -- slows them all while the xmin horizon is pinned (migration 011).
+    INSERT INTO {{schema}}.delivered_counts_log (type, minute, n)
     SELECT type, date_trunc('minute', now()), count(*)
     FROM (SELECT type FROM settled UNION ALL SELECT type FROM kept) s GROUP BY type
-    ON CONFLICT (type, minute) DO UPDATE SET n = c.n + excluded.n
 )
 SELECT id FROM settled UNION ALL SELECT id FROM kept;

@@ -14,8 +14,12 @@ WITH p AS (
 ), d AS (
     SELECT type, count(*) AS dead FROM {{schema}}.outbox WHERE state = 'dead' GROUP BY type
 ), l AS (
-    SELECT type, sum(n)::bigint AS delivered FROM {{schema}}.delivered_counts
-    WHERE minute > now() - interval '1 hour' GROUP BY type
+    -- The folded counts and the log not yet folded into them (migration 011).
+    SELECT type, sum(n)::bigint AS delivered FROM (
+        SELECT type, n FROM {{schema}}.delivered_counts WHERE minute > now() - interval '1 hour'
+        UNION ALL
+        SELECT type, n FROM {{schema}}.delivered_counts_log WHERE minute > now() - interval '1 hour'
+    ) c GROUP BY type
 ), s AS (
     SELECT coalesce(p.type, d.type, l.type) AS type,
            coalesce(p.pending, 0) AS pending, coalesce(p.in_flight, 0) AS in_flight,
