@@ -248,7 +248,7 @@ func (c *checker) judge() {
 	v := verdict.Judge(&c.judged)
 	for _, x := range v.Violations {
 		if x.Kind == Lost && !c.msgs[x.N].Poison {
-			x.Detail += fmt.Sprintf(" (arrivals %d)", c.arrivedN[x.N])
+			x.Detail += fmt.Sprintf(" (arrivals %d; leases: %s)", c.arrivedN[x.N], c.leaseStory(x.N))
 		}
 		c.r.Violations = append(c.r.Violations, x)
 	}
@@ -264,6 +264,25 @@ func (c *checker) judge() {
 			c.bad(NoArrival, m.N, "never reached the receiver")
 		}
 	}
+}
+
+// leaseStory is what the trigger recorded of message n's row, in order:
+// what a lost message's row went through is where its loss is told.
+func (c *checker) leaseStory(n int64) string {
+	var b strings.Builder
+	for _, l := range c.h.Leases {
+		if l.N != n {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d:%s by %q token %d at %s", l.Seq, l.Kind, l.Relay, l.Token, l.At.Format("15:04:05.000"))
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
 }
 
 // rowState is what the leases of one outbox row have been so far.
