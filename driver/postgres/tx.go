@@ -12,9 +12,22 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
+// durableBegin opens a transaction that commits synchronously whatever
+// the session's default: a setting already durable (on, local,
+// remote_write, remote_apply) is kept, only off is raised to on. One
+// simple-protocol round trip, as a plain BEGIN is.
+const durableBegin = "BEGIN; SELECT pg_catalog.set_config('synchronous_commit', CASE pg_catalog.current_setting('synchronous_commit') WHEN 'off' THEN 'on' ELSE pg_catalog.current_setting('synchronous_commit') END, true)"
+
 // InTx runs fn in a transaction; fn's tx.Raw() is a pgx.Tx.
+//
+// The commit is synchronous even on a session whose synchronous_commit
+// is off: a receiver acknowledges what InTx committed (an HTTP 200, a
+// JetStream ack), and the sender then settles its row for good. An
+// asynchronous commit is answered before it is flushed, so a server crash
+// in between would lose the effect and its dedup record after the sender
+// was told they were done; the settle, made after the restart, survives.
 func (d *Driver) InTx(ctx context.Context, fn func(ctx context.Context, tx driver.Tx) error) error {
-	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{BeginQuery: durableBegin}, func(tx pgx.Tx) error {
 		return fn(ctx, &pgTx{d: d, tx: tx})
 	})
 }

@@ -371,12 +371,13 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listener from fd 3: %w", err)
 	}
-	// Asynchronous commit, on the server the suite crashes too: a crash
-	// that keeps the relay's settle of a message keeps this effect, since
-	// the settle is written to the same WAL after the answer, so after the
-	// effect's commit, and the WAL survives a crash only as a prefix. A
-	// crash that loses the effect loses its settle with it: a redelivery.
-	// A receiver on a server of its own commits synchronously.
+	// Asynchronous commit by default, on the server the suite crashes too:
+	// the arrivals recorded before the inbox runs are lost in a crash, and
+	// the inbox's own transaction (driver InTx) must raise the setting,
+	// since a settle made after the restart survives whatever the crash
+	// took. An effect committed asynchronously, acknowledged, and lost in
+	// a crash before the relay settled on the restarted server was a lost
+	// message (TestInTxCommitsDurablyOnAnAsynchronousSession).
 	pool, drv, err := openDriver(ctx, f, map[string]string{
 		"application_name":   "chaos " + f.run + " receiver " + f.label,
 		"synchronous_commit": "off",
