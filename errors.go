@@ -27,6 +27,14 @@ var (
 	// ErrConfig is wrapped by every configuration error: this package's
 	// *ConfigError, the drivers' and transports', and the command's.
 	ErrConfig = driver.ErrConfig
+	// ErrSchemaBehind: the database's schema is older than this build
+	// needs. Start refuses to run on it: a relay whose statements name a
+	// table a later migration adds would deliver and never settle.
+	ErrSchemaBehind = driver.ErrSchemaBehind
+	// ErrSchemaAhead: the database was migrated by a newer build than
+	// this one; Start refuses it too (run the newer build, or roll the
+	// schema back with that build's tools).
+	ErrSchemaAhead = driver.ErrSchemaAhead
 	// ErrConflict: an inbox already applied a different message under the
 	// same dedup key (same key, different payload). Nothing was applied;
 	// it is reported, never absorbed as a duplicate.

@@ -107,6 +107,12 @@ func (c *Client) Start(ctx context.Context) error {
 	if running {
 		return ErrAlreadyStarted
 	}
+	// A schema behind this build is refused before anything is claimed:
+	// the relay's statements may name what a later migration adds, and a
+	// relay that delivers but cannot settle redelivers every lease.
+	if _, err := c.Migrate(ctx, driver.MigrateCheck); err != nil {
+		return fmt.Errorf("mensageria: app %q: the schema does not match this build: %w", c.cfg.App, err)
+	}
 	reg, err := c.Register(ctx)
 	if err != nil {
 		return err

@@ -82,7 +82,12 @@ type Driver interface {
 
 	// InTx runs fn in one database transaction, committed when fn returns
 	// nil and rolled back otherwise. It is how receivers apply an effect
-	// together with its dedup record or consumed offset.
+	// together with its dedup record or consumed offset. The receiver
+	// acknowledges what InTx committed, so the commit is never weaker than
+	// the backend's own commits: PostgreSQL raises a session's
+	// synchronous_commit off to on; SQLite commits with the database's
+	// synchronous setting (NORMAL: durable against a crash of the process,
+	// not of the machine; docs/guarantees.md).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
 	// Purge deletes, in bounded batches, one app's expired rows: delivered
@@ -216,8 +221,12 @@ type MigrateParams struct {
 
 // MigrateResult tells where the schema was and is.
 type MigrateResult struct {
+	// From is the schema's version before the call, To after it.
 	From, To int
-	Applied  []int
+	// Latest is the newest version this build knows: a check that finds
+	// the schema behind reports From = To < Latest.
+	Latest  int
+	Applied []int
 	// Owner is the migrations owner after the call ("" when none).
 	Owner string
 }

@@ -118,7 +118,7 @@ func (d *Driver) migrateIn(ctx context.Context, tx pgx.Tx, p driver.MigrateParam
 	if err != nil {
 		return err
 	}
-	res.From, res.To = current, current
+	res.From, res.To, res.Latest = current, current, latest
 	if current > latest {
 		return fmt.Errorf("%w: database %s is at version %d, this build knows up to %d", driver.ErrSchemaAhead, d.schema, current, latest)
 	}

@@ -115,7 +115,7 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		if err != nil {
 			return driver.MigrateResult{}, err
 		}
-		res := driver.MigrateResult{From: have, To: have}
+		res := driver.MigrateResult{From: have, To: have, Latest: want}
 		if have >= catalogVersion {
 			if res.Owner, err = d.migrationsOwner(ctx, d.db); err != nil {
 				return res, err
@@ -136,7 +136,7 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		if err != nil {
 			return err
 		}
-		res = driver.MigrateResult{From: have, To: have}
+		res = driver.MigrateResult{From: have, To: have, Latest: want}
 		if have > want {
 			return &SchemaVersionError{Have: have, Want: want}
 		}

@@ -66,12 +66,12 @@ func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON boo
 	}
 	if asJSON {
 		_ = json.NewEncoder(a.io.Out).Encode(map[string]any{
-			"schema": c.Schema, "from": res.From, "to": res.To, "applied": nonNil(res.Applied), "current": !behind, "owner": res.Owner,
+			"schema": c.Schema, "from": res.From, "to": res.To, "latest": res.Latest, "applied": nonNil(res.Applied), "current": !behind, "owner": res.Owner,
 		})
 	} else {
 		switch {
 		case behind:
-			fmt.Fprintf(a.io.Out, "schema %s is behind: version %d, this build needs %d; run 'mensageria migrate up' (or apply 'mensageria migrate sql')\n", c.Schema, res.From, res.To)
+			fmt.Fprintf(a.io.Out, "schema %s is behind: version %d, this build needs %d; run 'mensageria migrate up' (or apply 'mensageria migrate sql')\n", c.Schema, res.From, res.Latest)
 		case mode == driver.MigrateCheck:
 			fmt.Fprintf(a.io.Out, "schema %s is current (version %d)\n", c.Schema, res.To)
 		case len(res.Applied) == 0:

@@ -442,3 +442,17 @@ func TestExplainFiguresAndOwners(t *testing.T) {
 		}
 	})
 }
+
+// A relay on a schema behind its build refuses to start and says how to
+// bring it up; it does not claim rows it could never settle.
+func TestRelayRefusesASchemaBehindItsBuild(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		pedidos := s.app("pedidos", "pedido.criado")
+		must(t, "relay on a schema never migrated", pedidos("", "relay", "--listen", ""), ExitFailure,
+			"is at version 0, this build needs", "mensageria migrate up", "--migrate")
+		// The version it needs is this build's newest, not the schema's.
+		if r := pedidos("", "relay", "--listen", ""); strings.Contains(r.err, "this build needs 0") {
+			t.Fatalf("the refusal names the schema's version as the one needed: %s", r.err)
+		}
+	})
+}
