@@ -5,9 +5,11 @@
 -- delivered row (marked delivered) instead of deleting it, as Settle's
 -- KeepDelivered does; either way it is counted as delivered. A retry
 -- makes the row due now with its mark cleared and its attempts kept.
+-- The state test's COLLATE "C" keeps every partial index on state out of
+-- the plan: the rows are found by the primary key (settle_delivered.sql).
 WITH doubt AS (
     SELECT o.id FROM {{schema}}.outbox o
-    WHERE o.id = ANY($1::bigint[]) AND o.state = 'pending' AND o.attempted_at IS NOT NULL
+    WHERE o.id = ANY($1::bigint[]) AND o.state COLLATE "C" = 'pending' AND o.attempted_at IS NOT NULL
       AND (o.lease_until IS NULL OR o.lease_until <= now())
     FOR UPDATE
 ), gone AS (
