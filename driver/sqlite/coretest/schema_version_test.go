@@ -3,6 +3,7 @@ package coretest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,35 +23,39 @@ type migrationPrinter interface {
 }
 
 // A relay of this build on a schema one migration behind it refuses to
-// start, naming the app and the versions, and claims nothing: a relay
+// start, naming the app, and claims nothing: a relay
 // whose settle names a table the missing migration adds would deliver
 // every row and settle none, redelivering the backlog every lease. Once
-// the schema is migrated, the same client starts.
-func TestStartRefusesASchemaBehindThisBuild(t *testing.T) {
+// the schema is migrated, the same client starts. A schema a newer build
+// migrated is refused as well.
+func TestStartRefusesASchemaNotOfThisBuild(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
-		open func(t *testing.T) (migrationPrinter, func(string) error)
+		// open returns a driver on a fresh database, a way to run SQL on
+		// it, and the table its versions are recorded in.
+		open func(t *testing.T) (migrationPrinter, func(string) error, string)
 	}{
-		{"postgres", func(t *testing.T) (migrationPrinter, func(string) error) {
+		{"postgres", func(t *testing.T) (migrationPrinter, func(string) error, string) {
 			pool := testdb.Pool(t)
-			d, err := postgres.New(pool, &postgres.Config{Schema: testdb.Schema(t)})
+			schema := testdb.Schema(t)
+			d, err := postgres.New(pool, &postgres.Config{Schema: schema})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return d, func(q string) error { _, err := pool.Exec(ctx, q); return err }
+			return d, func(q string) error { _, err := pool.Exec(ctx, q); return err }, schema + ".schema_migrations"
 		}},
-		{"sqlite", func(t *testing.T) (migrationPrinter, func(string) error) {
+		{"sqlite", func(t *testing.T) (migrationPrinter, func(string) error, string) {
 			d, err := sqlite.Open(filepath.Join(t.TempDir(), "m.db"), &sqlite.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = d.Close() })
-			return d, func(q string) error { _, err := d.DB().ExecContext(ctx, q); return err }
+			return d, func(q string) error { _, err := d.DB().ExecContext(ctx, q); return err }, "mensageria_migrations"
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, exec := tc.open(t)
+			d, exec, versions := tc.open(t)
 			ms, err := d.MigrationSQL(0)
 			if err != nil || len(ms) < 2 {
 				t.Fatalf("MigrationSQL(0) = %d migrations, %v", len(ms), err)
@@ -76,6 +81,17 @@ func TestStartRefusesASchemaBehindThisBuild(t *testing.T) {
 				t.Fatal(err)
 			}
 			eventually(t, 10*time.Second, "the message delivered once the schema is migrated", func() bool { return rec.len() == 1 })
+
+			// A schema a newer build migrated is refused too: this build
+			// cannot know what the newer migration changed.
+			if err := exec(fmt.Sprintf("INSERT INTO %s (version, name) VALUES (%d, 'from a newer build')", versions, len(ms)+1)); err != nil {
+				t.Fatal(err)
+			}
+			newer := newClient(t, d, fastConfig(uniqueApp("ahead"), mensageria.NewRegistry().MustRegister("ahead.t", &recorder{})))
+			if err := newer.Start(ctx); !errors.Is(err, mensageria.ErrSchemaAhead) {
+				_ = newer.Stop(ctx)
+				t.Fatalf("Start on a schema at version %d, this build knowing %d = %v; want ErrSchemaAhead", len(ms)+1, len(ms), err)
+			}
 		})
 	}
 }

@@ -50,6 +50,13 @@ func failErr(format string, args ...any) error {
 	return &exitError{code: ExitFailure, err: fmt.Errorf(format, args...)}
 }
 
+// schemaBehindErr is the refusal of a command that needs the schema at
+// this build's version (res from a MigrateCheck that found it behind),
+// with what to do about it.
+func schemaBehindErr(schema string, res driver.MigrateResult, remedy string) error {
+	return failErr("schema %s is at version %d, this build needs %d: %s", schema, res.From, res.Latest, remedy)
+}
+
 // silentExit ends with code without printing anything more: the command
 // already told the user why.
 type silentExit int

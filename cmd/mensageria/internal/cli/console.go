@@ -94,7 +94,7 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 	res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
 	switch {
 	case errors.Is(err, driver.ErrSchemaBehind):
-		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up'", c.Schema, res.From, res.Latest)
+		return schemaBehindErr(c.Schema, res, "run 'mensageria migrate up'")
 	case err != nil:
 		return fmt.Errorf("schema check: %w", err)
 	}

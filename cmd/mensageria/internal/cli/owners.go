@@ -162,7 +162,7 @@ func (a *app) connectCurrent(ctx context.Context) (*Config, *backend, error) {
 func checkSchema(ctx context.Context, c *Config, drv driver.Driver) error {
 	res, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
 	if errors.Is(err, driver.ErrSchemaBehind) {
-		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' with the config of the app that owns the migrations", c.Schema, res.From, res.Latest)
+		return schemaBehindErr(c.Schema, res, "run 'mensageria migrate up' with the config of the app that owns the migrations")
 	}
 	if err != nil {
 		return fmt.Errorf("schema check: %w", err)

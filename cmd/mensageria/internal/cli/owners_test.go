@@ -112,6 +112,10 @@ func TestMigrateOwner(t *testing.T) {
 		faturamento := s.app("faturamento", "fatura.emitida")
 		r := pedidos("", "migrate", "up", "--json")
 		must(t, "migrate up by the first app", r, 0, `"owner":"pedidos"`)
+		var up struct{ To, Latest int }
+		if err := json.Unmarshal([]byte(r.out), &up); err != nil || up.Latest == 0 || up.To != up.Latest {
+			t.Fatalf("migrate up --json: to %d, latest %d (%v); want the schema at this build's newest version", up.To, up.Latest, err)
+		}
 		must(t, "migrate up again by the owner", pedidos("", "migrate", "up"), 0, "nothing to apply", "owned by app pedidos")
 		must(t, "migrate up by another app", faturamento("", "migrate", "up"), ExitUsage,
 			`app "faturamento" cannot migrate the schema up`, `the schema's migrations are owned by app "pedidos"`, "migrate check")

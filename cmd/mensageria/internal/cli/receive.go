@@ -352,7 +352,7 @@ func (d *receiveDaemon) checkSchema(ctx context.Context, migrate bool, configPat
 	var oce *driver.OwnerConflictError
 	switch {
 	case errors.Is(err, driver.ErrSchemaBehind):
-		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the receiver with --migrate", d.cfg.Schema, res.From, res.Latest)
+		return schemaBehindErr(d.cfg.Schema, res, "run 'mensageria migrate up' or start the receiver with --migrate")
 	case errors.As(err, &oce):
 		return conflictErr(oce, "migrate the schema up (--migrate)", configPath)
 	case err != nil:

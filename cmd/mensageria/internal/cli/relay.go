@@ -203,7 +203,7 @@ func (a *app) relaySchema(ctx context.Context, b *backend, c *Config, migrate bo
 	var oce *driver.OwnerConflictError
 	switch {
 	case errors.Is(err, driver.ErrSchemaBehind):
-		return failErr("schema %s is at version %d, this build needs %d: run 'mensageria migrate up' or start the relay with --migrate", c.Schema, res.From, res.Latest)
+		return schemaBehindErr(c.Schema, res, "run 'mensageria migrate up' or start the relay with --migrate")
 	case errors.As(err, &oce):
 		return conflictErr(oce, "migrate the schema up (--migrate)", a.configPath)
 	case err != nil:
