@@ -916,13 +916,22 @@ type produced struct {
 }
 
 // produceAll produces the records of ds[todo] and the position record
-// value, and waits for their answers.
+// value, and waits for their answers. A record still unanswered when the
+// wait ends (the deadline passed) is answered later, when its client is
+// closed or aborts: that answer is not the batch's any more and is
+// dropped, so the result returned is not written to while it is read.
 func (s *TransactionalSender) produceAll(ctx context.Context, l *lane, cl *kgo.Client, ds []*mensageria.Delivery, todo []int, value []byte) produced {
-	var mu sync.Mutex
+	var (
+		mu     sync.Mutex
+		closed bool
+	)
 	p := produced{recErrs: make([]error, len(ds)), parts: make([]int32, len(ds))}
 	note := func(i int, part int32, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		if closed {
+			return
+		}
 		if i >= 0 {
 			p.recErrs[i], p.parts[i] = err, part
 		}
@@ -948,6 +957,7 @@ func (s *TransactionalSender) produceAll(ctx context.Context, l *lane, cl *kgo.C
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	closed = true
 	return p
 }
 
