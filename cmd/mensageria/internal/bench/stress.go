@@ -34,8 +34,8 @@ type StressPhase struct {
 	// over, each transaction holding its snapshot for a while.
 	Readers bool
 	// Crash kills the relay process with SIGKILL a quarter into the phase,
-	// right after a Send (so with a batch claimed and unsettled), and
-	// starts it again at once.
+	// inside a Send that it holds unanswered (so with a batch claimed,
+	// delivered in part and unsettled), and starts it again at once.
 	Crash bool
 }
 
@@ -614,10 +614,16 @@ func (s *stressRun) startReaders(phaseCtx context.Context, i int, side *sync.Wai
 // the run: the relay did not start again.
 func (s *stressRun) crashRelay(ctx, phaseCtx context.Context, ph StressPhase, prefix string, r *Result, errs *phaseErrors) error {
 	sleep(phaseCtx, ph.For/4)
-	// Mid-batch: right after a Send, before its settle can commit
-	// (the record reaches the pipe before Send returns).
+	// Mid-batch: at a Send that the held relay never answers, so its
+	// settle cannot commit however late the kill comes.
+	if err := s.relay.hold(phaseCtx); err != nil {
+		if phaseCtx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("phase %s: %w", ph.Name, err)
+	}
 	select {
-	case <-s.book.sent:
+	case <-s.book.sent: // a Send recorded before the hold
 	default:
 	}
 	select {

@@ -55,8 +55,8 @@ type StressRelaySpec struct {
 	PollInterval time.Duration `json:"poll_interval"`
 	BatchSize    int           `json:"batch_size"`
 	// SendDelay makes every Send last this long after its record is
-	// written: the harness's own test uses it so that a kill lands inside a
-	// batch for sure. The scenario's figures use none.
+	// written: the harness's own test uses it to keep batches in flight.
+	// The scenario's figures use none.
 	SendDelay time.Duration `json:"send_delay,omitempty"`
 }
 
@@ -85,6 +85,18 @@ func decodeStressRelaySpec(b []byte) (StressRelaySpec, error) {
 	return s, nil
 }
 
+// The child's protocol besides the delivery records: "ready" once its
+// relay runs; "held" once it obeyed holdCommand, a line on its stdin
+// after which every Send it records blocks until the relay stops. The
+// crash phase holds the relay and kills it at the next Send recorded, so
+// that the kill lands inside a batch whatever the scheduling delays:
+// that Send's message was delivered and its row is still leased.
+const (
+	readyLine   = "ready"
+	heldLine    = "held"
+	holdCommand = "hold"
+)
+
 // StressRelayRequested reports whether this process was started as a
 // stress relay child.
 func StressRelayRequested() bool { return os.Getenv(StressRelayEnv) != "" }
@@ -99,8 +111,14 @@ func RunStressRelay(ctx context.Context, specJSON string, stdin io.Reader, stdou
 	}
 	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer cancel()
+	rec := &lineRecorder{w: stdout, delay: spec.SendDelay}
 	go func() {
-		_, _ = io.Copy(io.Discard, stdin)
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			if sc.Text() == holdCommand {
+				rec.hold()
+			}
+		}
 		cancel()
 	}()
 	drv, closeDrv, err := openStressDriver(ctx, spec.Database, spec.Schema)
@@ -108,7 +126,6 @@ func RunStressRelay(ctx context.Context, specJSON string, stdin io.Reader, stdou
 		return err
 	}
 	defer closeDrv()
-	rec := &lineRecorder{w: stdout, delay: spec.SendDelay}
 	c, err := mensageria.New(drv, &mensageria.Config{
 		App:          spec.App,
 		Registry:     mensageria.NewRegistry().MustRegister(spec.Type, rec),
@@ -123,7 +140,7 @@ func RunStressRelay(ctx context.Context, specJSON string, stdin io.Reader, stdou
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	rec.line("ready")
+	_ = rec.line(readyLine)
 	<-ctx.Done()
 	stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
@@ -157,17 +174,37 @@ type lineRecorder struct {
 	mu    sync.Mutex
 	w     io.Writer
 	delay time.Duration
+	held  bool // every Send recorded from now on blocks
 }
 
 func (l *lineRecorder) Send(ctx context.Context, d *mensageria.Delivery) error {
 	at := time.Now().UnixNano()
-	if err := l.line("d " + d.Key + " " + strconv.FormatInt(at, 10)); err != nil {
+	l.mu.Lock()
+	_, err := io.WriteString(l.w, "d "+d.Key+" "+strconv.FormatInt(at, 10)+"\n")
+	held := l.held
+	l.mu.Unlock()
+	switch {
+	case err != nil:
 		return err
-	}
-	if l.delay > 0 {
+	case held:
+		// Delivered, never answered: the row stays leased until the
+		// parent's kill, and is redelivered after the lease.
+		<-ctx.Done()
+		return ctx.Err()
+	case l.delay > 0:
 		sleep(ctx, l.delay)
 	}
 	return nil
+}
+
+// hold makes every Send recorded after the held line block. The flag and
+// the line change under the lock that orders the records, so a record the
+// parent reads after "held" is of a Send that blocks.
+func (l *lineRecorder) hold() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = true
+	_, _ = io.WriteString(l.w, heldLine+"\n")
 }
 
 func (l *lineRecorder) line(s string) error {
@@ -215,6 +252,9 @@ func stressSeq(key string) (int64, error) {
 // embedded backend's clean phases, a client in this process.
 type relayRunner interface {
 	start(ctx context.Context) error
+	// hold returns once every Send the relay records from then on blocks
+	// until kill; only a child can.
+	hold(ctx context.Context) error
 	// kill ends the relay without warning (SIGKILL); only a child can.
 	kill() error
 	stop() error
@@ -229,6 +269,7 @@ type childRelay struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	done   chan struct{} // closed once stdout is read to its end and the process reaped
+	held   chan struct{} // closed when the child says it holds its Sends
 	stderr *tailBuffer
 	bad    error // the first unreadable line
 }
@@ -254,15 +295,21 @@ func (c *childRelay) start(ctx context.Context) error {
 	}
 	c.cmd = cmd
 	c.done = make(chan struct{})
-	ready := make(chan struct{})
+	c.held = make(chan struct{})
+	ready, held := make(chan struct{}), c.held
 	go func() {
 		defer close(c.done)
 		sc := bufio.NewScanner(stdout)
-		once := sync.Once{}
+		var readyOnce, heldOnce sync.Once
 		for sc.Scan() {
 			line := sc.Text()
-			if line == "ready" {
-				once.Do(func() { close(ready) })
+			switch line {
+			case readyLine:
+				readyOnce.Do(func() { close(ready) })
+				continue
+			case heldLine:
+				// Every record before this line is recorded already.
+				heldOnce.Do(func() { close(held) })
 				continue
 			}
 			seq, at, err := parseStressRecord(line)
@@ -283,6 +330,23 @@ func (c *childRelay) start(ctx context.Context) error {
 		return fmt.Errorf("bench: the relay process exited before it was ready: %v; its log: %s", cmd.ProcessState, c.stderr.String())
 	case <-ctx.Done():
 		_ = c.kill()
+		return ctx.Err()
+	}
+}
+
+func (c *childRelay) hold(ctx context.Context) error {
+	if c.cmd == nil {
+		return errors.New("bench: no relay process")
+	}
+	if _, err := io.WriteString(c.stdin, holdCommand+"\n"); err != nil {
+		return fmt.Errorf("bench: hold the relay process: %w", err)
+	}
+	select {
+	case <-c.held:
+		return nil
+	case <-c.done:
+		return fmt.Errorf("bench: the relay process exited before it held its Sends: %v; its log: %s", c.cmd.ProcessState, c.stderr.String())
+	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
@@ -355,6 +419,10 @@ func (r *inProcessRelay) start(ctx context.Context) error {
 	}
 	r.c = c
 	return nil
+}
+
+func (r *inProcessRelay) hold(context.Context) error {
+	return errors.New("bench: an in-process relay cannot be held; the crash phase needs a relay process")
 }
 
 func (r *inProcessRelay) kill() error {

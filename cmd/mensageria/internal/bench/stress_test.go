@@ -315,8 +315,8 @@ func checkStressCounts(t *testing.T, r Result, prefix string, phases []StressPha
 	if c := m[prefix+"committed"]; c < 1 || int(c+0.5) != int(total+0.5) {
 		t.Errorf("committed %v, but the phases enqueued %v", c, total)
 	}
-	// Killed inside a batch (every Send lasts SendDelay): that batch is
-	// delivered again once its lease runs out, and counted as duplicates.
+	// Killed inside a Send the relay held unanswered: that message is
+	// delivered again once its lease runs out, and counted as a duplicate.
 	if _, ok := m[prefix+"crash/held-at-kill"]; !ok {
 		t.Errorf("no crash audit in %v", m)
 	}
