@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/internal/pgserver"
 	"github.com/xadm/mensageria/internal/testdb"
 )
@@ -181,6 +182,37 @@ func TestStressRecordParsing(t *testing.T) {
 	}
 	if k := stressKey(7); k != "s-7" {
 		t.Fatalf("key %q", k)
+	}
+}
+
+// The crash phase's hold: a Send recorded before the "held" line returns,
+// one recorded after it blocks until its context ends, and the lines come
+// in that order, which is what lets the parent kill inside a Send.
+func TestLineRecorderHoldsSendsAfterTheHeldLine(t *testing.T) {
+	var out strings.Builder
+	rec := &lineRecorder{w: &out}
+	ctx := context.Background()
+	if err := rec.Send(ctx, &mensageria.Delivery{Key: "s-1"}); err != nil {
+		t.Fatal(err)
+	}
+	rec.hold()
+	sendCtx, cancel := context.WithCancel(ctx)
+	returned := make(chan error, 1)
+	go func() { returned <- rec.Send(sendCtx, &mensageria.Delivery{Key: "s-2"}) }()
+	select {
+	case err := <-returned:
+		t.Fatalf("a Send after the hold returned (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	if err := <-returned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the held Send returned %v, want its context's end", err)
+	}
+	rec.mu.Lock()
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	rec.mu.Unlock()
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "d s-1 ") || lines[1] != heldLine || !strings.HasPrefix(lines[2], "d s-2 ") {
+		t.Fatalf("lines %q, want the first record, %q, the second record", lines, heldLine)
 	}
 }
 
