@@ -109,8 +109,9 @@ dropped afterwards: it never touches the configured schema's rows.
              session holding the xmin horizon for --stress-pinned),
              recovery, active-readers (--stress-readers REPEATABLE READ
              sessions scanning the outbox), high-load (1.5x), recovery-2
-             and crash (the relay process SIGKILLed a quarter in and
-             restarted), each --stress-phase long; per phase: offered,
+             and crash (the relay process SIGKILLed a quarter in, inside
+             a Send it holds unanswered, and restarted), each
+             --stress-phase long; per phase: offered,
              enqueued and delivered per second, pickup p50/p95/p99 (commit
              to Sender), max depth, the outbox's dead tuples and sizes, and
              a lost/duplicate audit at the end (not run unless asked for)
