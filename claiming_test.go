@@ -139,3 +139,21 @@ func waitFor[T any](t *testing.T, ch <-chan T) T {
 		panic("unreachable")
 	}
 }
+
+// The deliveries' deadline leaves the settle a tenth of the lease, and
+// half a second at least (a quarter of a lease under two seconds).
+func TestLeasedKeepsASettleMargin(t *testing.T) {
+	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ lease, margin time.Duration }{
+		{time.Second, 250 * time.Millisecond},
+		{2 * time.Second, 500 * time.Millisecond},
+		{3 * time.Second, 500 * time.Millisecond},
+		{5 * time.Second, 500 * time.Millisecond},
+		{DefaultLease, DefaultLease / 10},
+	} {
+		b := leased(1, start, c.lease, nil)
+		if got := b.leaseEnd.Sub(b.deadline); got != c.margin || !b.leaseEnd.Equal(start.Add(c.lease)) {
+			t.Errorf("lease %v: deadline %v before the lease's end %v, want %v", c.lease, got, b.leaseEnd, c.margin)
+		}
+	}
+}

@@ -152,7 +152,7 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // NoAckError is the answer for a record the cluster did not acknowledge
 // before the delivery's deadline (the relay gives each batch its lease, less
-// a tenth for the settle). Cause is what the sender found out about the
+// a margin for the settle: a tenth, half a second at least). Cause is what the sender found out about the
 // destination meanwhile (an *UnreachableError, a *TopicError about a
 // partition without a leader); nil when it found nothing, and then Checked
 // says whether the cluster was asked about the topic and showed nothing
