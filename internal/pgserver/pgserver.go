@@ -281,9 +281,9 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	var pid int
 	err = conn.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").Scan(&pid)
-	_ = conn.Close(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: find the walwriter: %w", err)
 	}
@@ -294,13 +294,19 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 	}
 	// A writer stopped in the middle of a write still holds the WAL write
 	// lock or the buffer-mapping lock, and every statement that needs it
-	// would then wait forever (an LWLock wait no timeout interrupts). So a synchronous commit is tried
-	// once it is stopped; if it does not get through, the writer resumes,
-	// lets it finish, and is stopped again.
+	// would then wait forever (an LWLock wait no timeout interrupts). So
+	// it is stopped while it waits in its main loop, where it holds
+	// neither, and a synchronous commit is tried once it is stopped; if it
+	// does not get through, the writer resumes, lets it finish, and is
+	// stopped again at its next wait.
 	for try := 0; ; try++ {
+		waitIdle(ctx, conn, pid)
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return nil, fmt.Errorf("pgserver: stop the walwriter: %w", err)
 		}
+		// kill returns before the writer has stopped: running on, it could
+		// take a lock after the probe got through, and hold it stopped.
+		waitStopped(pid)
 		if s.flushes(ctx) {
 			break
 		}
@@ -320,6 +326,37 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
+// waitIdle waits, for two seconds at most, until the WAL writer pid waits
+// in its main loop for work (wait event WalWriterMain), as it does
+// between rounds, holding no lock.
+func waitIdle(ctx context.Context, conn *pgx.Conn, pid int) {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		var event string
+		err := conn.QueryRow(ctx, "SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1", pid).Scan(&event)
+		if err != nil || event == "WalWriterMain" {
+			return
+		}
+	}
+}
+
+// waitStopped waits, for a second at most, until the kernel shows process
+// pid stopped (state T in /proc/<pid>/stat). Where there is no /proc it
+// returns at once, and HoldWAL's probe is all there is.
+func waitStopped(pid int) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		// The state follows the command's name, which is in parentheses
+		// and may hold anything, so it is read after the last ")".
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+	}
+}
+
 // flushes reports whether a synchronous commit completes within a few
 // seconds. It waits for the commit to end either way, resuming the stopped
 // walwriter to let a commit it holds up finish.
@@ -332,10 +369,17 @@ func (s *Server) flushes(ctx context.Context) bool {
 			return
 		}
 		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-		// A record of several WAL pages, so that the commit needs the
-		// buffer-mapping lock as well as the write lock: the writer takes
-		// both, and a later statement of the test may need either.
-		_, err = conn.Exec(ctx, "SET synchronous_commit = on; BEGIN; SELECT pg_logical_emit_message(true, 'mensageria.pgserver', repeat('x', 262144)); COMMIT")
+		// A record larger than all the WAL buffers, so that the commit needs
+		// the buffer-mapping lock as well as the write lock: the writer
+		// takes both (the first to write, the second to initialize free
+		// buffers ahead of the inserters), and a later statement of the
+		// test may need either. A smaller record fits in the buffers the
+		// writer initialized before it stopped and passes while the writer
+		// holds the mapping lock; the test's next statement then waited
+		// forever on WALBufMapping.
+		_, err = conn.Exec(ctx, `SET synchronous_commit = on; BEGIN;
+			SELECT pg_logical_emit_message(true, 'mensageria.pgserver',
+				repeat('x', (pg_size_bytes(current_setting('wal_buffers')) + 262144)::int)); COMMIT`)
 		done <- err
 	}()
 	select {
