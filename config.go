@@ -50,8 +50,10 @@ type Config struct {
 	// transaction per batch) may want more.
 	BatchesInFlight int
 	// Lease is how long a claimed batch is reserved before another relay
-	// may take it again; also the election lease. Default DefaultLease
-	// (30s).
+	// may take it again; also the election lease. A batch's deliveries end
+	// by the lease less a margin for the settle: a tenth of it, and half a
+	// second at least (a quarter of a lease under two seconds). Default
+	// DefaultLease (30s).
 	Lease time.Duration
 	// MaxAttempts parks a message as dead after this many failed
 	// deliveries. Default DefaultMaxAttempts (20).

@@ -151,10 +151,11 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // NoAckError is the answer for a record the cluster did not acknowledge
-// before the delivery's deadline (the relay gives each batch its lease, less
-// a margin for the settle: a tenth, half a second at least). Cause is what the sender found out about the
-// destination meanwhile (an *UnreachableError, a *TopicError about a
-// partition without a leader); nil when it found nothing, and then Checked
+// before the delivery's deadline (the relay gives each batch its lease,
+// less a margin for the settle, see mensageria.Config.Lease). Cause is
+// what the sender found out about the destination meanwhile (an
+// *UnreachableError, a *TopicError about a partition without a leader);
+// nil when it found nothing, and then Checked
 // says whether the cluster was asked about the topic and showed nothing
 // wrong. errors.Is(err, context.DeadlineExceeded) holds when the deadline
 // was the context's.

@@ -870,10 +870,10 @@ const endTimeout = 30 * time.Second
 const endFloor = 250 * time.Millisecond
 
 // endContext bounds ending a transaction by the caller's deadline (the
-// relay's is its lease less a margin of at least half a second, so that
-// it settles within the lease even when ending takes endFloor past the
-// deadline), by endFloor at the least, or by endTimeout when there is
-// none.
+// relay's is its lease less a margin for the settle, half a second for a
+// lease of two seconds or more, so that ending endFloor past the deadline
+// still leaves the settle time within the lease), by endFloor at the
+// least, or by endTimeout when there is none.
 func endContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	detached := context.WithoutCancel(ctx)
 	if dl, ok := ctx.Deadline(); ok {

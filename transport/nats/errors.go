@@ -40,9 +40,10 @@ func (e *StreamError) Unwrap() error { return e.Err }
 
 // NoAckError is the answer for a message JetStream did not acknowledge
 // before the delivery's deadline (the relay gives each batch its lease,
-// less a margin for the settle: a tenth, half a second at least). Cause is the connection's state when it
-// was not connected then, nil otherwise. errors.Is(err,
-// context.DeadlineExceeded) holds when the deadline was the context's.
+// less a margin for the settle, see mensageria.Config.Lease). Cause is
+// the connection's state when it was not connected then, nil otherwise.
+// errors.Is(err, context.DeadlineExceeded) holds when the deadline was the
+// context's.
 type NoAckError struct {
 	Subject string
 	Waited  time.Duration

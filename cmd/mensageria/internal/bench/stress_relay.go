@@ -140,7 +140,7 @@ func RunStressRelay(ctx context.Context, specJSON string, stdin io.Reader, stdou
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	_ = rec.line(readyLine)
+	_, _ = rec.line(readyLine)
 	<-ctx.Done()
 	stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
@@ -179,10 +179,7 @@ type lineRecorder struct {
 
 func (l *lineRecorder) Send(ctx context.Context, d *mensageria.Delivery) error {
 	at := time.Now().UnixNano()
-	l.mu.Lock()
-	_, err := io.WriteString(l.w, "d "+d.Key+" "+strconv.FormatInt(at, 10)+"\n")
-	held := l.held
-	l.mu.Unlock()
+	held, err := l.line("d " + d.Key + " " + strconv.FormatInt(at, 10))
 	switch {
 	case err != nil:
 		return err
@@ -207,11 +204,13 @@ func (l *lineRecorder) hold() {
 	_, _ = io.WriteString(l.w, heldLine+"\n")
 }
 
-func (l *lineRecorder) line(s string) error {
+// line writes s as one line, and says whether the relay was held when it
+// was written (a Send recorded then must block).
+func (l *lineRecorder) line(s string) (held bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, err := io.WriteString(l.w, s+"\n")
-	return err
+	_, err = io.WriteString(l.w, s+"\n")
+	return l.held, err
 }
 
 // ErrStressRecord is the error class of a line the parent cannot read.

@@ -157,13 +157,7 @@ relay: {batch: 20, lease: 2s, poll_interval: 50ms, max_attempts: 3, route_pause:
 	if len(seen) != n {
 		t.Fatalf("%d of %d messages reached the topic:\n%s", len(seen), n, relay.stderr.String())
 	}
-	waitFor(t, "the outbox drained", 30*time.Second, func() bool {
-		var left int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'").Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		return left == 0
-	})
+	waitDrained(t, pool, schema, "the outbox drained", 30*time.Second)
 	stopProc(t, relay)
 	var dead, maxAttempts int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state = 'dead'), coalesce(max(attempts), 0) FROM "+schema+".outbox").Scan(&dead, &maxAttempts); err != nil {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command writing while the test
@@ -148,6 +150,18 @@ func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitDrained waits until schema's outbox holds no pending row.
+func waitDrained(t *testing.T, pool *pgxpool.Pool, schema, what string, d time.Duration) {
+	t.Helper()
+	waitFor(t, what, d, func() bool {
+		var pending int
+		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'").Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		return pending == 0
+	})
 }
 
 func TestHelpEverywhere(t *testing.T) {

@@ -153,11 +153,7 @@ func TestEndToEndOwnershipAcrossApps(t *testing.T) {
 	rf := startProc(t, bin, env, "relay", "--config", faturamento, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, rp.stderr, rp.done)
 	waitAddr(t, rf.stderr, rf.done)
-	waitFor(t, "every row settled", 30*time.Second, func() bool {
-		var pending int
-		_ = pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'").Scan(&pending)
-		return pending == 0
-	})
+	waitDrained(t, pool, schema, "every row settled", 30*time.Second)
 	stopProc(t, rp)
 	stopProc(t, rf)
 	if rcv.keys() != 51 {

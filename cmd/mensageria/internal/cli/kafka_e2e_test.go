@@ -167,14 +167,7 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	// claims them, finds them in the position record and settles them
 	// without producing: the outbox drained is the end of the takeover,
 	// however slow the machine.
-	pendingRows := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	waitFor(t, "the dead leader's leased rows to be settled by the new one", 60*time.Second, func() bool { return pendingRows() == 0 })
+	waitDrained(t, pool, schema, "the dead leader's leased rows to be settled by the new one", 60*time.Second)
 	time.Sleep(time.Second) // a record produced again by the takeover would show up by now
 	mu.Lock()
 	defer mu.Unlock()
