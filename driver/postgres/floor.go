@@ -38,6 +38,21 @@ import (
 // (sweepMax); it is never skipped for good. Ordered types always claim with no floor: their rows
 // become due when the key's previous row settles, whatever their age.
 //
+// The rows that become due below a floor at a moment the driver can tell
+// do not wait for the period (ADR 0019, amendment of 2026-12-02); a sweep
+// is due:
+//
+//   - one lease after the driver takes a type over (its first claim of the
+//     type, or its first under a new fence epoch): every lease another
+//     relay held then, a predecessor killed mid-batch, has run out by then
+//     if it ran with the same lease;
+//   - at once after a settle that released rows or found leases run out
+//     (their rows are due now), but no sooner than sweepMin after the last
+//     sweep, so that a route paced below its backlog, which releases rows
+//     in every batch, does not turn every claim into a sweep;
+//   - one lease after a settle that failed: it may not have committed, and
+//     the leases of its rows run out by then.
+//
 // sweepMax was 10 s: with the horizon pinned a sweep walks every entry the
 // pin keeps (60-80 ms), and one every 10 s stalled enough pickups to reach
 // the p99 (the stress scenario's pinned phase, 15-17 ms against 9.6 ms
@@ -59,6 +74,10 @@ type floors struct {
 	window, sweepMin, sweepMax time.Duration
 	sweeps                     int           // sweeps run, for tests
 	fast                       time.Duration // a moving average of what a claim from the floor takes
+	// epoch is the fence epoch of the last claim (0 without a fence), lease
+	// its lease: what a settle that failed schedules its sweep by.
+	epoch int64
+	lease time.Duration
 }
 
 type floor struct {
@@ -67,6 +86,18 @@ type floor struct {
 	set     bool // false until a claim took a row: sweep
 	sweptAt time.Time
 	every   time.Duration
+	begun   bool      // the driver has claimed this type (under the current epoch)
+	dueAt   time.Time // a sweep is due then (zero: none but the period's)
+}
+
+// claimPlan is what plan decided for one claim, for claimed to record.
+type claimPlan struct {
+	ats   []pgtype.Timestamptz
+	ids   []int64
+	sweep bool
+	// takeover flags the types this claim takes over: the driver's first
+	// claim of each, or the first under a new fence epoch.
+	takeover []bool
 }
 
 func newFloors() *floors {
@@ -75,32 +106,38 @@ func newFloors() *floors {
 
 var noFloor = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 
-// plan returns the floor of each type for a claim starting now, and whether
-// the claim is a sweep (every floor -infinity).
-func (f *floors) plan(types []string, ordered []bool, now time.Time) ([]pgtype.Timestamptz, []int64, bool) {
+// plan returns the floor of each type for a claim starting now under the
+// fence epoch (0 without a fence), and whether the claim is a sweep (every
+// floor -infinity).
+func (f *floors) plan(types []string, ordered []bool, now time.Time, epoch int64) claimPlan {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sweep := false
+	if epoch != f.epoch {
+		f.epoch = epoch
+		for _, fl := range f.byType {
+			fl.begun = false
+		}
+	}
+	p := claimPlan{ats: make([]pgtype.Timestamptz, len(types)), ids: make([]int64, len(types)), takeover: make([]bool, len(types))}
 	for i, t := range types {
+		fl := f.get(t)
+		p.takeover[i] = !fl.begun
 		if ordered[i] {
 			continue
 		}
-		fl := f.get(t)
-		if !fl.set || now.Sub(fl.sweptAt) >= fl.every {
-			sweep = true
+		if !fl.set || now.Sub(fl.sweptAt) >= fl.every || !fl.dueAt.IsZero() && !now.Before(fl.dueAt) {
+			p.sweep = true
 		}
 	}
-	ats := make([]pgtype.Timestamptz, len(types))
-	ids := make([]int64, len(types))
 	for i, t := range types {
-		ats[i] = noFloor
-		if !sweep && !ordered[i] {
+		p.ats[i] = noFloor
+		if !p.sweep && !ordered[i] {
 			fl := f.byType[t]
-			ats[i] = pgtype.Timestamptz{Time: fl.at, Valid: true}
-			ids[i] = fl.id
+			p.ats[i] = pgtype.Timestamptz{Time: fl.at, Valid: true}
+			p.ids[i] = fl.id
 		}
 	}
-	return ats, ids, sweep
+	return p
 }
 
 func (f *floors) get(t string) *floor {
@@ -112,13 +149,14 @@ func (f *floors) get(t string) *floor {
 	return fl
 }
 
-// claimed records what a claim that began at began and took took did: n
-// rows of the limit asked, the last of them (in claim order) last, at the
-// database's claimNow.
-func (f *floors) claimed(types []string, ordered []bool, sweep bool, began time.Time, took time.Duration, n, limit int, last *driver.Job, claimNow time.Time) {
+// claimed records what a claim planned as p, that began at began with
+// lease and took took, did: n rows of the limit asked, the last of them (in
+// claim order) last, at the database's claimNow.
+func (f *floors) claimed(types []string, ordered []bool, p claimPlan, began time.Time, lease, took time.Duration, n, limit int, last *driver.Job, claimNow time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if sweep {
+	f.lease = lease
+	if p.sweep {
 		f.sweeps++
 	} else {
 		f.fast += (took - f.fast) / 8
@@ -128,13 +166,23 @@ func (f *floors) claimed(types []string, ordered []bool, sweep bool, began time.
 		at, id = last.AvailableAt, last.ID
 	}
 	for i, t := range types {
+		fl := f.get(t)
+		if p.takeover[i] {
+			// Leases granted before this claim end by its start on the
+			// database clock plus the lease; the claim's start is at most
+			// took after began.
+			fl.begun = true
+			fl.dueAt = began.Add(took + lease)
+		}
 		if ordered[i] {
 			continue
 		}
-		fl := f.get(t)
-		if sweep {
+		if p.sweep {
 			fl.sweptAt = began
 			fl.every = min(max((took-f.fast)*sweepCost, f.sweepMin), f.sweepMax)
+			if !p.takeover[i] && !fl.dueAt.IsZero() && !began.Before(fl.dueAt) {
+				fl.dueAt = time.Time{}
+			}
 		}
 		// A claim that took nothing proves nothing: its fence may have
 		// failed, and with no row it has no database clock to read.
@@ -142,4 +190,37 @@ func (f *floors) claimed(types []string, ordered []bool, sweep bool, began time.
 			fl.at, fl.id, fl.set = at, id, true
 		}
 	}
+}
+
+// settled records a settle's effect on the floors: rows it released or
+// found with their lease run out are due now, below the floor; after a
+// settle that failed (err), the rows' leases run out within a lease.
+func (f *floors) settled(released, expired int, err error, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var due time.Time
+	switch {
+	case err != nil:
+		due = now.Add(f.lease)
+	case released > 0 || expired > 0:
+		due = now
+	default:
+		return
+	}
+	for _, fl := range f.byType {
+		d := due
+		if fl.set {
+			d = later(d, fl.sweptAt.Add(f.sweepMin))
+		}
+		if fl.dueAt.IsZero() || d.Before(fl.dueAt) {
+			fl.dueAt = d
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

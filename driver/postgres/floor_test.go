@@ -276,12 +276,16 @@ func TestSweepPeriodFollowsTheSweepsExtraCost(t *testing.T) {
 	types, ordered := []string{"t"}, []bool{false}
 	now := time.Unix(1000, 0)
 	claim := func(took time.Duration) bool {
-		_, _, sweep := f.plan(types, ordered, now)
-		f.claimed(types, ordered, sweep, now, took, 1, 10, nil, now)
-		return sweep
+		p := f.plan(types, ordered, now, 0)
+		f.claimed(types, ordered, p, now, time.Second, took, 1, 10, nil, now)
+		return p.sweep
 	}
 	if !claim(time.Millisecond) {
 		t.Fatal("the first claim of a type must be a sweep")
+	}
+	now = now.Add(2 * time.Second)
+	if !claim(time.Millisecond) {
+		t.Fatal("no sweep one lease after the first claim")
 	}
 	for range 50 { // claims from the floor of 20ms each: a slow server
 		if claim(20 * time.Millisecond) {
@@ -343,5 +347,142 @@ func TestClaimFloorTakesARowEnqueuedAfterTheClaimByAnOlderTransaction(t *testing
 	}
 	if keys, sweep := e.claim("t", 10, time.Minute); !equalKeys(keys, "enqueued-last") || sweep {
 		t.Fatalf("claim took %v (sweep %v), want [enqueued-last] from the floor", keys, sweep)
+	}
+}
+
+// sweepAfter stops the period's sweeps, as never does, but lets a sweep
+// that a settle makes due come after min.
+func (e *floorEnv) sweepAfter(min time.Duration) {
+	e.d.floors.mu.Lock()
+	defer e.d.floors.mu.Unlock()
+	e.d.floors.sweepMin, e.d.floors.sweepMax = min, time.Hour
+	for _, fl := range e.d.floors.byType {
+		fl.every = time.Hour
+	}
+}
+
+// A relay killed mid-batch leaves its rows leased, below the floor of the
+// relay that takes over; they are due one lease after the new relay's
+// first claim at the latest, and its claim then is a sweep that takes
+// them, not the period's (a minute when sweeps are dear).
+func TestClaimFloorSweepsOneLeaseAfterTheFirstClaim(t *testing.T) {
+	e := newFloorEnv(t, "t")
+	e.never()
+	e.window(0)
+	out := e.d.table("outbox")
+	killed, err := New(e.d.pool, &Config{Schema: e.d.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(nil, "INSERT INTO "+out+" (type, key) VALUES ('t', 'held')")
+	const lease = 1500 * time.Millisecond
+	if jobs, err := killed.Claim(e.ctx, driver.ClaimParams{Types: []string{"t"}, Limit: 10, Lease: 300 * time.Millisecond, Token: 9}); err != nil || len(jobs) != 1 {
+		t.Fatalf("the killed relay's claim: %v, %v", jobs, err)
+	}
+	e.exec(nil, "INSERT INTO "+out+" (type, key) VALUES ('t', 'next')")
+	began := time.Now()
+	if keys, sweep := e.claim("t", 10, lease); !equalKeys(keys, "next") || !sweep {
+		t.Fatalf("first claim took %v (sweep %v), want [next] in a sweep", keys, sweep)
+	}
+	e.exec(nil, "DELETE FROM "+out+" WHERE key = 'next'") // delivered
+	time.Sleep(500 * time.Millisecond)                    // the killed relay's lease ran out
+	if keys, sweep := e.claim("t", 10, lease); len(keys) != 0 || sweep {
+		t.Fatalf("claim from the floor took %v (sweep %v), want nothing: [held] is below it", keys, sweep)
+	}
+	time.Sleep(time.Until(began.Add(lease + 50*time.Millisecond)))
+	if keys, sweep := e.claim("t", 10, lease); !equalKeys(keys, "held") || !sweep {
+		t.Fatalf("claim one lease after the first took %v (sweep %v), want [held] in a sweep", keys, sweep)
+	}
+	if _, sweep := e.claim("t", 10, lease); sweep {
+		t.Fatal("a second sweep: the one a takeover makes due is made once")
+	}
+}
+
+// Rows a settle released, or found with their lease run out, are due now
+// below the floor: the next claim is a sweep, once sweepMin has passed
+// since the last one.
+func TestClaimFloorSweepsAfterASettleLeftRowsDue(t *testing.T) {
+	e := newFloorEnv(t, "t")
+	e.never()
+	e.window(0)
+	out := e.d.table("outbox")
+	e.exec(nil, "INSERT INTO "+out+" (type, key) VALUES ('t', 'released')")
+	lastSweep := time.Now()
+	jobs, err := e.d.Claim(e.ctx, driver.ClaimParams{Types: []string{"t"}, Limit: 10, Lease: time.Minute, Token: 7})
+	if err != nil || len(jobs) != 1 || jobs[0].Key != "released" {
+		t.Fatalf("first claim (a sweep): %v, %v", jobs, err)
+	}
+	released := jobs[0].ID
+	e.exec(nil, "INSERT INTO "+out+" (type, key) VALUES ('t', 'expired')")
+	jobs, err = e.d.Claim(e.ctx, driver.ClaimParams{Types: []string{"t"}, Limit: 10, Lease: time.Millisecond, Token: 8})
+	if err != nil || len(jobs) != 1 || jobs[0].Key != "expired" {
+		t.Fatalf("claim: %v, %v", jobs, err)
+	}
+	expired := jobs[0].ID
+	e.sweepAfter(300 * time.Millisecond)
+	if res, err := e.d.Settle(e.ctx, driver.SettleParams{Token: 7, Release: []int64{released}}); err != nil || len(res.Settled) != 1 {
+		t.Fatalf("release: %+v, %v", res, err)
+	}
+	time.Sleep(5 * time.Millisecond) // token 8's lease ran out
+	if res, err := e.d.Settle(e.ctx, driver.SettleParams{Token: 8, Delivered: []int64{expired}}); err != nil || len(res.Expired) != 1 {
+		t.Fatalf("settle of a lease run out: %+v, %v", res, err)
+	}
+	if time.Since(lastSweep) < 250*time.Millisecond {
+		if keys, sweep := e.claim("t", 10, time.Minute); len(keys) != 0 || sweep {
+			t.Fatalf("claim within sweepMin of the last sweep took %v (sweep %v), want nothing from the floor", keys, sweep)
+		}
+	}
+	time.Sleep(time.Until(lastSweep.Add(350 * time.Millisecond)))
+	if keys, sweep := e.claim("t", 10, time.Minute); !equalKeys(keys, "released", "expired") || !sweep {
+		t.Fatalf("claim after the settles took %v (sweep %v), want [released expired] in a sweep", keys, sweep)
+	}
+	if _, sweep := e.claim("t", 10, time.Minute); sweep {
+		t.Fatal("a second sweep after the one the settles made due")
+	}
+}
+
+// What the floors schedule, on a clock of their own: a new fence epoch is
+// a takeover like a first claim, and a settle that failed makes a sweep
+// due one lease later, when the leases it may have left run out.
+func TestSweepsFollowTakeoversAndFailedSettles(t *testing.T) {
+	f := newFloors()
+	f.sweepMax = time.Hour
+	types, ordered := []string{"t"}, []bool{false}
+	now := time.Unix(1000, 0)
+	const lease = 10 * time.Second
+	claim := func(epoch int64) bool {
+		p := f.plan(types, ordered, now, epoch)
+		f.claimed(types, ordered, p, now, lease, time.Millisecond, 1, 10, nil, now)
+		return p.sweep
+	}
+	steps := []struct {
+		name  string
+		after time.Duration
+		epoch int64
+		want  bool
+	}{
+		{"first claim", 0, 1, true},
+		{"within the lease", lease / 2, 1, false},
+		{"one lease after the first", lease/2 + 10*time.Millisecond, 1, true},
+		{"then from the floor", time.Second, 1, false},
+		{"a new epoch's first claim, from the floor", 0, 2, false},
+		{"one lease after the new epoch's first claim", lease + 10*time.Millisecond, 2, true},
+		{"then from the floor again", time.Second, 2, false},
+	}
+	for _, s := range steps {
+		f.get("t").every = time.Hour
+		now = now.Add(s.after)
+		if got := claim(s.epoch); got != s.want {
+			t.Fatalf("%s: sweep %v, want %v", s.name, got, s.want)
+		}
+	}
+	f.settled(0, 0, errors.New("connection reset"), now)
+	now = now.Add(lease - time.Millisecond)
+	if claim(2) {
+		t.Fatal("a sweep before the failed settle's leases ran out")
+	}
+	now = now.Add(2 * time.Millisecond)
+	if !claim(2) {
+		t.Fatal("no sweep one lease after a settle that failed")
 	}
 }

@@ -51,13 +51,13 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 		app, epoch = p.Fence.App, p.Fence.Epoch
 	}
 	began := time.Now()
-	floorAt, floorID, sweep := d.floors.plan(p.Types, ordered, began)
+	plan := d.floors.plan(p.Types, ordered, began, epoch)
 	b := relayTx(func(b *pgx.Batch) {
 		// The estimate of a range between a floor and now() is so narrow
 		// that a bitmap scan and a sort look cheaper than the ordered walk
 		// that LIMIT stops early; the claim must be that walk.
 		b.Queue("SET LOCAL enable_bitmapscan = off")
-		b.Queue(d.q.claim, p.Types, p.Limit, p.Token, p.Lease, ordered, app, epoch, floorAt, floorID)
+		b.Queue(d.q.claim, p.Types, p.Limit, p.Token, p.Lease, ordered, app, epoch, plan.ats, plan.ids)
 	})
 	br := d.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -89,7 +89,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	if len(jobs) > 0 {
 		last = &jobs[len(jobs)-1]
 	}
-	d.floors.claimed(p.Types, ordered, sweep, began, time.Since(began), len(jobs), p.Limit, last, claimNow)
+	d.floors.claimed(p.Types, ordered, plan, began, p.Lease, time.Since(began), len(jobs), p.Limit, last, claimNow)
 	return jobs, nil
 }
 
@@ -154,6 +154,7 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	changed, err := d.settle(ctx, steps)
 	if err != nil {
+		d.floors.settled(0, 0, err, time.Now())
 		return driver.SettleResult{}, fmt.Errorf("mensageria/postgres: settle: %w", err)
 	}
 	var res driver.SettleResult
@@ -168,6 +169,13 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	if len(left) > 0 {
 		res.Fenced, res.Expired = d.sortUnsettled(ctx, p.Token, left)
 	}
+	released := 0
+	for _, id := range p.Release {
+		if changed[id] {
+			released++
+		}
+	}
+	d.floors.settled(released, len(res.Expired), nil, time.Now())
 	return res, nil
 }
 

@@ -274,6 +274,11 @@ type stressBook struct {
 	crashSet   map[int64]bool
 	drainedAt  int64
 	atKill     int // messages committed and undelivered at the kill
+	// holding is set while the relay is held before its kill: the
+	// messages Sent then (held) were delivered and never settled, so they
+	// are delivered again after the kill; the run waits for that.
+	holding bool
+	held    []int64
 }
 
 func newStressBook(phases int) *stressBook {
@@ -335,9 +340,13 @@ func (b *stressBook) deliver(seq int64, at time.Time) {
 	case b.sent <- struct{}{}:
 	default:
 	}
+	if b.holding {
+		b.held = append(b.held, seq)
+	}
 	p := b.phases[b.cur]
 	if b.counts[seq] > 1 {
 		p.redeliver++
+		b.signalProgress()
 		return
 	}
 	p.delivered++
@@ -351,16 +360,28 @@ func (b *stressBook) deliver(seq int64, at time.Time) {
 	} else {
 		b.early[seq] = ns
 	}
+	b.signalProgress()
+}
+
+func (b *stressBook) signalProgress() {
 	select {
 	case b.progress <- struct{}{}:
 	default:
 	}
 }
 
+// hold marks the relay held: what it Sends from now on is not settled.
+func (b *stressBook) hold() {
+	b.mu.Lock()
+	b.holding = true
+	b.mu.Unlock()
+}
+
 // killed marks the moment the relay was killed.
 func (b *stressBook) killed(at time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.holding = false
 	b.killAt = at.UnixNano()
 	b.crashSet = map[int64]bool{}
 	for seq := range b.pending {
@@ -373,11 +394,17 @@ func (b *stressBook) killed(at time.Time) {
 	b.crashSeen = nil
 }
 
-// behind is how many committed messages are not delivered yet.
-func (b *stressBook) behind() int64 {
+// behind is how many committed messages are not delivered yet, and how
+// many the relay held at its kill are not delivered again yet.
+func (b *stressBook) behind() (first, again int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.committed - b.delivered
+	for _, seq := range b.held {
+		if b.counts[seq] < 2 {
+			again++
+		}
+	}
+	return b.committed - b.delivered, again
 }
 
 func (b *stressBook) record(i int, s dbSample) {
@@ -622,16 +649,16 @@ func (s *stressRun) crashRelay(ctx, phaseCtx context.Context, ph StressPhase, pr
 		}
 		return fmt.Errorf("phase %s: %w", ph.Name, err)
 	}
+	s.book.hold()
 	select {
 	case <-s.book.sent: // a Send recorded before the hold
 	default:
 	}
+	// Killed even when the phase ends first: a held relay delivers
+	// nothing more.
 	select {
 	case <-s.book.sent:
 	case <-phaseCtx.Done():
-	}
-	if phaseCtx.Err() != nil {
-		return nil
 	}
 	at := time.Now()
 	if err := s.relay.kill(); err != nil {
@@ -648,22 +675,26 @@ func (s *stressRun) crashRelay(ctx, phaseCtx context.Context, ph StressPhase, pr
 }
 
 // awaitDelivered waits until the relay has delivered every committed
-// message, leaving a crash's leases time to run out. undelivered says
-// what was left when that time was up; err is ctx's end.
+// message, and again every message the crash's killed relay held, leaving
+// their leases time to run out. undelivered says what was left when that
+// time was up; err is ctx's end.
 func (s *stressRun) awaitDelivered(ctx context.Context) (undelivered, err error) {
 	drainFor := relayLease(s.cfg.Lease) + 30*time.Second
 	drainBy := time.NewTimer(drainFor)
 	defer drainBy.Stop()
-	for s.book.behind() > 0 {
+	for {
+		first, again := s.book.behind()
+		if first == 0 && again == 0 {
+			return nil, nil
+		}
 		select {
 		case <-s.book.progress:
 		case <-drainBy.C:
-			return fmt.Errorf("%d messages still undelivered %s after the last phase", s.book.behind(), drainFor), nil
+			return fmt.Errorf("%d messages still undelivered, and %d the killed relay held not delivered again, %s after the last phase", first, again, drainFor), nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	return nil, nil
 }
 
 // relayLease is the lease the relay runs with.

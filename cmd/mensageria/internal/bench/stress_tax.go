@@ -202,11 +202,11 @@ func (t *outboxTax) runMode(ctx context.Context, mode string) (Result, error) {
 	out.Set("keepup", float64(delivered)/float64(max(n, 1)))
 	// Drain before the next mode, so none pays for this one's
 	// backlog, and read the pickups of every message.
-	for book.behind() > 0 {
+	for first, _ := book.behind(); first > 0; first, _ = book.behind() {
 		select {
 		case <-book.progress:
 		case <-time.After(time.Minute):
-			return out, fmt.Errorf("%s: %d messages undelivered a minute after the run", mode, book.behind())
+			return out, fmt.Errorf("%s: %d messages undelivered a minute after the run", mode, first)
 		case <-ctx.Done():
 			return out, ctx.Err()
 		}
