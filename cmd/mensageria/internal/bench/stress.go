@@ -33,10 +33,12 @@ type StressPhase struct {
 	// Readers runs REPEATABLE READ sessions that scan the outbox over and
 	// over, each transaction holding its snapshot for a while.
 	Readers bool
-	// Crash kills the relay process with SIGKILL a quarter into the phase,
-	// inside a Send that it holds unanswered (so with a batch claimed,
-	// delivered in part and unsettled), and starts it again at once.
-	Crash bool
+	// Crash kills the relay process with SIGKILL a quarter into the phase
+	// (or CrashAfter into it), inside a Send that it holds unanswered (so
+	// with a batch claimed, delivered in part and unsettled), and starts it
+	// again at once.
+	Crash      bool
+	CrashAfter time.Duration
 }
 
 // StandardStressPhases is the sequence: warmup, clean,
@@ -636,11 +638,15 @@ func (s *stressRun) startReaders(phaseCtx context.Context, i int, side *sync.Wai
 	}
 }
 
-// crashRelay kills the relay a quarter into the phase and starts it
-// again, recording how long the restart took. An error is one that ends
-// the run: the relay did not start again.
+// crashRelay kills the relay a quarter into the phase (or CrashAfter)
+// and starts it again, recording how long the restart took. An error is
+// one that ends the run: the relay did not start again.
 func (s *stressRun) crashRelay(ctx, phaseCtx context.Context, ph StressPhase, prefix string, r *Result, errs *phaseErrors) error {
-	sleep(phaseCtx, ph.For/4)
+	after := ph.For / 4
+	if ph.CrashAfter > 0 {
+		after = ph.CrashAfter
+	}
+	sleep(phaseCtx, after)
 	// Mid-batch: at a Send that the held relay never answers, so its
 	// settle cannot commit however late the kill comes.
 	if err := s.relay.hold(phaseCtx); err != nil {

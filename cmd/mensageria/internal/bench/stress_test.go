@@ -487,6 +487,27 @@ func BenchmarkStress(b *testing.B) {
 	reportStress(b, r, err)
 }
 
+// BenchmarkStressCrashWhilePinned kills the relay inside a Send after the
+// horizon has been pinned for -stress.pinned, when a sweep (a claim from
+// the start of the index) walks every dead entry the pin keeps and sweeps
+// are spaced out: the killed relay's rows must still come back within
+// their lease plus 5 s (issue #14's crash target), not a sweep period
+// later (ADR 0019, amendment of 2026-12-02). The phase goes on for the
+// lease and 15 s after the kill, still pinned.
+func BenchmarkStressCrashWhilePinned(b *testing.B) {
+	e := stressEnv(b)
+	lease := *flagStressLease
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	r, err := Stress(context.Background(), e, StressConfig{Rate: *flagStressRate, Lease: lease,
+		Phases: []StressPhase{
+			{Name: "warmup", For: *flagStressWarmup, Load: 1},
+			{Name: "crash-pinned", For: *flagStressPinned + lease + 15*time.Second, Load: 1, Pin: true, Crash: true, CrashAfter: *flagStressPinned},
+		}, RelayCommand: testRelayCommand})
+	reportStress(b, r, err)
+}
+
 func BenchmarkOutboxTax(b *testing.B) {
 	e := stressEnv(b)
 	r, err := OutboxTax(context.Background(), e, OutboxTaxConfig{Run: *flagTaxRun, Rounds: *flagTaxRounds, PacedFor: *flagTaxPaced})
