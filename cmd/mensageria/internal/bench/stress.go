@@ -768,13 +768,15 @@ func (s *stressRun) audit(ctx context.Context, prefix string, r *Result) error {
 	r.Set(prefix+"duplicates", float64(dups))
 	r.Set(prefix+"phantoms", float64(phantoms))
 	if b.killAt != 0 {
-		r.Set(prefix+"crash/held-at-kill", float64(b.atKill))
+		// Under the crash phase's name, beside its other figures.
+		pre := prefix + s.cfg.Phases[b.crashPhase].Name + "/"
+		r.Set(pre+"held-at-kill", float64(b.atKill))
 		drain := 0.0
 		if b.drainedAt > b.killAt {
 			drain = float64(b.drainedAt-b.killAt) / 1e9
 		}
-		r.Set(prefix+"crash/drain-s", drain)
-		r.Set(prefix+"crash/lease-s", relayLease(s.cfg.Lease).Seconds())
+		r.Set(pre+"drain-s", drain)
+		r.Set(pre+"lease-s", relayLease(s.cfg.Lease).Seconds())
 	}
 	if len(missing)-waiting > 0 {
 		sort.Slice(missing, func(i, j int) bool { return missing[i] < missing[j] })
