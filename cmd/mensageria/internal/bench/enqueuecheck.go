@@ -34,9 +34,12 @@ type EnqueueCheckConfig struct {
 }
 
 // The modes of EnqueueCheck: how the rows are written, and whether the
-// outbox's enqueue trigger checks them ("checked") or has its rules taken
-// out ("unchecked").
-var enqueueCheckKinds = []string{"go-1", "go-100", "sql-1"}
+// outbox's enqueue trigger checks them ("checked"), has its rules taken
+// out ("unchecked"), or only its owner test ("ownerless").
+var (
+	enqueueCheckKinds    = []string{"go-1", "go-100", "sql-1"}
+	enqueueCheckVariants = []string{"checked", "unchecked", "ownerless"}
+)
 
 // EnqueueCheck measures what the outbox's enqueue rules (the owner, key,
 // type and headers checks of migration 2, in the enqueue trigger of migrations 7 and 10) cost an enqueue: the rate of
@@ -49,10 +52,13 @@ var enqueueCheckKinds = []string{"go-1", "go-100", "sql-1"}
 //
 // "Without" is a second schema migrated the same way whose enqueue trigger
 // has its rules taken out (the wake-up stays), so both tables have the same
-// indexes, defaults and wake-up. Each round
+// indexes, defaults and wake-up; a third has only the owner test taken out
+// (the key, type and headers tests stay). Each round
 // runs every mode once, from an empty table, rotating which goes first; the
-// rates are medians over the rounds, and <kind>-ratio is the median of each
-// round's checked/unchecked (the target: at least 0.95).
+// rates are medians over the rounds, <kind>-ratio is the median of each
+// round's checked/unchecked (what all the rules cost; the target:
+// at least 0.95) and <kind>-owner-ratio of checked/ownerless (what the
+// ownership check alone costs).
 func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, error) {
 	r := Result{Scenario: "enqueue-check"}
 	if cfg.Rounds <= 0 {
@@ -78,19 +84,32 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 	if err := installEnqueueTriggerWithout(ctx, plain, unchecked, triggerRules); err != nil {
 		return r, err
 	}
-	for _, d := range []*postgres.Driver{checked, unchecked} {
+	ownerEnv, dropOwner, err := e.sideSchema(ctx, e.Schema+"_noowner")
+	if err != nil {
+		return r, err
+	}
+	defer dropOwner()
+	ownerless, err := ownerEnv.driver()
+	if err != nil {
+		return r, err
+	}
+	if err := installEnqueueTriggerWithout(ctx, ownerEnv, ownerless, triggerOwner); err != nil {
+		return r, err
+	}
+	for _, d := range []*postgres.Driver{checked, unchecked, ownerless} {
 		if err := own(ctx, d, app, typ); err != nil {
 			return r, err
 		}
 	}
 	seq := 0
 	run := func(mode string) (Result, error) {
-		d, env, variant := checked, e, "checked"
-		kind, off := strings.CutSuffix(mode, "/unchecked")
-		if off {
-			d, env, variant = unchecked, plain, "unchecked"
-		} else {
-			kind = strings.TrimSuffix(mode, "/checked")
+		kind, variant, _ := strings.Cut(mode, "/")
+		d, env := checked, e
+		switch variant {
+		case "unchecked":
+			d, env = unchecked, plain
+		case "ownerless":
+			d, env = ownerless, ownerEnv
 		}
 		// Every run starts from an empty table, so that neither variant
 		// pays for the other's index growth.
@@ -118,32 +137,34 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 			return r, err
 		}
 		for _, k := range enqueueCheckKinds {
-			with, without := res[k+"/checked"]["rows/s"], res[k+"/unchecked"]["rows/s"]
-			rates[k+"/checked"] = append(rates[k+"/checked"], with)
-			rates[k+"/unchecked"] = append(rates[k+"/unchecked"], without)
-			ratios[k] = append(ratios[k], with/without)
+			for _, v := range enqueueCheckVariants {
+				rates[k+"/"+v] = append(rates[k+"/"+v], res[k+"/"+v]["rows/s"])
+			}
+			with := res[k+"/checked"]["rows/s"]
+			ratios[k] = append(ratios[k], with/res[k+"/unchecked"]["rows/s"])
+			ratios[k+"/owner"] = append(ratios[k+"/owner"], with/res[k+"/ownerless"]["rows/s"])
 		}
 	}
 	for _, k := range enqueueCheckKinds {
-		r.Set(k+"-checked-rows/s", median(rates[k+"/checked"]))
-		r.Set(k+"-unchecked-rows/s", median(rates[k+"/unchecked"]))
+		for _, v := range enqueueCheckVariants {
+			r.Set(k+"-"+v+"-rows/s", median(rates[k+"/"+v]))
+		}
 		r.Set(k+"-ratio", median(ratios[k]))
+		r.Set(k+"-owner-ratio", median(ratios[k+"/owner"]))
 	}
 	r.Set("rounds", float64(cfg.Rounds))
 	return r, nil
 }
 
 // enqueueCheckOrder is the order of the modes in round: the kinds
-// rotated by round, each kind's checked and unchecked next to each other,
-// checked first in the even rounds.
+// rotated by round, each kind's variants next to each other, themselves
+// rotated by round, so that each variant runs first in turn.
 func enqueueCheckOrder(round int) []string {
 	var order []string
 	for i := range enqueueCheckKinds {
 		k := enqueueCheckKinds[(i+round)%len(enqueueCheckKinds)]
-		if round%2 == 0 {
-			order = append(order, k+"/checked", k+"/unchecked")
-		} else {
-			order = append(order, k+"/unchecked", k+"/checked")
+		for j := range enqueueCheckVariants {
+			order = append(order, k+"/"+enqueueCheckVariants[(j+round)%len(enqueueCheckVariants)])
 		}
 	}
 	return order

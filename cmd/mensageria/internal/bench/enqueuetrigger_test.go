@@ -65,7 +65,16 @@ func TestEnqueueTriggerWithout(t *testing.T) {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "MS001"
 	}
-	check := func(what string, parts []string, wantRules, wantWakeup bool) {
+	// An overlong key, which the owner test does not look at.
+	longKey := func() error {
+		_, err := e.Pool.Exec(ctx, "INSERT INTO "+e.Schema+".outbox (type, key) VALUES ('owned', repeat('k', 1001))")
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "MS002" {
+			return nil
+		}
+		return errors.New("an overlong key was not refused with MS002")
+	}
+	check := func(what string, parts []string, wantOwner, wantShape, wantWakeup bool) {
 		t.Helper()
 		if err := installEnqueueTriggerWithout(ctx, e, d, parts...); err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -74,15 +83,25 @@ func TestEnqueueTriggerWithout(t *testing.T) {
 		if err != nil || w != wantWakeup {
 			t.Errorf("%s: an owned type's enqueue woke the relay %v (err %v), want %v", what, w, err, wantWakeup)
 		}
-		if _, err := woke("nobody"); refused(err) != wantRules {
-			t.Errorf("%s: an unowned type's enqueue = %v, want refused %v", what, err, wantRules)
+		if _, err := woke("nobody"); refused(err) != wantOwner {
+			t.Errorf("%s: an unowned type's enqueue = %v, want refused %v", what, err, wantOwner)
+		}
+		if err := longKey(); (err == nil) != wantShape {
+			t.Errorf("%s: overlong key refused %v, want %v (%v)", what, err == nil, wantShape, err)
+		}
+		if err := e.exec(ctx, "DELETE FROM "+e.Schema+".outbox"); err != nil {
+			t.Fatal(err)
 		}
 	}
-	check("as migrated", nil, true, true)
-	check("without the rules", []string{triggerRules}, false, true)
-	check("without the wake-up", []string{triggerWakeup}, true, false)
-	check("without either", []string{triggerRules, triggerWakeup}, false, false)
-	check("put back", nil, true, true)
+	check("as migrated", nil, true, true, true)
+	check("without the rules", []string{triggerRules}, false, false, true)
+	check("without the owner test", []string{triggerOwner}, false, true, true)
+	check("without the wake-up", []string{triggerWakeup}, true, true, false)
+	check("without either", []string{triggerRules, triggerWakeup}, false, false, false)
+	check("put back", nil, true, true, true)
+	if _, err := cutOwnerTest("DROP TRIGGER outbox_enqueue ON s.outbox;"); err == nil {
+		t.Error("a trigger without the owner test had it taken out without an error")
+	}
 	if _, err := enqueueTriggerWithout(d, e.Schema, "no-such-part"); err == nil {
 		t.Error("a part the trigger does not mark was taken out without an error")
 	}

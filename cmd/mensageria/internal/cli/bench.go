@@ -71,9 +71,11 @@ dropped afterwards: it never touches the configured schema's rows.
   enqueue-check
              what the outbox's insert check (the type's owner, the key,
              type and headers rules) costs: rows/s of a Go enqueue of 1
-             and of 100 rows and of a plain SQL INSERT, with the check and
-             with it disabled, --rounds alternating rounds of --check-for
-             each (<kind>-ratio; not run unless asked for)
+             and of 100 rows and of a plain SQL INSERT, with the check, with
+             it disabled and with only its owner test disabled, --rounds
+             alternating rounds of --check-for each (<kind>-ratio: all the
+             rules; <kind>-owner-ratio: the ownership check alone; not run
+             unless asked for)
   wakeup     what the outbox's wake-up of plain SQL enqueues costs the
              enqueue rate (rows/s with it, without it, and with the designs
              it was chosen over, --rounds alternating rounds of --check-for

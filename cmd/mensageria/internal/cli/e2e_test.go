@@ -316,8 +316,10 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("bench enqueue-check: %v %+v", err, r)
 	}
 	for _, k := range []string{"go-1", "go-100", "sql-1"} {
-		if v := check.Metrics[k+"-ratio"]; !(v > 0) {
-			t.Errorf("enqueue-check %s-ratio = %v", k, v)
+		for _, m := range []string{k + "-ratio", k + "-owner-ratio", k + "-ownerless-rows/s"} {
+			if v := check.Metrics[m]; !(v > 0) {
+				t.Errorf("enqueue-check %s = %v", m, v)
+			}
 		}
 	}
 	for _, bad := range [][]string{{"--broker-messages", "10"}, {"--batch", "0"}, {"--rounds", "0"}, {"--paced-for", "1ms"}, {"--check-for", "1ms"}} {
