@@ -68,49 +68,40 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 		cfg.Run = 2 * time.Second
 	}
 	const typ, app = "bench.check", "bench-check"
-	checked, err := e.driver()
-	if err != nil {
-		return r, err
-	}
-	plain, drop, err := e.sideSchema(ctx, e.Schema+"_nocheck")
-	if err != nil {
-		return r, err
-	}
-	defer drop()
-	unchecked, err := plain.driver()
-	if err != nil {
-		return r, err
-	}
-	if err := installEnqueueTriggerWithout(ctx, plain, unchecked, triggerRules); err != nil {
-		return r, err
-	}
-	ownerEnv, dropOwner, err := e.sideSchema(ctx, e.Schema+"_noowner")
-	if err != nil {
-		return r, err
-	}
-	defer dropOwner()
-	ownerless, err := ownerEnv.driver()
-	if err != nil {
-		return r, err
-	}
-	if err := installEnqueueTriggerWithout(ctx, ownerEnv, ownerless, triggerOwner); err != nil {
-		return r, err
-	}
-	for _, d := range []*postgres.Driver{checked, unchecked, ownerless} {
+	// Each variant but "checked" is a schema of its own, migrated the same
+	// way, whose trigger has its part taken out.
+	cut := map[string]string{"unchecked": triggerRules, "ownerless": triggerOwner}
+	envs := map[string]Env{}
+	drivers := map[string]*postgres.Driver{}
+	for _, v := range enqueueCheckVariants {
+		env := e
+		part, side := cut[v]
+		if side {
+			s, drop, err := e.sideSchema(ctx, e.Schema+"_"+v)
+			if err != nil {
+				return r, err
+			}
+			defer drop()
+			env = s
+		}
+		d, err := env.driver()
+		if err != nil {
+			return r, err
+		}
+		if side {
+			if err := installEnqueueTriggerWithout(ctx, env, d, part); err != nil {
+				return r, err
+			}
+		}
 		if err := own(ctx, d, app, typ); err != nil {
 			return r, err
 		}
+		envs[v], drivers[v] = env, d
 	}
 	seq := 0
 	run := func(mode string) (Result, error) {
 		kind, variant, _ := strings.Cut(mode, "/")
-		d, env := checked, e
-		switch variant {
-		case "unchecked":
-			d, env = unchecked, plain
-		case "ownerless":
-			d, env = ownerless, ownerEnv
-		}
+		d, env := drivers[variant], envs[variant]
 		// Every run starts from an empty table, so that neither variant
 		// pays for the other's index growth.
 		if err := env.exec(ctx, "TRUNCATE "+env.Schema+".outbox"); err != nil {
@@ -125,8 +116,8 @@ func EnqueueCheck(ctx context.Context, e Env, cfg EnqueueCheckConfig) (Result, e
 		return out, nil
 	}
 	// One Alternate round at a time, in an order of its own: the kinds
-	// rotate, and within each kind checked and unchecked run next to each
-	// other, in turn first. The ratio is taken within a round, between
+	// rotate, and within each kind the variants run next to each other,
+	// each first in turn. The ratio is taken within a round, between
 	// neighbours in time, and its median over the rounds reported, which a
 	// shared machine's drift between rounds does not move.
 	rates := map[string][]float64{}
