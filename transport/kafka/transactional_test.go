@@ -33,11 +33,35 @@ func newTxSender(t testing.TB, c *kfake.Cluster, id string) *TransactionalSender
 	return s
 }
 
+// mustSend sends ds in one transaction, which must commit. kfake once
+// answered the first transaction of a fresh producer with
+// OUT_OF_ORDER_SEQUENCE_NUMBER under a loaded CI run (not reproduced in 70
+// runs under load); the relay retries an aborted batch, and so does this,
+// for that cause only and at most twice, so that a test's subject is not
+// the fake broker's hiccup. Any other failure fails the test.
 func mustSend(t testing.TB, s *TransactionalSender, ds []*mensageria.Delivery) {
 	t.Helper()
-	if errs := s.SendBatch(testCtx(t), ds); errs != nil {
-		t.Fatalf("SendBatch: %v", errors.Join(errs...))
+	for attempt := 1; ; attempt++ {
+		errs := s.SendBatch(testCtx(t), ds)
+		if errs == nil {
+			return
+		}
+		err := errors.Join(errs...)
+		if attempt < 3 && allOutOfOrder(errs) {
+			t.Logf("SendBatch attempt %d aborted by the fake broker, sent again: %v", attempt, errs[0])
+			continue
+		}
+		t.Fatalf("SendBatch: %v", err)
 	}
+}
+
+func allOutOfOrder(errs []error) bool {
+	for _, err := range errs {
+		if !errors.Is(err, kerr.OutOfOrderSequenceNumber) {
+			return false
+		}
+	}
+	return len(errs) > 0
 }
 
 // The relay commits two batches to Kafka and dies before marking them
