@@ -96,7 +96,8 @@ type claimPlan struct {
 	ids   []int64
 	sweep bool
 	// takeover flags the types this claim takes over: the driver's first
-	// claim of each, or the first under a new fence epoch.
+	// claim of each, or the first under a new fence epoch (ordered types,
+	// which claim with no floor, never).
 	takeover []bool
 }
 
@@ -120,11 +121,11 @@ func (f *floors) plan(types []string, ordered []bool, now time.Time, epoch int64
 	}
 	p := claimPlan{ats: make([]pgtype.Timestamptz, len(types)), ids: make([]int64, len(types)), takeover: make([]bool, len(types))}
 	for i, t := range types {
-		fl := f.get(t)
-		p.takeover[i] = !fl.begun
 		if ordered[i] {
 			continue
 		}
+		fl := f.get(t)
+		p.takeover[i] = !fl.begun
 		if !fl.set || now.Sub(fl.sweptAt) >= fl.every || !fl.dueAt.IsZero() && !now.Before(fl.dueAt) {
 			p.sweep = true
 		}
@@ -166,6 +167,9 @@ func (f *floors) claimed(types []string, ordered []bool, p claimPlan, began time
 		at, id = last.AvailableAt, last.ID
 	}
 	for i, t := range types {
+		if ordered[i] {
+			continue
+		}
 		fl := f.get(t)
 		if p.takeover[i] {
 			// Leases granted before this claim end by its start on the
@@ -173,9 +177,6 @@ func (f *floors) claimed(types []string, ordered []bool, p claimPlan, began time
 			// took after began.
 			fl.begun = true
 			fl.dueAt = began.Add(took + lease)
-		}
-		if ordered[i] {
-			continue
 		}
 		if p.sweep {
 			fl.sweptAt = began
@@ -192,35 +193,32 @@ func (f *floors) claimed(types []string, ordered []bool, p claimPlan, began time
 	}
 }
 
-// settled records a settle's effect on the floors: rows it released or
-// found with their lease run out are due now, below the floor; after a
-// settle that failed (err), the rows' leases run out within a lease.
-func (f *floors) settled(released, expired int, err error, now time.Time) {
+// rowsDue records a settle that released rows or found leases run out:
+// those rows are due now, below the floor.
+func (f *floors) rowsDue(now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var due time.Time
-	switch {
-	case err != nil:
-		due = now.Add(f.lease)
-	case released > 0 || expired > 0:
-		due = now
-	default:
-		return
-	}
+	f.sweepBy(now)
+}
+
+// settleFailed records a settle that failed: it may not have committed,
+// and its rows' leases run out within a lease.
+func (f *floors) settleFailed(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sweepBy(now.Add(f.lease))
+}
+
+// sweepBy makes a sweep of every type due at due at the latest, but no
+// sooner than sweepMin after the type's last sweep. f.mu is held.
+func (f *floors) sweepBy(due time.Time) {
 	for _, fl := range f.byType {
 		d := due
-		if fl.set {
-			d = later(d, fl.sweptAt.Add(f.sweepMin))
+		if next := fl.sweptAt.Add(f.sweepMin); fl.set && next.After(d) {
+			d = next
 		}
 		if fl.dueAt.IsZero() || d.Before(fl.dueAt) {
 			fl.dueAt = d
 		}
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -476,7 +476,7 @@ func TestSweepsFollowTakeoversAndFailedSettles(t *testing.T) {
 			t.Fatalf("%s: sweep %v, want %v", s.name, got, s.want)
 		}
 	}
-	f.settled(0, 0, errors.New("connection reset"), now)
+	f.settleFailed(now)
 	now = now.Add(lease - time.Millisecond)
 	if claim(2) {
 		t.Fatal("a sweep before the failed settle's leases ran out")

@@ -154,7 +154,7 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	changed, err := d.settle(ctx, steps)
 	if err != nil {
-		d.floors.settled(0, 0, err, time.Now())
+		d.floors.settleFailed(time.Now())
 		return driver.SettleResult{}, fmt.Errorf("mensageria/postgres: settle: %w", err)
 	}
 	var res driver.SettleResult
@@ -169,13 +169,9 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	if len(left) > 0 {
 		res.Fenced, res.Expired = d.sortUnsettled(ctx, p.Token, left)
 	}
-	released := 0
-	for _, id := range p.Release {
-		if changed[id] {
-			released++
-		}
+	if len(res.Expired) > 0 || slices.ContainsFunc(p.Release, func(id int64) bool { return changed[id] }) {
+		d.floors.rowsDue(time.Now())
 	}
-	d.floors.settled(released, len(res.Expired), nil, time.Now())
 	return res, nil
 }
 
