@@ -25,6 +25,7 @@ const ProblemTypeBase = "https://github.com/xadm/mensageria/problems/"
 // Problem types, one per distinct refusal a sender may want to branch on.
 const (
 	ProblemUnauthorized     = ProblemTypeBase + "unauthorized"
+	ProblemTooManyAttempts  = ProblemTypeBase + "too-many-attempts"
 	ProblemMethod           = ProblemTypeBase + "method-not-allowed"
 	ProblemMediaType        = ProblemTypeBase + "unsupported-media-type"
 	ProblemTooLarge         = ProblemTypeBase + "body-too-large"
