@@ -27,6 +27,7 @@ const (
 	ProblemUnauthorized     = ProblemTypeBase + "unauthorized"
 	ProblemTooManyAttempts  = ProblemTypeBase + "too-many-attempts"
 	ProblemMethod           = ProblemTypeBase + "method-not-allowed"
+	ProblemNotFound         = ProblemTypeBase + "not-found"
 	ProblemMediaType        = ProblemTypeBase + "unsupported-media-type"
 	ProblemTooLarge         = ProblemTypeBase + "body-too-large"
 	ProblemTooManyMessages  = ProblemTypeBase + "too-many-messages"

@@ -102,7 +102,7 @@ func TestEndToEndRelayIntoReceive(t *testing.T) {
 	bin := binary(t)
 	ctx := context.Background()
 	addr := freeAddr(t)
-	env := []string{"TEST_TOKEN=tok-e2e"}
+	env := []string{"TEST_TOKEN=tok-e2e-0123456789"}
 	relayCfg := writeFile(t, fmt.Sprintf(`database: %s
 schema: %s
 app: pedidos
