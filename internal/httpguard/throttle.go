@@ -33,7 +33,7 @@ type Throttle struct {
 	Now func() time.Time
 }
 
-// MaxSources bounds the buckets a Throttle keeps.
+// MaxSources bounds the buckets a Throttle keeps, the shared one included.
 const MaxSources = 4096
 
 // overflow is the key of the bucket that sources past MaxSources share.
@@ -64,10 +64,11 @@ func (t *Throttle) bucketOf(key string, create bool) *bucket {
 				return nil
 			}
 		} else {
-			if len(t.buckets) >= MaxSources {
+			// The overflow bucket counts in the bound.
+			if len(t.buckets) >= MaxSources-1 {
 				t.prune(now)
 			}
-			if len(t.buckets) >= MaxSources {
+			if len(t.buckets) >= MaxSources-1 {
 				key = overflow
 			}
 			if b = t.buckets[key]; b == nil {
