@@ -45,7 +45,11 @@ type ReceiverConfig struct {
 	// Tokens are the accepted bearer tokens; any one of them is valid, so
 	// a new token can be rolled out to senders before the old one is
 	// dropped (SetTokens changes them on a running Receiver). At least one
-	// is required.
+	// is required. Wrong tokens are throttled per client address as the
+	// console throttles credentials: after 20 of them every token from
+	// that address is refused with 429 (too-many-attempts) until it earns
+	// 2 tries a second again; they are logged a line per 10 seconds at
+	// most, never with the token, and counted (WrongTokens).
 	Tokens []string
 	// Handlers maps each message type this receiver takes to its Handler.
 	// A type not listed is refused with 422 (a permanent refusal: the
