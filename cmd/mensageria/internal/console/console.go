@@ -241,6 +241,13 @@ func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-cache")
+	// ServeFileFS would refuse a range it cannot serve (416) or a failed
+	// precondition (412) in text/plain or with no body; the assets are
+	// small, so they are served whole, and only the revalidation headers
+	// (304) are honoured.
+	for _, h := range []string{"Range", "If-Range", "If-Match", "If-Unmodified-Since"} {
+		r.Header.Del(h)
+	}
 	http.ServeFileFS(w, r, c.static, name)
 }
 

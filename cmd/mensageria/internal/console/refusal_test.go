@@ -27,6 +27,15 @@ func TestTheMuxsOwnAnswersAreProblems(t *testing.T) {
 	} {
 		wantProblem(t, h.do(cl, c.method, c.path, "", nil), c.status, c.code)
 	}
+	// A range or a precondition ServeFileFS would refuse in text/plain:
+	// the page is served whole.
+	for _, hdr := range []map[string]string{{"Range": "bytes=999999-"}, {"If-Match": `"nope"`}, {"If-Unmodified-Since": "Mon, 02 Jan 2006 15:04:05 GMT"}} {
+		res := h.do(cl, "GET", "/", "", hdr)
+		if res.StatusCode != 200 {
+			t.Fatalf("GET / with %v: %d", hdr, res.StatusCode)
+		}
+		readAll(res)
+	}
 	res := h.do(cl, "GET", "/", "", nil)
 	if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || ct != "text/html; charset=utf-8" {
 		t.Fatalf("the page: %d %q", res.StatusCode, ct)
