@@ -88,3 +88,28 @@ func TestReceiverNeverEchoesAnUncheckedRequestID(t *testing.T) {
 		t.Fatalf("%d messages applied without a valid request id", n)
 	}
 }
+
+// In a batch, an envelope the contract refuses (a zero created_at, NUL in
+// its payload, a header name repeated) is refused by itself with the 400
+// problem, and its neighbours are applied.
+func TestReceiverBatchRefusesTheContractsBadEnvelopesAlone(t *testing.T) {
+	f := newReceiverFixture(t, 0, nil)
+	good, _ := envelopeOf("order.closed", "k-good", time.Now())
+	zero, _ := envelopeOf("order.closed", "k-zero", time.Time{})
+	nul, _ := envelopeOf("order.closed", "k-nul", time.Now())
+	nul = strings.Replace(nul, `"payload":{}`, `"payload":{"a":"\u0000"}`, 1)
+	twice, _ := envelopeOf("order.closed", "k-twice", time.Now())
+	twice = strings.Replace(twice, `"headers":{`, `"headers":{"h":"1","h":"2",`, 1)
+	rs := batchResults(t, post(t, f.url, batchHeader, batchOf(zero, good, nul, twice)))
+	for _, i := range []int{0, 2, 3} {
+		if rs[i].Status != ItemRefused || rs[i].Problem == nil || rs[i].Problem.Status != http.StatusBadRequest || rs[i].Problem.Type != ProblemMalformed {
+			t.Fatalf("result %d: %+v", i, rs[i])
+		}
+	}
+	if rs[1].Status != ItemApplied {
+		t.Fatalf("the good neighbour: %+v", rs[1])
+	}
+	if n := f.count("SELECT count(*) FROM {s}.effects"); n != 1 {
+		t.Fatalf("%d effects, want the good one alone", n)
+	}
+}
