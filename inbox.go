@@ -49,9 +49,9 @@ type InboxConfig struct {
 
 // Inbox makes a receiver idempotent: each (consumer, dedup key) is applied
 // once, in the same transaction as its effect. The record keeps a digest of
-// the payload, so the same key arriving with a different payload under
-// another message id is told apart from a redelivery: a *ConflictError,
-// and nothing is applied.
+// the payload, so the same key arriving with a different payload, under
+// another message id or its own, is told apart from a redelivery: a
+// *ConflictError, and nothing is applied.
 type Inbox struct {
 	drv driver.Driver
 	cfg InboxConfig
@@ -230,8 +230,11 @@ func (in *Inbox) applyIn(ctx context.Context, tx driver.Tx, d *Delivery, effect 
 	}
 	if r.Duplicate {
 		// A record without a digest predates them: it can only be taken
-		// for a duplicate, as before.
-		if r.FirstPayloadHash != nil && r.FirstMessageID != d.ID && !bytes.Equal(r.FirstPayloadHash, hash) {
+		// for a duplicate, as before. The same message id with another
+		// payload is a conflict too (ADR 0026): its row was changed
+		// after the first delivery applied it, and answering duplicate
+		// would tell its sender that a payload was applied that never was.
+		if r.FirstPayloadHash != nil && !bytes.Equal(r.FirstPayloadHash, hash) {
 			return ApplyResult{}, &ConflictError{Consumer: in.cfg.Consumer, Key: key, ID: d.ID, FirstID: r.FirstMessageID}
 		}
 		return ApplyResult{Duplicate: true, FirstID: r.FirstMessageID}, nil

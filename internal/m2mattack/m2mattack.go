@@ -10,6 +10,7 @@ package m2mattack
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strings"
 )
@@ -101,7 +102,40 @@ func Single(good, typ, key, token string, maxBody int) []Case {
 		{Name: "idempotency key differs", Header: map[string]string{"Idempotency-Key": "other"}, Body: good, Status: 400, Problem: Malformed},
 		{Name: "oversize body", Body: good + strings.Repeat(" ", maxBody), Status: 413, Problem: TooLarge},
 		{Name: "unknown type", Body: withType("invoice.paid.unknown"), Status: 422, Problem: UnknownType},
+		// The zero time used to skip the staleness check and be stored
+		// as now.
+		{Name: "created_at of the zero time", Body: withField(good, "created_at", `"0001-01-01T00:00:00Z"`), Status: 400, Problem: Malformed},
+		{Name: "created_at before the epoch", Body: withField(good, "created_at", `"1969-12-31T23:59:59Z"`), Status: 400, Problem: Malformed},
+		// Stored, they broke payload->>'a' and payload::jsonb for SQL
+		// appliers.
+		{Name: "NUL in the payload", Body: withField(good, "payload", `{"a":"x\u0000"}`), Status: 400, Problem: Malformed},
+		{Name: "NUL in a payload member name", Body: withField(good, "payload", `{"\u0000":1}`), Status: 400, Problem: Malformed},
+		{Name: "unpaired surrogate in the payload", Body: withField(good, "payload", `{"a":"\ud800"}`), Status: 400, Problem: Malformed},
+		{Name: "NUL in a header value", Body: withField(good, "headers", `{"h":"a\u0000"}`), Status: 400, Problem: Malformed},
+		{Name: "unpaired surrogate in a header value", Body: withField(good, "headers", `{"h":"\udc00"}`), Status: 400, Problem: Malformed},
+		// A map kept the last one.
+		{Name: "header name repeated", Body: withField(good, "headers", `{"h":"1","h":"2"}`), Status: 400, Problem: Malformed},
+		// The request id is echoed into problems and logs: required,
+		// checked, and never quoted back unchecked.
+		{Name: "no X-Request-Id", Header: map[string]string{"X-Request-Id": ""}, Body: good, Status: 400, Problem: Malformed},
+		{Name: "X-Request-Id of 201 bytes", Header: map[string]string{"X-Request-Id": strings.Repeat("r", 201)}, Body: good, Status: 400, Problem: Malformed},
+		{Name: "X-Request-Id not ASCII", Header: map[string]string{"X-Request-Id": "pedido-\u00e9"}, Body: good, Status: 400, Problem: Malformed},
 	}
+}
+
+// withField returns the envelope good with one field's JSON value
+// replaced by raw, as is (its escapes kept).
+func withField(good, field, raw string) string {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(good), &m); err != nil {
+		panic("m2mattack: the good envelope is not a JSON object: " + err.Error())
+	}
+	m[field] = json.RawMessage(raw)
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic("m2mattack: " + err.Error())
+	}
+	return string(b)
 }
 
 // Batch returns the bad batch requests, refused whole. good is an envelope
@@ -135,5 +169,6 @@ func Batch(good, token string, maxBody, maxItems int) []Case {
 		{Name: "batch with trailing data", Header: ct, Body: batch(good) + `x`, Status: 400, Problem: Malformed},
 		{Name: "batch of too many", Header: ct, Body: batch(many...), Status: 413, Problem: TooMany},
 		{Name: "oversize batch", Header: ct, Body: batch(good) + strings.Repeat(" ", maxBody), Status: 413, Problem: TooLarge},
+		{Name: "batch without X-Request-Id", Header: with("X-Request-Id", ""), Body: batch(good), Status: 400, Problem: Malformed},
 	}
 }

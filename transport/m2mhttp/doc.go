@@ -9,7 +9,7 @@
 //	POST <URL exactly as configured>
 //	Authorization: Bearer <token>
 //	Content-Type: application/json
-//	X-Request-Id: <message header X-Request-Id, else the message id>
+//	X-Request-Id: <message header X-Request-Id, else the message id; required>
 //	Idempotency-Key: <natural key, when it is printable ASCII>
 //	traceparent: <when the message carries one>
 //
@@ -18,9 +18,11 @@
 //
 // The receiver answers 200 {"status":"applied"} or 200
 // {"status":"duplicate"}; every refusal is an RFC 9457 problem document,
-// among them 409 conflict for a dedup key already applied by a message
-// with another payload, and 400 for a key, type or header holding an
-// unpaired UTF-16 surrogate escape (it has no UTF-8 form).
+// among them 409 conflict for a dedup key already applied with another
+// payload (by another message or by this one's id), and 400 for a string
+// anywhere in the envelope holding NUL or an unpaired UTF-16 surrogate
+// escape, a header name repeated, a created_at before the Unix epoch, or
+// an X-Request-Id missing or malformed (docs/adr/0026).
 // The Sender maps the status to the relay's outcome:
 //
 //	2xx                               delivered

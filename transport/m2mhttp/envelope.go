@@ -154,6 +154,11 @@ func envelopeFrom(raw map[string]json.RawMessage) (*Envelope, error) {
 	if e.CreatedAt, err = wire.ParseTime(s); err != nil {
 		return nil, bad("created_at", "%v", err)
 	}
+	if e.CreatedAt.Before(MinCreatedAt) {
+		// The zero time (0001-01-01T00:00:00Z) reads as "unknown" to the
+		// inbox, which would skip the staleness check and store now.
+		return nil, bad("created_at", "%s is out of range: from %s to 9999-12-31T23:59:59.999999999Z", s, MinCreatedAt.Format(time.RFC3339))
+	}
 	a := raw["attempt"]
 	n, err := strconv.ParseInt(string(a), 10, 64)
 	if err != nil || n < 1 || n > maxAttempt {
@@ -161,6 +166,11 @@ func envelopeFrom(raw map[string]json.RawMessage) (*Envelope, error) {
 	}
 	e.Attempt = int(n)
 	e.Payload = raw["payload"]
+	if err := storableText(e.Payload); err != nil {
+		// An SQL applier reads the stored payload with payload->>'a' or
+		// payload::jsonb, which fail on both for the whole row.
+		return nil, bad("payload", "%v", err)
+	}
 	if h, ok := raw["headers"]; ok {
 		if e.Headers, err = decodeHeaders(h); err != nil {
 			return nil, bad("headers", "%v", err)
@@ -175,6 +185,14 @@ func jsonErr(err error) string {
 	}
 	return err.Error()
 }
+
+// MinCreatedAt is the earliest created_at an envelope may carry: a
+// message cannot be older than the Unix epoch, and the zero time of Go
+// (year 1) is what a sender that never set it sends.
+var MinCreatedAt = time.Unix(0, 0).UTC()
+
+// errNUL refuses a string holding U+0000.
+var errNUL = errors.New(`must not hold NUL (\u0000): PostgreSQL's text and jsonb cannot hold it, so payload->>'a' and payload::jsonb would fail on the stored row`)
 
 // errLoneSurrogate refuses a string that has no exact UTF-8 form.
 var errLoneSurrogate = errors.New(`must not hold an unpaired UTF-16 surrogate escape (a \ud800-\udbff not followed by a \udc00-\udfff, or one of those alone): it has no UTF-8 form, and reading it as U+FFFD would make different strings one`)
@@ -227,6 +245,28 @@ func loneSurrogate(raw []byte) bool {
 	return false
 }
 
+// storableText checks every string of the JSON text raw (valid JSON),
+// member names included: no NUL and no unpaired surrogate escape. NUL can
+// only be written escaped in JSON, so the escapes are all there is to
+// read.
+func storableText(raw []byte) error {
+	if loneSurrogate(raw) {
+		return errLoneSurrogate
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if i < len(raw) && raw[i] == 'u' {
+			if r, ok := hex4(raw[i+1:]); ok && r == 0 {
+				return errNUL
+			}
+		}
+	}
+	return nil
+}
+
 // hex4 reads the four hex digits of a \u escape.
 func hex4(b []byte) (rune, bool) {
 	if len(b) < 4 {
@@ -253,24 +293,41 @@ func decodeHeaders(raw json.RawMessage) (map[string]string, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, errors.New("must be an object of strings")
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, errors.New("must be an object of strings")
-	}
 	if loneSurrogate(raw) { // in a name or a value
 		return nil, errLoneSurrogate
 	}
-	if len(m) > maxHeaders {
-		return nil, fmt.Errorf("at most %d headers", maxHeaders)
+	// Read member by member: a map would keep the last of a repeated
+	// name and drop the others without a word.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return nil, errors.New("must be an object of strings")
 	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
+	out := map[string]string{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, errors.New("must be an object of strings")
+		}
+		k, _ := tok.(string) // inside an object, names are strings
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, errors.New("must be an object of strings")
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("%q repeated: a name appears once (names are compared exactly, case included)", truncate(k))
+		}
+		if len(out) == maxHeaders {
+			return nil, fmt.Errorf("at most %d headers", maxHeaders)
+		}
 		s, err := jsonString(v)
 		if err != nil {
-			return nil, fmt.Errorf("%q must be a string", k)
+			return nil, fmt.Errorf("%q must be a string", truncate(k))
 		}
 		if k == "" || len(k)+len(s) > maxHeaderLen {
 			return nil, fmt.Errorf("names must be non-empty and a header at most %d bytes", maxHeaderLen)
+		}
+		if strings.ContainsRune(k, 0) || strings.ContainsRune(s, 0) {
+			return nil, fmt.Errorf("%q: %w", truncate(k), errNUL)
 		}
 		out[k] = s
 	}

@@ -125,6 +125,25 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 		{"type lone surrogate", with("type", `"order.\udfff"`), "type"},
 		{"header value lone surrogate", with("headers", `{"a":"\ud800"}`), "headers"},
 		{"header name lone surrogate", with("headers", `{"\udc00":"x"}`), "headers"},
+		// The zero time used to skip the staleness check and be stored
+		// as now; nothing is older than the Unix epoch.
+		{"created_at zero time", with("created_at", `"0001-01-01T00:00:00Z"`), "created_at"},
+		{"created_at before the epoch", with("created_at", `"1969-12-31T23:59:59.999999999Z"`), "created_at"},
+		{"created_at before the epoch in its zone", with("created_at", `"1970-01-01T00:30:00+01:00"`), "created_at"},
+		// What an SQL applier could not read back: payload->>'a' and
+		// payload::jsonb fail on NUL and on an unpaired surrogate.
+		{"payload NUL", with("payload", `{"a":"x\u0000y"}`), "payload"},
+		{"payload NUL in a member name", with("payload", `{"\u0000":1}`), "payload"},
+		{"payload NUL in an array", with("payload", `["ok",["\u0000"]]`), "payload"},
+		{"payload NUL string", with("payload", `"\u0000"`), "payload"},
+		{"payload lone high surrogate", with("payload", `{"a":"\ud800"}`), "payload"},
+		{"payload lone low surrogate", with("payload", `{"a":"x\uDC00"}`), "payload"},
+		{"payload surrogate in a member name", with("payload", `{"\ud83d":1}`), "payload"},
+		{"header value NUL", with("headers", `{"a":"\u0000"}`), "headers"},
+		{"header name NUL", with("headers", `{"a\u0000":"x"}`), "headers"},
+		// A map would keep the last of a repeated name.
+		{"header name repeated", with("headers", `{"X-Request-Id":"r-1","X-Request-Id":"r-2"}`), "headers"},
+		{"header name repeated in another spelling", with("headers", `{"a":"1","\u0061":"2"}`), "headers"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -161,6 +180,32 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 	}
 }
 
+// The edges of what TestDecodeEnvelopeRejects refuses are accepted: the
+// epoch itself, a backslash before "u0000" (an escaped backslash, not a
+// NUL), U+FFFD and a surrogate pair in a payload, header names that
+// differ in case only (names are compared exactly).
+func TestDecodeEnvelopeAcceptsTheEdges(t *testing.T) {
+	with := func(field, value string) string {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(goodEnvelope), &m)
+		m[field] = json.RawMessage(value)
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for _, body := range []string{
+		with("created_at", `"1970-01-01T00:00:00Z"`),
+		with("created_at", `"1969-12-31T21:00:00-03:00"`),
+		with("created_at", `"9999-12-31T23:59:59.999999999Z"`),
+		with("payload", `{"a":"\\u0000","\\u0000":"\ufffd\ud83d\ude00"}`),
+		with("payload", `null`),
+		with("headers", `{"X-Request-Id":"r-1","x-request-id":"r-2"}`),
+	} {
+		if _, err := DecodeEnvelope([]byte(body)); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+}
+
 // FuzzDecodeEnvelope: the decoder never panics, and whatever it accepts
 // survives a round trip through the encoder unchanged.
 // The strings it accepts are exactly what the JSON text says, as a
@@ -172,6 +217,17 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte(`{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"k","created_at":"2026-01-01T00:00:00Z","attempt":1,"payload":null}`))
 	for _, key := range []string{`\ud800`, `\udc00`, `\ud83d\ude00`, `\\ud800`, `x\ud800\\udc00`, `\ufffd`, `\uDBFF\uDFFF`} {
 		f.Add([]byte(`{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"` + key + `","created_at":"2026-01-01T00:00:00Z","attempt":1,"payload":null,"headers":{"h` + key + `":"` + key + `"}}`))
+	}
+	for _, edge := range [][3]string{ // payload, created_at, headers
+		{`{"a":"\u0000"}`, `2026-01-01T00:00:00Z`, `{}`},
+		{`["\\u0000"]`, `2026-01-01T00:00:00Z`, `{}`},
+		{`{"\ud800":1}`, `2026-01-01T00:00:00Z`, `{}`},
+		{`{}`, `2026-01-01T00:00:00Z`, `{"a":"1","a":"2"}`},
+		{`{}`, `2026-01-01T00:00:00Z`, `{"a":"1","A":"2"}`},
+		{`{}`, `0001-01-01T00:00:00Z`, `{}`},
+		{`{}`, `1970-01-01T00:00:00Z`, `{}`},
+	} {
+		f.Add([]byte(`{"id":"0190f0c2-6c3d-7b3e-9a51-2f4c1d7e8a90","type":"t","key":"k","attempt":1,"payload":` + edge[0] + `,"created_at":"` + edge[1] + `","headers":` + edge[2] + `}`))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := DecodeEnvelope(b)
@@ -186,6 +242,21 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			t.Fatalf("accepted an envelope breaking its invariants: %+v", e)
 		}
 		checkLossless(t, b, e)
+		if e.CreatedAt.Before(MinCreatedAt) {
+			t.Fatalf("accepted created_at %v, before %v", e.CreatedAt, MinCreatedAt)
+		}
+		var raw map[string]json.RawMessage
+		_ = json.Unmarshal(b, &raw)
+		for _, field := range []string{"payload", "headers"} {
+			for _, lit := range stringLiterals(raw[field]) {
+				if u := utf16Of(lit); slices.Contains(u, 0) || !slices.Equal(utf16.Encode(utf16.Decode(u)), u) {
+					t.Fatalf("%s string %s holds NUL or an unpaired surrogate and was accepted", field, lit)
+				}
+			}
+		}
+		if h := raw["headers"]; h != nil && len(stringLiterals(h)) != 2*len(e.Headers) {
+			t.Fatalf("headers %s: %d names kept, a name repeated was accepted", h, len(e.Headers))
+		}
 		enc, err := EncodeEnvelope(e.Delivery())
 		if err != nil {
 			t.Fatalf("cannot re-encode accepted envelope %q: %v", b, err)

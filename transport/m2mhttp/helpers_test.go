@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,6 +49,8 @@ type decoderRules struct {
 	Fields     []string `json:"fields"`
 	MaxTypeLen int      `json:"max_type_len"`
 	MaxKeyLen  int      `json:"max_key_len"`
+	// MinCreatedAt is the earliest created_at accepted, RFC 3339.
+	MinCreatedAt string `json:"min_created_at"`
 }
 
 var writeRulesOnce sync.Once
@@ -60,7 +63,8 @@ func conforms(t testing.TB, h http.Handler) http.Handler {
 		return h
 	}
 	writeRulesOnce.Do(func() {
-		rules := decoderRules{Required: requiredFields, Fields: slices.Sorted(maps.Keys(envelopeFields)), MaxTypeLen: maxTypeLen, MaxKeyLen: maxKeyLen}
+		rules := decoderRules{Required: requiredFields, Fields: slices.Sorted(maps.Keys(envelopeFields)), MaxTypeLen: maxTypeLen, MaxKeyLen: maxKeyLen,
+			MinCreatedAt: MinCreatedAt.Format(time.RFC3339)}
 		writeJSON(t, filepath.Join(dir, "rules.json"), rules)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

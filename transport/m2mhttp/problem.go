@@ -25,7 +25,9 @@ const ProblemTypeBase = "https://github.com/xadm/mensageria/problems/"
 // Problem types, one per distinct refusal a sender may want to branch on.
 const (
 	ProblemUnauthorized     = ProblemTypeBase + "unauthorized"
+	ProblemTooManyAttempts  = ProblemTypeBase + "too-many-attempts"
 	ProblemMethod           = ProblemTypeBase + "method-not-allowed"
+	ProblemNotFound         = ProblemTypeBase + "not-found"
 	ProblemMediaType        = ProblemTypeBase + "unsupported-media-type"
 	ProblemTooLarge         = ProblemTypeBase + "body-too-large"
 	ProblemTooManyMessages  = ProblemTypeBase + "too-many-messages"

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/httpguard"
 )
 
 // Handler applies the messages of one type: Effect runs through Inbox, in
@@ -43,7 +45,11 @@ type ReceiverConfig struct {
 	// Tokens are the accepted bearer tokens; any one of them is valid, so
 	// a new token can be rolled out to senders before the old one is
 	// dropped (SetTokens changes them on a running Receiver). At least one
-	// is required.
+	// is required. Wrong tokens are throttled per client address as the
+	// console throttles credentials: after 20 of them every token from
+	// that address is refused with 429 (too-many-attempts) until it earns
+	// 2 tries a second again; they are logged a line per 10 seconds at
+	// most, never with the token, and counted (WrongTokens).
 	Tokens []string
 	// Handlers maps each message type this receiver takes to its Handler.
 	// A type not listed is refused with 422 (a permanent refusal: the
@@ -100,7 +106,28 @@ type Receiver struct {
 	observe  func(typ, outcome string)
 
 	conflicts atomic.Int64
+
+	// Wrong tokens: throttled per source, logged a line per interval.
+	guard      *httpguard.Throttle
+	wrongLog   *httpguard.Sampler
+	wrongToken atomic.Int64
 }
+
+// The wrong-token throttle, as the console's: per source, a burst of 20
+// wrong tokens, then 2 a second.
+const (
+	wrongTokenBurst = 20
+	wrongTokenRate  = 2
+	// wrongTokenLogEvery spaces the log lines of wrong tokens; each says
+	// how many it stands for.
+	wrongTokenLogEvery = 10 * time.Second
+)
+
+// WrongTokens counts the requests refused for a bearer token that is not
+// one of the receiver's (401 with a token, or 429 once its source is
+// throttled) since the receiver was made. A sender stuck on a rotated-out
+// token, or someone guessing.
+func (rc *Receiver) WrongTokens() int64 { return rc.wrongToken.Load() }
 
 // Conflicts counts the messages refused as conflicts (409, or a batch
 // result refused with the conflict problem) since the receiver was made:
@@ -114,7 +141,8 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if len(cfg.Tokens) == 0 {
 		return nil, &mensageria.ConfigError{Field: "Tokens", Reason: "at least one bearer token is required"}
 	}
-	rc := &Receiver{handlers: make(map[string]Handler, len(cfg.Handlers)), maxBody: cfg.MaxBodyBytes, payloads: cfg.LogPayloads, observe: cfg.OnOutcome}
+	rc := &Receiver{handlers: make(map[string]Handler, len(cfg.Handlers)), maxBody: cfg.MaxBodyBytes, payloads: cfg.LogPayloads, observe: cfg.OnOutcome,
+		guard: httpguard.NewThrottle(wrongTokenBurst, wrongTokenRate), wrongLog: httpguard.NewSampler(wrongTokenLogEvery)}
 	if err := rc.SetTokens(cfg.Tokens); err != nil {
 		return nil, err
 	}
@@ -189,8 +217,10 @@ const (
 )
 
 // RequestID returns the request id the Receiver put into the context of
-// the effect it runs: the request's X-Request-Id, else the message's own
-// X-Request-Id header, else the message id.
+// the effect it runs: for one envelope the request's X-Request-Id (which
+// the contract requires, and a Sender sets to the message's own
+// X-Request-Id header, else its id); for an envelope of a batch its own
+// X-Request-Id header, else its id.
 func RequestID(ctx context.Context) string {
 	s, _ := ctx.Value(keyRequestID).(string)
 	return s
@@ -263,9 +293,11 @@ func (e *panicError) Error() string { return fmt.Sprintf("effect panicked: %v", 
 // (application/vnd.mensageria.batch+json). See docs/openapi.yaml for every
 // answer.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reqID := r.Header.Get(mensageria.HeaderRequestID)
-	if !validRequestID(reqID) {
-		reqID = ""
+	// Only a checked request id is ever echoed or logged; readRequest
+	// refuses the request without one.
+	reqID := ""
+	if ids := r.Header.Values(mensageria.HeaderRequestID); len(ids) == 1 && validRequestID(ids[0]) {
+		reqID = ids[0]
 	}
 	refuse := func(status int, typ, title, detail string, retryAfter time.Duration) {
 		writeProblem(w, Problem{Type: typ, Title: title, Status: status, Detail: detail, RequestID: reqID}, retryAfter)
@@ -283,7 +315,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	mt, body, ok := rc.readRequest(w, r, refuse)
+	mt, body, ok := rc.readRequest(w, r, reqID, refuse)
 	if !ok {
 		return
 	}
@@ -300,12 +332,6 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, ProblemMalformed, "Malformed envelope", "the Idempotency-Key header differs from the envelope's key", 0)
 		return
 	}
-	if reqID == "" {
-		reqID = env.Headers[mensageria.HeaderRequestID]
-		if !validRequestID(reqID) {
-			reqID = env.ID.String()
-		}
-	}
 	h, ok := rc.handlers[env.Type]
 	if !ok {
 		refuse(http.StatusUnprocessableEntity, ProblemUnknownType, "Unknown message type", fmt.Sprintf("this receiver takes no messages of type %q", truncate(env.Type)), 0)
@@ -319,22 +345,22 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.applyOne(w, r, h, env, reqID, refuse)
 }
 
-// readRequest checks a request's method, token, media type and size, and
-// reads its body. It answers the request itself, and returns ok false,
-// when it refuses it.
-func (rc *Receiver) readRequest(w http.ResponseWriter, r *http.Request, refuse func(int, string, string, string, time.Duration)) (mediaType string, body []byte, ok bool) {
+// readRequest checks a request's method, token, request id, media type
+// and size, and reads its body. It answers the request itself, and
+// returns ok false, when it refuses it. reqID is the request's
+// X-Request-Id when it is valid, else "".
+func (rc *Receiver) readRequest(w http.ResponseWriter, r *http.Request, reqID string, refuse func(int, string, string, string, time.Duration)) (mediaType string, body []byte, ok bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		refuse(http.StatusMethodNotAllowed, ProblemMethod, "Method not allowed", "deliveries are POSTed", 0)
 		return "", nil, false
 	}
-	if !rc.authorized(r.Header.Get(headerAuthorization)) {
-		errParam := ""
-		if r.Header.Get(headerAuthorization) != "" {
-			errParam = `, error="invalid_token"`
-		}
-		w.Header().Set(headerWWWAuthenticate, `Bearer realm="mensageria"`+errParam)
-		refuse(http.StatusUnauthorized, ProblemUnauthorized, "Unauthorized", "a valid bearer token is required", 0)
+	if !rc.checkToken(w, r, reqID, refuse) {
+		return "", nil, false
+	}
+	if reqID == "" {
+		// Never quoted back: it may hold anything.
+		refuse(http.StatusBadRequest, ProblemMalformed, "Malformed request", "one X-Request-Id header is required, 1 to 200 bytes of printable ASCII", 0)
 		return "", nil, false
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get(headerContentType))
@@ -465,6 +491,50 @@ func guard(effect mensageria.Effect) mensageria.Effect {
 		}()
 		return effect(ctx, tx, d)
 	}
+}
+
+// checkToken refuses a request without a valid bearer token (401), and
+// one with a token from a source that sent too many wrong ones lately
+// (429 until its bucket refills, whatever the token: an answer that told
+// a right token from a wrong one would let the guessing go on). Wrong
+// tokens are logged, a line per interval at most, without the token.
+func (rc *Receiver) checkToken(w http.ResponseWriter, r *http.Request, reqID string, refuse func(int, string, string, string, time.Duration)) bool {
+	header := r.Header.Get(headerAuthorization)
+	source := sourceOf(r)
+	if header != "" {
+		if wait, blocked := rc.guard.Blocked(source); blocked {
+			rc.wrongToken.Add(1)
+			refuse(http.StatusTooManyRequests, ProblemTooManyAttempts, "Too many wrong tokens", "too many wrong bearer tokens from this address: every token is refused for a while", max(wait, time.Second))
+			return false
+		}
+	}
+	if rc.authorized(header) {
+		return true
+	}
+	errParam := ""
+	if header != "" {
+		errParam = `, error="invalid_token"`
+		rc.guard.Failed(source)
+		rc.wrongToken.Add(1)
+		if held, ok := rc.wrongLog.Allow(); ok {
+			rc.log.Warn("request refused: its bearer token is not one of the receiver's (a sender on a rotated-out token, or a guess)",
+				"remote", source, "request_id", reqID, "refused_since_last_line", held)
+		}
+	}
+	w.Header().Set(headerWWWAuthenticate, `Bearer realm="mensageria"`+errParam)
+	refuse(http.StatusUnauthorized, ProblemUnauthorized, "Unauthorized", "a valid bearer token is required", 0)
+	return false
+}
+
+// sourceOf is the throttle's key of a request: its peer's address without
+// the port. Behind a proxy every sender is the proxy, and shares one
+// bucket.
+func sourceOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // authorized checks the bearer token against every configured one without

@@ -18,8 +18,10 @@ import (
 // The inbox tells a conflict from a duplicate: the same key under another
 // message id is a duplicate when the payload is the same document
 // (whitespace aside), and a *ConflictError, with nothing applied, when it
-// is another one. The same message id is always a redelivery, and a record
-// stored before payload digests existed stays a duplicate.
+// is another one, whatever the message id: the first message's own id
+// with another payload (its row changed after it was applied) is a
+// conflict too, and with its payload a duplicate. A record stored before
+// payload digests existed stays a duplicate.
 func TestInboxConflictVersusDuplicate(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
@@ -50,9 +52,13 @@ func TestInboxConflictVersusDuplicate(t *testing.T) {
 			t.Fatalf("conflict %+v: want consumer billing, key o-1, refused %s, first %s", ce, other.ID, first.ID)
 		}
 		redelivered := *first
-		redelivered.Payload = json.RawMessage(`{"total": 12}`)
-		if res, err := in.Apply(ctx, &redelivered, effect); err != nil || !res.Duplicate {
+		if res, err := in.Apply(ctx, &redelivered, effect); err != nil || !res.Duplicate || res.FirstID != first.ID {
 			t.Fatalf("the first message's own id again: %+v %v; want a duplicate", res, err)
+		}
+		redelivered.Payload = json.RawMessage(`{"total": 12}`)
+		res, err = in.Apply(ctx, &redelivered, effect)
+		if !errors.As(err, &ce) || res.Duplicate || ce.ID != first.ID || ce.FirstID != first.ID {
+			t.Fatalf("the first message's own id with another payload: %+v %v; want a *ConflictError naming it", res, err)
 		}
 		if n := ran.Load(); n != 1 {
 			t.Fatalf("the effect ran %d times, want once", n)

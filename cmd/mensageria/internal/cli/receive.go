@@ -22,6 +22,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/httpguard"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -364,9 +365,24 @@ func (d *receiveDaemon) checkSchema(ctx context.Context, migrate bool, configPat
 	return nil
 }
 
-// mux serves deliveries (when deliveries) and the probes.
+// mux serves deliveries (when deliveries) and the probes. What ServeMux
+// would answer itself, in text/plain or as a bare redirect (an unclean
+// path such as //m2m, a method a probe does not take, a path nothing
+// serves), is refused as a problem like every other answer.
 func (d *receiveDaemon) mux(deliveries bool) http.Handler {
 	mux := http.NewServeMux()
+	return httpguard.Routes(d.routes(mux, deliveries), func(w http.ResponseWriter, _ *http.Request, status int, detail string) {
+		switch status {
+		case http.StatusMethodNotAllowed:
+			writeReceiveProblem(w, status, m2mhttp.ProblemMethod, "Method not allowed", detail)
+		default:
+			writeReceiveProblem(w, status, m2mhttp.ProblemNotFound, "Not found", detail)
+		}
+	})
+}
+
+// routes registers the daemon's paths on mux.
+func (d *receiveDaemon) routes(mux *http.ServeMux, deliveries bool) *http.ServeMux {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -394,7 +410,7 @@ func (d *receiveDaemon) mux(deliveries bool) http.Handler {
 	}
 	mux.Handle(d.cfg.Path, d.rc)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeReceiveProblem(w, http.StatusNotFound, m2mhttp.ProblemTypeBase+"not-found", "Not found", "deliveries are POSTed to "+d.cfg.Path)
+		writeReceiveProblem(w, http.StatusNotFound, m2mhttp.ProblemNotFound, "Not found", "deliveries are POSTed to "+d.cfg.Path)
 	})
 	return mux
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -450,6 +451,11 @@ func (p *parser) consumers(raws []rawConsumer, c *ReceiveConfig) error {
 	return nil
 }
 
+// minTokenLen is the shortest bearer token the receive daemon accepts, as
+// the console's: a short token is guessed, throttle or not (`openssl rand
+// -hex 32` makes a good one).
+const minTokenLen = 16
+
 // badToken says why t cannot be a bearer token ("" when it can).
 func badToken(t string) string {
 	if t == "" {
@@ -459,6 +465,9 @@ func badToken(t string) string {
 		if t[i] <= ' ' || t[i] > '~' {
 			return "a token is printable ASCII without spaces"
 		}
+	}
+	if len(t) < minTokenLen {
+		return fmt.Sprintf("a token is at least %d characters (this one has %d; openssl rand -hex 32 makes one)", minTokenLen, len(t))
 	}
 	return ""
 }

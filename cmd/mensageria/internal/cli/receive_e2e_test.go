@@ -102,7 +102,7 @@ func TestEndToEndRelayIntoReceive(t *testing.T) {
 	bin := binary(t)
 	ctx := context.Background()
 	addr := freeAddr(t)
-	env := []string{"TEST_TOKEN=tok-e2e"}
+	env := []string{"TEST_TOKEN=tok-e2e-0123456789"}
 	relayCfg := writeFile(t, fmt.Sprintf(`database: %s
 schema: %s
 app: pedidos
@@ -254,7 +254,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	}
 	cp(certA, cert)
 	cp(keyA, key)
-	if err := os.WriteFile(tokens, []byte("first\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("first-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := receiveConfig(t, b, fmt.Sprintf("  tokens_file: %s\n  tokens_check: off\n  tls: {cert_file: %s, key_file: %s}", tokens, cert, key), "1h")
@@ -282,10 +282,10 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.Int64()
 	}
-	if st, serial := try("first"); st != 200 || serial != 100 {
+	if st, serial := try("first-token-0123456789"); st != 200 || serial != 100 {
 		t.Fatalf("at start: %d, certificate %d", st, serial)
 	}
-	if err := os.WriteFile(tokens+".new", []byte("second\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens+".new", []byte("second-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tokens+".new", tokens); err != nil {
@@ -294,7 +294,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	cp(certB, cert)
 	cp(keyB, key)
 	// With no file check, nothing changes before the signal.
-	if st, serial := try("first"); st != 200 || serial != 100 {
+	if st, serial := try("first-token-0123456789"); st != 200 || serial != 100 {
 		t.Fatalf("before SIGHUP: %d, certificate %d", st, serial)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -303,10 +303,10 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	waitFor(t, "the reload", 20*time.Second, func() bool {
 		return strings.Contains(p.stderr.String(), "TLS certificates reloaded")
 	})
-	if st, serial := try("second"); st != 200 || serial != 200 {
+	if st, serial := try("second-token-0123456789"); st != 200 || serial != 200 {
 		t.Fatalf("after SIGHUP: %d, certificate %d", st, serial)
 	}
-	if st, _ := try("first"); st != 401 {
+	if st, _ := try("first-token-0123456789"); st != 401 {
 		t.Fatalf("the dropped token after SIGHUP: %d", st)
 	}
 	// A broken key: refused, the certificate in force stays.
@@ -315,7 +315,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "the refused reload", 20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "TLS reload refused") })
-	if st, serial := try("second"); st != 200 || serial != 200 {
+	if st, serial := try("second-token-0123456789"); st != 200 || serial != 200 {
 		t.Fatalf("after a refused reload: %d, certificate %d", st, serial)
 	}
 	stopProc(t, p)

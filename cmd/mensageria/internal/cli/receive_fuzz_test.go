@@ -11,10 +11,10 @@ import (
 // complete and within its rules.
 func FuzzReceiveConfig(f *testing.F) {
 	f.Add([]byte(goodReceive))
-	f.Add([]byte("database: sqlite:/x\napp: a\nreceive: {tokens: [t], path: /m2m, tls: {cert_file: c, key_file: k}}\nconsumers: [{name: c, types: [t], window: 1h}]\n"))
+	f.Add([]byte("database: sqlite:/x\napp: a\nreceive: {tokens: [t-0123456789abcdef], path: /m2m, tls: {cert_file: c, key_file: k}}\nconsumers: [{name: c, types: [t], window: 1h}]\n"))
 	f.Add([]byte("database: ${X}\napp: a\nreceive: {tokens_file: /f, tokens_check: off, read_timeout: 1s, write_timeout: 2s}\nconsumers: [{name: c, types: [a, b]}]\n"))
 	f.Add([]byte("a: &x [1, *x]\n"))
-	env := envOf("X", "sqlite:/tmp/f.db", "M2M_TOKEN", "tok")
+	env := envOf("X", "sqlite:/tmp/f.db", "M2M_TOKEN", "tok-0123456789abcdef")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseReceiveConfig("f.yaml", data, env)
 		if err != nil {
@@ -60,7 +60,7 @@ func FuzzReceiveConfig(f *testing.F) {
 // FuzzParseTokens: a tokens file never panics its reader; what it accepts
 // are whole tokens, each a valid bearer token, each once.
 func FuzzParseTokens(f *testing.F) {
-	f.Add([]byte("# comment\nold-token\r\nnew-token\n\n"))
+	f.Add([]byte("# comment\nold-token-0123456789\r\nnew-token-0123456789\n\n"))
 	f.Add([]byte("a b\n"))
 	f.Add([]byte("\xff\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -38,7 +38,7 @@ func TestReceiveTokenRotationWithoutRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("# senders' tokens\nold-token\n")
+	write("# senders' tokens\nold-token-0123456789\n")
 	d := startReceive(t, receiveConfig(t, b, "  tokens_file: "+file+"\n  tokens_check: 50ms", "1h"), nil)
 	key, accepted := 0, 0
 	as := func(tok string) int {
@@ -50,25 +50,25 @@ func TestReceiveTokenRotationWithoutRestart(t *testing.T) {
 		}
 		return a.status
 	}
-	if as("old-token") != 200 || as("new-token") != 401 {
+	if as("old-token-0123456789") != 200 || as("new-token-0123456789") != 401 {
 		t.Fatal("the first file is not what is accepted")
 	}
-	write("old-token\nnew-token\n")
-	waitFor(t, "the new token accepted", 20*time.Second, func() bool { return as("new-token") == 200 })
-	if as("old-token") != 200 {
+	write("old-token-0123456789\nnew-token-0123456789\n")
+	waitFor(t, "the new token accepted", 20*time.Second, func() bool { return as("new-token-0123456789") == 200 })
+	if as("old-token-0123456789") != 200 {
 		t.Fatal("the old token was dropped while both are listed")
 	}
-	write("new-token\n")
-	waitFor(t, "the old token refused", 20*time.Second, func() bool { return as("old-token") == 401 })
-	if as("new-token") != 200 {
+	write("new-token-0123456789\n")
+	waitFor(t, "the old token refused", 20*time.Second, func() bool { return as("old-token-0123456789") == 401 })
+	if as("new-token-0123456789") != 200 {
 		t.Fatal("the new token stopped working")
 	}
 	// A bad file changes nothing, and says so.
-	write("new-token\nnot a token\n")
+	write("new-token-0123456789\nnot a token\n")
 	waitFor(t, "the bad file refused", 20*time.Second, func() bool { return strings.Contains(d.logs.String(), "token reload refused") })
 	write("# nothing left\n")
 	waitFor(t, "the empty file refused", 20*time.Second, func() bool { return strings.Contains(d.logs.String(), "holds no token") })
-	if as("new-token") != 200 || as("old-token") != 401 {
+	if as("new-token-0123456789") != 200 || as("old-token-0123456789") != 401 {
 		t.Fatal("a refused file changed the tokens in force")
 	}
 	m := metricsOf(t, "http://"+d.addr+"/metrics")
@@ -91,7 +91,7 @@ func TestReceiveTokenRotationWithoutRestart(t *testing.T) {
 // finishes its headers.
 func TestReceiveSlowBodyIsCutOff(t *testing.T) {
 	b := sqliteBackend(t)
-	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok]\n  read_header_timeout: 300ms\n  read_timeout: 500ms\n  write_timeout: 5s", "1h"), nil)
+	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok-0123456789abcdef]\n  read_header_timeout: 300ms\n  read_timeout: 500ms\n  write_timeout: 5s", "1h"), nil)
 	good, _ := envelope(t, "pedido.criado", "slow-1", `{"n":1}`, time.Now())
 
 	// The body: headers and the first bytes, then nothing.
@@ -100,7 +100,7 @@ func TestReceiveSlowBodyIsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nX-Request-Id: slow\r\nContent-Length: %d\r\n\r\n%s", len(good), good[:10])
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-0123456789abcdef\r\nContent-Type: application/json\r\nX-Request-Id: slow\r\nContent-Length: %d\r\n\r\n%s", len(good), good[:10])
 	// Without a read deadline this waits for ever (the test's own deadline
 	// ends it as a failure); with one, the daemon answers or hangs up.
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -132,7 +132,7 @@ func TestReceiveSlowBodyIsCutOff(t *testing.T) {
 	if n := b.count(t, "SELECT count(*) FROM {s}.inbox_queue") + b.count(t, "SELECT count(*) FROM {s}.inbox"); n != 0 {
 		t.Fatalf("a cut-off request stored %d rows", n)
 	}
-	if a := deliver(t, d.url, "tok", good); a.status != 200 || a.body != `{"status":"applied"}` {
+	if a := deliver(t, d.url, "tok-0123456789abcdef", good); a.status != 200 || a.body != `{"status":"applied"}` {
 		t.Fatalf("the same message, sent whole: %d %s", a.status, a.body)
 	}
 }
@@ -231,7 +231,7 @@ func TestReceiveTLSWithClientCertificates(t *testing.T) {
 	srvCert, srvKey := ca.issue(t, "receiver", 10, true)
 	cliCert, cliKey := ca.issue(t, "relay-pedidos", 11, false)
 	badCert, badKey := other.issue(t, "stranger", 12, false)
-	cfg := receiveConfig(t, b, fmt.Sprintf("  tokens: [tok]\n  tls: {cert_file: %s, key_file: %s, client_ca_file: %s}", srvCert, srvKey, ca.file), "1h")
+	cfg := receiveConfig(t, b, fmt.Sprintf("  tokens: [tok-0123456789abcdef]\n  tls: {cert_file: %s, key_file: %s, client_ca_file: %s}", srvCert, srvKey, ca.file), "1h")
 	d := startReceiveWithHealth(t, cfg)
 	if !strings.HasPrefix(d.url, "https://") {
 		t.Fatalf("url %s is not https", d.url)
@@ -246,7 +246,7 @@ func TestReceiveTLSWithClientCertificates(t *testing.T) {
 		{"a certificate of another CA", ca.client(t, badCert, badKey)},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, d.url, strings.NewReader(good))
-		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Authorization", "Bearer tok-0123456789abcdef")
 		req.Header.Set("Content-Type", "application/json")
 		if resp, err := c.client.Do(req); err == nil {
 			resp.Body.Close()
@@ -267,7 +267,7 @@ func TestReceiveTLSWithClientCertificates(t *testing.T) {
 	if a := deliverWith(t, ok, d.url, "", "application/json", good); a.status != 401 {
 		t.Fatalf("a client certificate without a token: %d %s", a.status, a.body)
 	}
-	if a := deliverWith(t, ok, d.url, "tok", "application/json", good); a.status != 200 || a.body != `{"status":"applied"}` {
+	if a := deliverWith(t, ok, d.url, "tok-0123456789abcdef", "application/json", good); a.status != 200 || a.body != `{"status":"applied"}` {
 		t.Fatalf("certificate and token: %d %s", a.status, a.body)
 	}
 	if a := sendTo(t, nil, http.MethodGet, "http://"+d.health+"/readyz", http.Header{}, ""); a.status != 200 {
@@ -297,10 +297,10 @@ func startReceiveWithHealth(t *testing.T, cfg string) rdaemonHealth {
 // window, by the daemon's own purge; pending and dead rows stay.
 func TestReceivePurgesAppliedRowsByWindow(t *testing.T) {
 	eachReceiveBackend(t, func(t *testing.T, b *rbackend) {
-		d := startReceive(t, receiveConfig(t, b, "  tokens: [tok]\n  purge_interval: 100ms", "2s"), nil)
+		d := startReceive(t, receiveConfig(t, b, "  tokens: [tok-0123456789abcdef]\n  purge_interval: 100ms", "2s"), nil)
 		for _, k := range []string{"applied", "pending", "dead"} {
 			e, _ := envelope(t, "pedido.criado", k, `{}`, time.Now())
-			if a := deliver(t, d.url, "tok", e); a.status != 200 {
+			if a := deliver(t, d.url, "tok-0123456789abcdef", e); a.status != 200 {
 				t.Fatalf("deliver: %d %s", a.status, a.body)
 			}
 		}
@@ -319,7 +319,7 @@ func TestReceivePurgesAppliedRowsByWindow(t *testing.T) {
 		}
 		// Its key may come again as a new row; a fresh message.
 		e, _ := envelope(t, "pedido.criado", "applied", `{"again":true}`, time.Now())
-		if a := deliver(t, d.url, "tok", e); a.status != 200 || a.body != `{"status":"applied"}` {
+		if a := deliver(t, d.url, "tok-0123456789abcdef", e); a.status != 200 || a.body != `{"status":"applied"}` {
 			t.Fatalf("the purged key again: %d %s", a.status, a.body)
 		}
 	})

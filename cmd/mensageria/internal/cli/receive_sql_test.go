@@ -28,7 +28,7 @@ func TestReceiveSQLProtocolPostgres(t *testing.T) {
 	b := pgBackend(t)
 	pool := testdb.Pool(t)
 	ctx := context.Background()
-	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok]\n  notify_interval: 2s", "1h"), nil)
+	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok-0123456789abcdef]\n  notify_interval: 2s", "1h"), nil)
 	s := b.schema
 	b.exec(t, "CREATE TABLE {s}.effects (key text NOT NULL, message_id uuid NOT NULL, amount int NOT NULL CHECK (amount >= 0))")
 
@@ -39,7 +39,7 @@ func TestReceiveSQLProtocolPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := envelope(t, "pedido.criado", "n-0", `{"amount":1}`, time.Now())
-	if a := deliver(t, d.url, "tok", first); a.status != 200 {
+	if a := deliver(t, d.url, "tok-0123456789abcdef", first); a.status != 200 {
 		t.Fatalf("deliver: %d %s", a.status, a.body)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -56,7 +56,7 @@ func TestReceiveSQLProtocolPostgres(t *testing.T) {
 	const burst = 30
 	for i := range burst {
 		e, _ := envelope(t, "pedido.criado", fmt.Sprint("n-", i+1), `{"amount":1}`, time.Now())
-		if a := deliver(t, d.url, "tok", e); a.status != 200 {
+		if a := deliver(t, d.url, "tok-0123456789abcdef", e); a.status != 200 {
 			t.Fatalf("deliver: %d %s", a.status, a.body)
 		}
 	}
@@ -269,11 +269,11 @@ func sqliteProtocol(t *testing.T) map[string]string {
 func TestReceiveSQLProtocolSQLite(t *testing.T) {
 	b := sqliteBackend(t)
 	stmts := sqliteProtocol(t)
-	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok]", "1h"), nil)
+	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok-0123456789abcdef]", "1h"), nil)
 	const n = 40
 	for i := range n {
 		e, _ := envelope(t, "pedido.criado", fmt.Sprint("k-", i), `{"amount":1}`, time.Now())
-		if a := deliver(t, d.url, "tok", e); a.status != 200 {
+		if a := deliver(t, d.url, "tok-0123456789abcdef", e); a.status != 200 {
 			t.Fatalf("deliver: %d %s", a.status, a.body)
 		}
 	}
@@ -426,10 +426,10 @@ func TestReceiveSQLProtocolWithTheDocumentedGrants(t *testing.T) {
 	b := pgBackend(t)
 	pool := testdb.Pool(t)
 	ctx := context.Background()
-	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok]", "1h"), nil)
+	d := startReceive(t, receiveConfig(t, b, "  tokens: [tok-0123456789abcdef]", "1h"), nil)
 	for i := range 2 {
 		e, _ := envelope(t, "pedido.criado", fmt.Sprint("g-", i), `{}`, time.Now())
-		if a := deliver(t, d.url, "tok", e); a.status != 200 {
+		if a := deliver(t, d.url, "tok-0123456789abcdef", e); a.status != 200 {
 			t.Fatalf("deliver: %d %s", a.status, a.body)
 		}
 	}

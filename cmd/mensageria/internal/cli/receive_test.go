@@ -291,15 +291,15 @@ func metricsOf(t *testing.T, url string) string {
 // counts on /metrics, and a graceful stop.
 func TestReceiveAtTheDoor(t *testing.T) {
 	eachReceiveBackend(t, func(t *testing.T, b *rbackend) {
-		cfg := receiveConfig(t, b, "  path: /m2m\n  tokens: [new-token, old-token]\n  max_body_bytes: 4096\n  max_batch_items: 3", "1h")
+		cfg := receiveConfig(t, b, "  path: /m2m\n  tokens: [new-token-0123456789, old-token-0123456789]\n  max_body_bytes: 4096\n  max_batch_items: 3", "1h")
 		d := startReceive(t, cfg, nil)
 		stored := func() int {
 			return b.count(t, "SELECT count(*) FROM {s}.inbox_queue") + b.count(t, "SELECT count(*) FROM {s}.inbox")
 		}
 
 		good, _ := envelope(t, "pedido.criado", "p-1", `{"total":10}`, time.Now())
-		for _, c := range append(m2mattack.Single(good, "pedido.criado", "p-1", "new-token", 4096), m2mattack.Batch(good, "new-token", 4096, 3)...) {
-			method, header, body := c.Request("new-token")
+		for _, c := range append(m2mattack.Single(good, "pedido.criado", "p-1", "new-token-0123456789", 4096), m2mattack.Batch(good, "new-token-0123456789", 4096, 3)...) {
+			method, header, body := c.Request("new-token-0123456789")
 			a := sendTo(t, nil, method, d.url, header, body)
 			if a.status != c.Status || a.problem.Type != c.Problem || a.problem.Status != c.Status {
 				t.Errorf("%s: got %d %s, want %d %s", c.Name, a.status, a.body, c.Status, c.Problem)
@@ -309,10 +309,10 @@ func TestReceiveAtTheDoor(t *testing.T) {
 			t.Fatalf("bad requests stored %d rows", n)
 		}
 
-		if a := deliver(t, d.url, "new-token", good); a.status != 200 || a.body != `{"status":"applied"}` {
+		if a := deliver(t, d.url, "new-token-0123456789", good); a.status != 200 || a.body != `{"status":"applied"}` {
 			t.Fatalf("first delivery: %d %s", a.status, a.body)
 		}
-		for _, tok := range []string{"new-token", "old-token"} {
+		for _, tok := range []string{"new-token-0123456789", "old-token-0123456789"} {
 			if a := deliver(t, d.url, tok, good); a.status != 200 || a.body != `{"status":"duplicate"}` {
 				t.Fatalf("redelivery with %s: %d %s", tok, a.status, a.body)
 			}
@@ -320,15 +320,15 @@ func TestReceiveAtTheDoor(t *testing.T) {
 		// A new message under the same key and document: a duplicate; with
 		// another document: a conflict, and nothing stored either way.
 		same, _ := envelope(t, "pedido.criado", "p-1", `{"total": 10}`, time.Now())
-		if a := deliver(t, d.url, "new-token", same); a.body != `{"status":"duplicate"}` {
+		if a := deliver(t, d.url, "new-token-0123456789", same); a.body != `{"status":"duplicate"}` {
 			t.Fatalf("same key and payload, new id: %d %s", a.status, a.body)
 		}
 		other, _ := envelope(t, "pedido.criado", "p-1", `{"total":11}`, time.Now())
-		if a := deliver(t, d.url, "new-token", other); a.status != 409 || a.problem.Type != m2mhttp.ProblemConflict {
+		if a := deliver(t, d.url, "new-token-0123456789", other); a.status != 409 || a.problem.Type != m2mhttp.ProblemConflict {
 			t.Fatalf("conflict: %d %s", a.status, a.body)
 		}
 		stale, _ := envelope(t, "pedido.criado", "p-old", `{}`, time.Now().Add(-2*time.Hour))
-		if a := deliver(t, d.url, "new-token", stale); a.status != 409 || a.problem.Type != m2mhttp.ProblemStale {
+		if a := deliver(t, d.url, "new-token-0123456789", stale); a.status != 409 || a.problem.Type != m2mhttp.ProblemStale {
 			t.Fatalf("stale: %d %s", a.status, a.body)
 		}
 		if n := b.count(t, "SELECT count(*) FROM {s}.inbox_queue"); n != 1 {
@@ -339,13 +339,13 @@ func TestReceiveAtTheDoor(t *testing.T) {
 		e2, _ := envelope(t, "pedido.criado", "p-2", `{}`, time.Now())
 		e3, _ := envelope(t, "pedido.cancelado", "p-3", `{}`, time.Now())
 		unknown, _ := envelope(t, "nota.fiscal", "nf-1", `{}`, time.Now())
-		a := deliverWith(t, nil, d.url, "new-token", m2mhttp.ContentTypeBatch, batchBody(e2, good, e3))
+		a := deliverWith(t, nil, d.url, "new-token-0123456789", m2mhttp.ContentTypeBatch, batchBody(e2, good, e3))
 		var res struct{ Results []m2mhttp.BatchResult }
 		if err := json.Unmarshal([]byte(a.body), &res); err != nil || a.status != 200 || len(res.Results) != 3 ||
 			res.Results[0].Status != m2mhttp.ItemApplied || res.Results[1].Status != m2mhttp.ItemDuplicate || res.Results[2].Status != m2mhttp.ItemApplied {
 			t.Fatalf("batch: %d %s", a.status, a.body)
 		}
-		if a := deliver(t, d.url, "new-token", unknown); a.status != 422 || a.problem.Type != m2mhttp.ProblemUnknownType {
+		if a := deliver(t, d.url, "new-token-0123456789", unknown); a.status != 422 || a.problem.Type != m2mhttp.ProblemUnknownType {
 			t.Fatalf("unknown type: %d %s", a.status, a.body)
 		}
 		if n := b.count(t, "SELECT count(*) FROM {s}.inbox_queue WHERE consumer = 'fat' AND state = 'pending'"); n != 3 {
@@ -356,7 +356,7 @@ func TestReceiveAtTheDoor(t *testing.T) {
 		}
 
 		// Another path is not the delivery endpoint; the probes are.
-		if a := deliver(t, strings.TrimSuffix(d.url, "/m2m")+"/other", "new-token", good); a.status != 404 || a.problem.Status != 404 {
+		if a := deliver(t, strings.TrimSuffix(d.url, "/m2m")+"/other", "new-token-0123456789", good); a.status != 404 || a.problem.Status != 404 {
 			t.Fatalf("POST to another path: %d %s", a.status, a.body)
 		}
 		base := "http://" + d.addr
@@ -366,7 +366,7 @@ func TestReceiveAtTheDoor(t *testing.T) {
 		if a := sendTo(t, nil, http.MethodGet, base+"/readyz", http.Header{}, ""); a.status != 200 {
 			t.Fatalf("readyz %d %s", a.status, a.body)
 		}
-		if a := deliver(t, base+"/readyz", "new-token", good); a.status != 405 {
+		if a := deliver(t, base+"/readyz", "new-token-0123456789", good); a.status != 405 {
 			t.Fatalf("POST to a probe: %d %s", a.status, a.body)
 		}
 		m := metricsOf(t, base+"/metrics")
@@ -389,7 +389,7 @@ func TestReceiveAtTheDoor(t *testing.T) {
 		if !strings.Contains(d.logs.String(), "shorter than the retry horizon") {
 			t.Error("no warning about a window under the default retry horizon")
 		}
-		for _, secret := range []string{"new-token", "old-token"} {
+		for _, secret := range []string{"new-token-0123456789", "old-token-0123456789"} {
 			if strings.Contains(d.logs.String(), secret) {
 				t.Errorf("%s reached the logs", secret)
 			}
@@ -411,7 +411,7 @@ func TestReceiveRefusesAnotherAppsConsumer(t *testing.T) {
 			Resources: []driver.Resource{{Kind: driver.ResourceConsumer, Name: "fat", Window: time.Hour}}}); err != nil {
 			t.Fatal(err)
 		}
-		cfg := receiveConfig(t, b, "  tokens: [tok]", "1h")
+		cfg := receiveConfig(t, b, "  tokens: [tok-0123456789abcdef]", "1h")
 		r := run(t, "", nil, "receive", "--config", cfg)
 		if r.code != ExitUsage || !strings.Contains(r.err, `inbox consumer "fat" is owned by app "cobranca"`) || !strings.Contains(r.err, `"faturamento"`) {
 			t.Fatalf("receive with another app's consumer: %+v", r)

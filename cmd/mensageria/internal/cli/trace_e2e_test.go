@@ -290,7 +290,7 @@ consumers:
     types: [pedido.criado]
     window: 1h
 `, testdb.URL(), receiverSchema, addr))
-	env := []string{"TEST_TOKEN=tok-e2e", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + col.srv.URL + "/v1/traces", "OTEL_BSP_SCHEDULE_DELAY=50"}
+	env := []string{"TEST_TOKEN=tok-e2e-0123456789", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + col.srv.URL + "/v1/traces", "OTEL_BSP_SCHEDULE_DELAY=50"}
 	must(t, "migrate up", runBin(t, bin, env, "", "migrate", "up", "--config", relayCfg), 0)
 	must(t, "owners register", runBin(t, bin, env, "", "owners", "register", "--config", relayCfg), 0)
 	const traceID, parentID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"

@@ -193,7 +193,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		ok = a.User != "" && equal(l.User, a.User) && equal(l.Password, a.Password)
 	}
 	if !ok {
-		c.guard.failed()
+		c.guard.Failed("")
 		problem(w, r, http.StatusUnauthorized, "unauthorized", "wrong credentials")
 		return
 	}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/httpguard"
 )
 
 //go:embed assets
@@ -89,12 +90,12 @@ type Options struct {
 // Console is an http.Handler. Close stops its background recount.
 type Console struct {
 	opt    Options
-	mux    *http.ServeMux
-	key    []byte // signs CSRF tokens; random per process
+	mux    http.Handler // the routes, refusing as problems what ServeMux would answer itself
+	key    []byte       // signs CSRF tokens; random per process
 	cop    *http.CrossOriginProtection
 	static fs.FS // the assets directory
 	counts *counter
-	guard  *throttle // failed credentials
+	guard  *httpguard.Throttle // failed credentials, one bucket for the console (key "")
 
 	mu       sync.Mutex
 	sessions map[string]sessionEntry // session id → its expiry and who logged in
@@ -153,7 +154,7 @@ func New(opt Options) (*Console, error) {
 		ctx:      ctx, cancel: cancel,
 	}
 	c.counts = newCounter(ctx, opt.Driver, opt.MinRefresh, opt.Logger)
-	c.guard = newThrottle(20, 2)
+	c.guard = httpguard.NewThrottle(20, 2)
 	c.routes()
 	return c, nil
 }
@@ -180,9 +181,24 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /api/doubt", c.authed(c.doubtList))
 	m.HandleFunc("POST /api/doubt/resolve", c.authed(c.action(c.resolve, true)))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// The mux sends a known path under a wrong method to the
+		// catch-all; answer it as what it is.
+		if allow := otherMethod(m, r); allow != "" {
+			w.Header().Set("Allow", allow)
+			problem(w, r, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path)
+			return
+		}
 		problem(w, r, http.StatusNotFound, "not_found", "no such page or API: "+r.URL.Path)
 	})
-	c.mux = m
+	// What the mux would answer itself (the redirect of an unclean path
+	// or of a subtree without its slash) is refused as a problem too.
+	c.mux = httpguard.Routes(m, func(w http.ResponseWriter, r *http.Request, status int, detail string) {
+		code := "not_found"
+		if status == http.StatusMethodNotAllowed {
+			code = "method_not_allowed"
+		}
+		problem(w, r, status, code, detail)
+	})
 }
 
 // ServeHTTP sets the headers every answer carries and routes the request.
@@ -193,13 +209,6 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
-	// The mux sends a known path under a wrong method to the catch-all;
-	// answer it as what it is.
-	if allow := otherMethod(c.mux, r); allow != "" {
-		h.Set("Allow", allow)
-		problem(w, r, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path)
-		return
-	}
 	c.mux.ServeHTTP(w, r)
 }
 
@@ -232,6 +241,13 @@ func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-cache")
+	// ServeFileFS would refuse a range it cannot serve (416) or a failed
+	// precondition (412) in text/plain or with no body; the assets are
+	// small, so they are served whole, and only the revalidation headers
+	// (304) are honoured.
+	for _, h := range []string{"Range", "If-Range", "If-Match", "If-Unmodified-Since"} {
+		r.Header.Del(h)
+	}
 	http.ServeFileFS(w, r, c.static, name)
 }
 
@@ -267,7 +283,7 @@ func (c *Console) authed(next func(http.ResponseWriter, *http.Request, principal
 		p, ok := c.identify(r)
 		if !ok {
 			if r.Header.Get("Authorization") != "" {
-				c.guard.failed()
+				c.guard.Failed("")
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mensageria console"`)
 			problem(w, r, http.StatusUnauthorized, "unauthorized", "log in with the console's token or user and password")
@@ -280,7 +296,7 @@ func (c *Console) authed(next func(http.ResponseWriter, *http.Request, principal
 // refuseGuessing answers 429 while the failed credentials throttle is
 // empty.
 func (c *Console) refuseGuessing(w http.ResponseWriter, r *http.Request) bool {
-	wait, blocked := c.guard.blocked()
+	wait, blocked := c.guard.Blocked("")
 	if !blocked {
 		return false
 	}

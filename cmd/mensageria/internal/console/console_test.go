@@ -569,7 +569,7 @@ func TestActionsStayWithinTheConsolesApps(t *testing.T) {
 func TestWrongCredentialsAreThrottled(t *testing.T) {
 	h := newHarness(t, sqliteDriver(t), nil)
 	clock := time.Unix(1_800_000_000, 0)
-	h.c.guard.now = func() time.Time { return clock }
+	h.c.guard.Now = func() time.Time { return clock }
 	cl, _ := h.client(false)
 	wrong := `{"token":"a-wrong-token-0000000"}`
 	for range 20 {

@@ -109,10 +109,11 @@ type (
 		ResponseBody   []byte      `json:"response_body"`
 	}
 	decoderRules struct {
-		Required   []string `json:"required"`
-		Fields     []string `json:"fields"`
-		MaxTypeLen int      `json:"max_type_len"`
-		MaxKeyLen  int      `json:"max_key_len"`
+		Required     []string `json:"required"`
+		Fields       []string `json:"fields"`
+		MaxTypeLen   int      `json:"max_type_len"`
+		MaxKeyLen    int      `json:"max_key_len"`
+		MinCreatedAt string   `json:"min_created_at"`
 	}
 )
 

@@ -43,6 +43,16 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("Envelope.%s: maxLength %v, x-max-bytes %v, description %q; want no maxLength, %d bytes said twice, and the surrogate refusal", field, p.MaxLength, p.Extensions["x-max-bytes"], p.Description, limit)
 		}
 	}
+	// The range of created_at the decoder holds is stated; the zero time
+	// once slipped through as "unknown".
+	if d := env.Properties["created_at"].Value.Description; rules.MinCreatedAt == "" || !strings.Contains(d, rules.MinCreatedAt) {
+		t.Errorf("Envelope.created_at %q does not state the earliest accepted, %s", d, rules.MinCreatedAt)
+	}
+	for _, field := range []string{"payload", "headers"} {
+		if d := env.Properties[field].Value.Description; !strings.Contains(d, "NUL") || !strings.Contains(d, "surrogate") {
+			t.Errorf("Envelope.%s %q does not state the refusal of NUL and unpaired surrogates", field, d)
+		}
+	}
 	// maxLength is left only where a pattern holds the value to printable
 	// ASCII, one byte a character.
 	_, route := contract(t)
