@@ -35,9 +35,12 @@ type leadership struct {
 	log     *slog.Logger
 	elector elector // nil with ElectionNone
 	hooks   []OnElection
-	leader  atomic.Bool
-	epoch   atomic.Int64
-	changed chan struct{}
+	// failures logs a streak of failed rounds once and makes Ready fail
+	// while it lasts.
+	failures *failureHealth
+	leader   atomic.Bool
+	epoch    atomic.Int64
+	changed  chan struct{}
 
 	electedSignal testsignal.Signal[bool]
 }
@@ -84,12 +87,22 @@ func (l *leadership) run(ctx context.Context) {
 
 // round is one election round: an Acquire, and what changed.
 func (l *leadership) round(ctx context.Context, timeout time.Duration) {
+	if hr, ok := l.elector.(driver.HealthReporter); ok {
+		// The leader's row carries why it is not ready, for 'mensageria
+		// status'.
+		hr.ReportHealth(l.failures.reason())
+	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	epoch, ok, err := l.elector.Acquire(actx)
 	cancel()
-	if err != nil && ctx.Err() == nil {
-		l.log.Warn("election check failed; acting as standby", "app", l.app, "err", err)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		// Standing by, and not ready: the relay cannot hold or win its
+		// election (another relay's winning is no error).
+		l.failures.failed(FailureElection, err)
 		ok = false
+	case err == nil:
+		l.failures.succeeded(FailureElection)
 	}
 	if was := l.leader.Load(); was != ok || (ok && epoch != l.epoch.Load()) {
 		l.epoch.Store(epoch)

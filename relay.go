@@ -72,6 +72,7 @@ type relay struct {
 	deliveries *deliverer
 	settles    *settler
 	upkeep     *maintenance
+	failures   *failureHealth // what Ready reports
 
 	runCtx    context.Context // cancelled when Stop's deadline passes
 	runCancel context.CancelFunc
@@ -251,18 +252,20 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 	wake, record, doubted := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	events := &routeEvents{app: cfg.App, log: cfg.Logger, hooks: hooks.route, wake: wake, record: record}
 
+	r.failures = &failureHealth{app: cfg.App, log: cfg.Logger, hooks: hooks.failure}
 	r.lead = newLeadership(cfg, el, hooks.election)
 	r.lead.electedSignal = signals.Elected
+	r.lead.failures = r.failures
 	r.settles = &settler{cfg: cfg, drv: c.drv, runCtx: r.runCtx, routes: names, routeOf: routeOf,
-		onDelivery: hooks.delivery, attemptHooks: len(hooks.attempt) > 0, doubted: doubted, settledSignal: signals.Settled}
+		onDelivery: hooks.delivery, attemptHooks: len(hooks.attempt) > 0, doubted: doubted, failures: r.failures, settledSignal: signals.Settled}
 	r.deliveries = &deliverer{cfg: cfg, runCtx: r.runCtx, routeOf: routeOf, amo: amo, settles: r.settles, routeEvents: events,
 		jitter: jit, onAttempt: hooks.attempt, sem: make(chan struct{}, cfg.Concurrency), deliveredSignal: signals.Delivered}
 	r.claims = &claimer{cfg: cfg, drv: c.drv, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead, health: &r.settles.health,
-		deliveries: r.deliveries, routeEvents: events, tokens: jit, onClaim: hooks.claim,
+		deliveries: r.deliveries, routeEvents: events, tokens: jit, onClaim: hooks.claim, failures: r.failures,
 		types: cfg.Registry.Types(), order: cfg.Registry.orderedTypes(), rts: r.rts,
 		wake: wake, slots: make(chan struct{}, cfg.BatchesInFlight), claimedSignal: signals.Claimed}
 	r.upkeep = &maintenance{cfg: cfg, drv: c.drv, amo: amo, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead,
-		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts,
+		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts, failures: r.failures,
 		record: record, doubted: doubted, purgedSignal: signals.Purged}
 	return r, nil
 }
