@@ -189,8 +189,8 @@ func (h *failureHealth) failing(kind FailureKind) bool {
 
 // unreachable reports whether err says the database could not be reached
 // at all, rather than that it answered with an error: a network error
-// (refused, reset, timed out, no route) or a connection closed under a
-// statement. A context's own deadline is not one: a slow statement is the
+// (refused, reset, timed out, no route), a connection closed under a
+// statement, or a server that says it is shutting down or starting. A context's own deadline is not one: a slow statement is the
 // step's failure.
 func unreachable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
@@ -199,6 +199,17 @@ func unreachable(err error) bool {
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return true
+	}
+	// The server's own word that it cannot serve: a connection exception
+	// (class 08), or shutting down, crashed, starting up (57P01-57P03).
+	// Asked through the method pgconn.PgError has, so the core names no
+	// driver's types.
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		code := coded.SQLState()
+		if strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" {
+			return true
+		}
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && !errors.Is(err, context.DeadlineExceeded)

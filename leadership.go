@@ -39,6 +39,7 @@ type leadership struct {
 	// while it lasts.
 	failures *failureHealth
 	leader   atomic.Bool
+	renewed  time.Time // when the last round this relay won began; run's goroutine only
 	epoch    atomic.Int64
 	changed  chan struct{}
 
@@ -92,17 +93,27 @@ func (l *leadership) round(ctx context.Context, timeout time.Duration) {
 		// status'.
 		hr.ReportHealth(l.failures.reason())
 	}
+	began := time.Now()
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	epoch, ok, err := l.elector.Acquire(actx)
 	cancel()
 	switch {
 	case err != nil && ctx.Err() == nil:
-		// Standing by, and not ready: the relay cannot hold or win its
-		// election (another relay's winning is no error).
+		// Not ready: the relay cannot hold or win its election (another
+		// relay's winning is no error). A leader keeps leading while the
+		// lease it last renewed surely runs (a third of it kept for the
+		// clocks' drift): a round lost to a dropped connection is not a
+		// lost election, and were it lost, the epoch fences its claims.
 		l.failures.failed(FailureElection, err)
 		ok = false
+		if l.leader.Load() && time.Since(l.renewed) < l.lease*2/3 {
+			ok, epoch = true, l.epoch.Load()
+		}
 	case err == nil:
 		l.failures.succeeded(FailureElection)
+		if ok {
+			l.renewed = began
+		}
 	}
 	if was := l.leader.Load(); was != ok || (ok && epoch != l.epoch.Load()) {
 		l.epoch.Store(epoch)
