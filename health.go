@@ -52,7 +52,7 @@ type OnFailure interface{ OnFailure(FailureEvent) }
 
 // failureSummaryEvery is how often a streak of failures that goes on is
 // logged again, with the number of attempts since the last line.
-var failureSummaryEvery = time.Minute
+const failureSummaryEvery = time.Minute
 
 // failureHealth follows the streaks of failures of each kind, for Ready
 // and for the logs: a streak's first failure and its end are logged once
@@ -62,6 +62,8 @@ type failureHealth struct {
 	app   string
 	log   *slog.Logger
 	hooks []OnFailure
+	// summaryEvery is failureSummaryEvery, shorter in a test; 0 for it.
+	summaryEvery time.Duration
 
 	mu      sync.Mutex
 	streaks map[FailureKind]*failStreak
@@ -117,7 +119,11 @@ func (h *failureHealth) failed(kind FailureKind, err error) {
 		h.log.Error(failureLines[kind], "app", h.app, "kind", string(kind), "err", err)
 	} else {
 		s.unlogged++
-		if now.Sub(s.lastLine) >= failureSummaryEvery {
+		every := h.summaryEvery
+		if every == 0 {
+			every = failureSummaryEvery
+		}
+		if now.Sub(s.lastLine) >= every {
 			h.log.Warn(fmt.Sprintf("%s still failing", kind), "app", h.app, "kind", string(kind), "for", now.Sub(s.since).Round(time.Second),
 				"attempts", s.attempts+1, "attempts_since_last_line", s.unlogged, "err", err)
 			s.lastLine, s.unlogged = now, 0
