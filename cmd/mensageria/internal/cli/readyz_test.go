@@ -95,6 +95,29 @@ func (r *roleRelay) get(path string) (int, string) {
 
 func (r *roleRelay) readyz() (int, string) { return r.get("/readyz") }
 
+// unready waits for /readyz to answer 503 and checks its body says each
+// of why.
+func (r *roleRelay) unready(what string, why ...string) {
+	r.t.Helper()
+	var body string
+	waitFor(r.t, "readyz to report "+what, 30*time.Second, func() bool {
+		var code int
+		code, body = r.readyz()
+		return code == http.StatusServiceUnavailable
+	})
+	for _, w := range why {
+		if !strings.Contains(body, w) {
+			r.t.Fatalf("readyz body %q does not say %q", body, w)
+		}
+	}
+}
+
+// readyAgain waits for /readyz to answer 200.
+func (r *roleRelay) readyAgain() {
+	r.t.Helper()
+	waitFor(r.t, "readyz ready again", 30*time.Second, func() bool { code, _ := r.readyz(); return code == http.StatusOK })
+}
+
 // enqueue writes n messages of pedido.criado as the superuser.
 func (r *roleRelay) enqueue(n int) {
 	r.t.Helper()
@@ -153,20 +176,12 @@ func TestRelayReadyzWhileSettlesFail(t *testing.T) {
 	}
 	r.exec("REVOKE DELETE ON " + r.schema + ".outbox FROM " + r.role)
 	r.enqueue(40)
-	var body string
-	waitFor(t, "readyz to report the failing settles", 30*time.Second, func() bool {
-		var code int
-		code, body = r.readyz()
-		return code == http.StatusServiceUnavailable
-	})
-	if !strings.Contains(body, "settle failing") || !strings.Contains(body, "permission denied") {
-		t.Fatalf("readyz body %q does not say why", body)
-	}
+	r.unready("the failing settles", "settle failing", "permission denied")
 	if n := r.failures("settle"); n == 0 {
 		t.Fatal("no settle failure counted on /metrics")
 	}
 	r.exec("GRANT DELETE ON " + r.schema + ".outbox TO " + r.role)
-	waitFor(t, "readyz ready again", 30*time.Second, func() bool { code, _ := r.readyz(); return code == http.StatusOK })
+	r.readyAgain()
 	r.drained(40)
 	r.stop()
 }
@@ -184,15 +199,7 @@ func TestRelayReadyzWhileClaimsFail(t *testing.T) {
 	}
 	r.exec("REVOKE UPDATE ON " + r.schema + ".outbox FROM " + r.role)
 	r.enqueue(10)
-	var body string
-	waitFor(t, "readyz to report the failing claims", 30*time.Second, func() bool {
-		var code int
-		code, body = r.readyz()
-		return code == http.StatusServiceUnavailable
-	})
-	if !strings.Contains(body, "claim failing") || !strings.Contains(body, "permission denied") {
-		t.Fatalf("readyz body %q does not say why", body)
-	}
+	r.unready("the failing claims", "claim failing", "permission denied")
 	// Twenty claims at a 50 ms poll interval: a second of failures.
 	waitFor(t, "twenty failed claims on /metrics", 30*time.Second, func() bool { return r.failures("claim") >= 20 })
 	if n := strings.Count(r.errb.String(), "claim failing on a database error"); n != 1 {
@@ -207,7 +214,7 @@ func TestRelayReadyzWhileClaimsFail(t *testing.T) {
 	}
 
 	r.exec("GRANT UPDATE ON " + r.schema + ".outbox TO " + r.role)
-	waitFor(t, "readyz ready again", 30*time.Second, func() bool { code, _ := r.readyz(); return code == http.StatusOK })
+	r.readyAgain()
 	r.drained(10)
 	r.stop()
 }
