@@ -58,6 +58,12 @@ import (
 //     messages) and tokenSource. Signal: Purged, after every purge
 //     statement.
 //
+// The failure health (health.go) is shared by claiming, settling,
+// leadership and maintenance: each reports its database steps' failures
+// and successes by kind (claim, settle, election, and database when it
+// cannot be reached at all), and the health logs each streak once, counts
+// each attempt (OnFailure) and gives Ready its reason.
+//
 // Routes (route.go) are shared by claiming and delivering: a route's
 // breaker decides whether its types are claimed, and delivering's results
 // move it; routeEvents reports each move (logs, hooks, wake-ups, the
