@@ -46,6 +46,7 @@ type claimer struct {
 	routeEvents routeObserver
 	tokens      tokenSource
 	onClaim     []OnClaim
+	failures    *failureHealth // logs the streaks of failed claims once, for Ready
 	types       []string
 	order       []string
 	rts         []*route
@@ -83,17 +84,25 @@ func (c *claimer) run(bg *sync.WaitGroup) {
 func (c *claimer) stopped() bool { return closed(c.stopping) }
 
 func (c *claimer) listen() {
+	listenFailing := false
 	for c.runCtx.Err() == nil {
 		l, err := c.drv.Listen(c.runCtx)
 		if errors.Is(err, driver.ErrNotSupported) {
 			return
 		}
 		if err != nil {
-			if c.runCtx.Err() == nil {
-				c.cfg.Logger.Warn("listen failed; polling until it is back", "err", err)
+			if c.runCtx.Err() == nil && !listenFailing {
+				// Once a streak: the claims poll meanwhile, and a
+				// database gone shows in their failures.
+				c.cfg.Logger.Warn("listen failed; polling until it is back", "app", c.cfg.App, "err", err)
 			}
+			listenFailing = true
 			sleep(c.runCtx, c.cfg.PollInterval)
 			continue
+		}
+		if listenFailing {
+			c.cfg.Logger.Info("listening again", "app", c.cfg.App)
+			listenFailing = false
 		}
 		if !c.notified(l) {
 			return
@@ -163,9 +172,6 @@ func (c *claimer) next(poll *time.Timer) bool {
 	b, err := c.claim(types, ordered, limit)
 	if err != nil || len(b.jobs) == 0 {
 		<-c.slots
-		if err != nil && !c.stopped() {
-			c.cfg.Logger.Warn("claim failed", "app", c.cfg.App, "err", err)
-		}
 		return c.idle(poll)
 	}
 	c.batches.Go(func() {
@@ -268,9 +274,6 @@ func (c *claimer) routeLoop(rt *route) {
 		}
 		b, err := c.claim(rt.types, rt.ordered, limit)
 		if err != nil || len(b.jobs) == 0 {
-			if err != nil && !c.stopped() {
-				c.cfg.Logger.Warn("claim failed", "app", c.cfg.App, "route", rt.name, "err", err)
-			}
 			d := idle
 			if st == RouteProbing && err == nil {
 				// Rows wait for the probe's time, stamped a moment after
@@ -350,6 +353,13 @@ func (c *claimer) claim(types, ordered []string, limit int) (*claimed, error) {
 	cancel()
 	for _, h := range c.onClaim {
 		h.OnClaim(ClaimEvent{Claimed: len(jobs), Duration: time.Since(start), Err: err})
+	}
+	if err != nil && c.runCtx.Err() == nil {
+		// Counted and logged once a streak (failureHealth), not once an
+		// attempt: the main loop and each route's loop retry every poll.
+		c.failures.failed(FailureClaim, err)
+	} else if err == nil {
+		c.failures.succeeded(FailureClaim)
 	}
 	c.claimedSignal.Signal(testsignal.Claim{Rows: len(jobs), Err: err})
 	if err != nil {

@@ -239,11 +239,16 @@ func (c *Client) ownsAll(ctx context.Context, res []driver.Resource) bool {
 var ErrNotReady = errors.New("mensageria: relay not ready")
 
 // Ready reports whether the relay is doing its job: nil while it runs and
-// its settles succeed (a standby waiting for the election is ready); an
-// error wrapping ErrNotReady saying why not otherwise: not started,
-// stopping or stopped, or settles failing on a database error ("settle
-// failing for 12s: ..."), when the relay delivers but cannot record what
-// it delivered. It is what a readiness probe should serve. A route whose
+// its work with the database succeeds (a standby waiting for the election
+// another healthy relay holds is ready); an error wrapping ErrNotReady
+// saying why not otherwise: not started, stopping or stopped, or a streak
+// of failures of a FailureKind, each named with how long it lasts and its
+// latest error ("claim failing for 12s (40 attempts): ..."): claims
+// failing (nothing is delivered), settles failing (the relay delivers but
+// cannot record what it delivered), election rounds failing (the relay
+// cannot hold or win its election), or the database unreachable. A
+// streak ends at the first success. It is what a readiness probe should
+// serve. A route whose
 // destination is down does not make it fail: the relay keeps the other
 // routes flowing and the route resumes by itself; Routes says which are
 // paused, and why.
@@ -259,8 +264,8 @@ func (c *Client) Ready() error {
 	case r.stopped():
 		return fmt.Errorf("%w: stopping", ErrNotReady)
 	}
-	if since, err := r.settles.health.failing(); err != nil {
-		return fmt.Errorf("%w: settle failing for %s: %w", ErrNotReady, time.Since(since).Round(time.Second), err)
+	if why := r.failures.reason(); why != "" {
+		return fmt.Errorf("%w: %s", ErrNotReady, why)
 	}
 	return nil
 }

@@ -11,9 +11,9 @@ import (
 type Election string
 
 const (
-	// ElectionLeader keeps one active relay per app: a PostgreSQL advisory
-	// lock (SQLite: a lease row) elects it, and an epoch fences a deposed
-	// leader out of claiming.
+	// ElectionLeader keeps one active relay per app: a lease row that only
+	// a role granted it can take elects it (ADR 0025), and an epoch fences
+	// a deposed leader out of claiming.
 	ElectionLeader Election = "leader"
 	// ElectionNone lets every replica relay at once. Claims stay disjoint
 	// (row locks and leases) but per-key order is then only as good as the

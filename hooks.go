@@ -126,7 +126,7 @@ type OnEnqueue interface {
 // isHook reports whether h implements at least one hook interface.
 func isHook(h Hook) bool {
 	switch h.(type) {
-	case OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt, OnEnqueue:
+	case OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt, OnEnqueue, OnFailure:
 		return true
 	}
 	return false
@@ -176,6 +176,7 @@ type hooks struct {
 	route    []OnRouteState
 	attempt  []OnAttempt
 	enqueue  []OnEnqueue
+	failure  []OnFailure
 }
 
 func splitHooks(hs []Hook) hooks {
@@ -198,6 +199,9 @@ func splitHooks(hs []Hook) hooks {
 		}
 		if v, ok := x.(OnEnqueue); ok {
 			h.enqueue = append(h.enqueue, v)
+		}
+		if v, ok := x.(OnFailure); ok {
+			h.failure = append(h.failure, v)
 		}
 	}
 	return h

@@ -35,9 +35,13 @@ type leadership struct {
 	log     *slog.Logger
 	elector elector // nil with ElectionNone
 	hooks   []OnElection
-	leader  atomic.Bool
-	epoch   atomic.Int64
-	changed chan struct{}
+	// failures logs a streak of failed rounds once and makes Ready fail
+	// while it lasts.
+	failures *failureHealth
+	leader   atomic.Bool
+	renewed  time.Time // when the last round this relay won began; run's goroutine only
+	epoch    atomic.Int64
+	changed  chan struct{}
 
 	electedSignal testsignal.Signal[bool]
 }
@@ -84,12 +88,32 @@ func (l *leadership) run(ctx context.Context) {
 
 // round is one election round: an Acquire, and what changed.
 func (l *leadership) round(ctx context.Context, timeout time.Duration) {
+	if hr, ok := l.elector.(driver.HealthReporter); ok {
+		// The leader's row carries why it is not ready, for 'mensageria
+		// status'.
+		hr.ReportHealth(l.failures.reason())
+	}
+	began := time.Now()
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	epoch, ok, err := l.elector.Acquire(actx)
 	cancel()
-	if err != nil && ctx.Err() == nil {
-		l.log.Warn("election check failed; acting as standby", "app", l.app, "err", err)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		// Not ready: the relay cannot hold or win its election (another
+		// relay's winning is no error). A leader keeps leading while the
+		// lease it last renewed surely runs (a third of it kept for the
+		// clocks' drift): a round lost to a dropped connection is not a
+		// lost election, and were it lost, the epoch fences its claims.
+		l.failures.failed(FailureElection, err)
 		ok = false
+		if l.leader.Load() && time.Since(l.renewed) < l.lease*2/3 {
+			ok, epoch = true, l.epoch.Load()
+		}
+	case err == nil:
+		l.failures.succeeded(FailureElection)
+		if ok {
+			l.renewed = began
+		}
 	}
 	if was := l.leader.Load(); was != ok || (ok && epoch != l.epoch.Load()) {
 		l.epoch.Store(epoch)

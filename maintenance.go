@@ -52,8 +52,9 @@ type maintenance struct {
 	tokens   tokenSource
 	types    []string
 	rts      []*route
-	record   chan struct{} // a route changed: record it
-	doubted  chan struct{} // a message was left in doubt: probe soon
+	record   chan struct{}  // a route changed: record it
+	doubted  chan struct{}  // a message was left in doubt: probe soon
+	failures *failureHealth // a database found unreachable counts there
 
 	purgedSignal testsignal.Signal[driver.PurgeResult]
 }
@@ -92,7 +93,7 @@ func (m *maintenance) purgeAll() {
 		})
 		if err != nil {
 			if m.runCtx.Err() == nil {
-				m.cfg.Logger.Warn("purge failed", "err", err)
+				m.failedQuietly("purge failed", err)
 			}
 			return
 		}
@@ -101,6 +102,16 @@ func (m *maintenance) purgeAll() {
 			return
 		}
 	}
+}
+
+// failedQuietly logs a failed step of maintenance, unless the database
+// could not be reached: the relay's failure health logs that streak once.
+func (m *maintenance) failedQuietly(msg string, err error) {
+	if unreachable(err) {
+		m.failures.failed(FailureDatabase, err)
+		return
+	}
+	m.cfg.Logger.Warn(msg, "app", m.cfg.App, "err", err)
 }
 
 // recordRoutes writes the routes' states to the database while this relay
@@ -143,7 +154,7 @@ func (m *maintenance) recordRoutes() {
 				rt.mu.Unlock()
 			}
 			if !failing && m.runCtx.Err() == nil {
-				m.cfg.Logger.Warn("recording the routes' states failed; 'mensageria status' shows older ones until a write succeeds", "app", m.cfg.App, "err", err)
+				m.failedQuietly("recording the routes' states failed; 'mensageria status' shows older ones until a write succeeds", err)
 			}
 			failing = true
 			continue

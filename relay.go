@@ -58,6 +58,12 @@ import (
 //     messages) and tokenSource. Signal: Purged, after every purge
 //     statement.
 //
+// The failure health (health.go) is shared by claiming, settling,
+// leadership and maintenance: each reports its database steps' failures
+// and successes by kind (claim, settle, election, and database when it
+// cannot be reached at all), and the health logs each streak once, counts
+// each attempt (OnFailure) and gives Ready its reason.
+//
 // Routes (route.go) are shared by claiming and delivering: a route's
 // breaker decides whether its types are claimed, and delivering's results
 // move it; routeEvents reports each move (logs, hooks, wake-ups, the
@@ -72,6 +78,7 @@ type relay struct {
 	deliveries *deliverer
 	settles    *settler
 	upkeep     *maintenance
+	failures   *failureHealth // what Ready reports
 
 	runCtx    context.Context // cancelled when Stop's deadline passes
 	runCancel context.CancelFunc
@@ -251,18 +258,20 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 	wake, record, doubted := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	events := &routeEvents{app: cfg.App, log: cfg.Logger, hooks: hooks.route, wake: wake, record: record}
 
+	r.failures = &failureHealth{app: cfg.App, log: cfg.Logger, hooks: hooks.failure}
 	r.lead = newLeadership(cfg, el, hooks.election)
 	r.lead.electedSignal = signals.Elected
+	r.lead.failures = r.failures
 	r.settles = &settler{cfg: cfg, drv: c.drv, runCtx: r.runCtx, routes: names, routeOf: routeOf,
-		onDelivery: hooks.delivery, attemptHooks: len(hooks.attempt) > 0, doubted: doubted, settledSignal: signals.Settled}
+		onDelivery: hooks.delivery, attemptHooks: len(hooks.attempt) > 0, doubted: doubted, failures: r.failures, settledSignal: signals.Settled}
 	r.deliveries = &deliverer{cfg: cfg, runCtx: r.runCtx, routeOf: routeOf, amo: amo, settles: r.settles, routeEvents: events,
 		jitter: jit, onAttempt: hooks.attempt, sem: make(chan struct{}, cfg.Concurrency), deliveredSignal: signals.Delivered}
 	r.claims = &claimer{cfg: cfg, drv: c.drv, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead, health: &r.settles.health,
-		deliveries: r.deliveries, routeEvents: events, tokens: jit, onClaim: hooks.claim,
+		deliveries: r.deliveries, routeEvents: events, tokens: jit, onClaim: hooks.claim, failures: r.failures,
 		types: cfg.Registry.Types(), order: cfg.Registry.orderedTypes(), rts: r.rts,
 		wake: wake, slots: make(chan struct{}, cfg.BatchesInFlight), claimedSignal: signals.Claimed}
 	r.upkeep = &maintenance{cfg: cfg, drv: c.drv, amo: amo, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead,
-		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts,
+		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts, failures: r.failures,
 		record: record, doubted: doubted, purgedSignal: signals.Purged}
 	return r, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ type settler struct {
 	attemptHooks bool          // some OnAttempt hook waits for its end
 	doubted      chan struct{} // a message was left in doubt: probe soon
 	health       settleHealth
+	failures     *failureHealth // the relay's, which logs and counts the streaks
 
 	settledSignal testsignal.Signal[error]
 }
@@ -187,11 +187,13 @@ func (s *settler) settleWithRetry(b *claimed, p driver.SettleParams) (driver.Set
 		res, err := s.drv.Settle(ctx, p)
 		cancel()
 		if err == nil {
-			s.health.succeeded(s.cfg.Logger, s.cfg.App)
+			s.health.succeeded()
+			s.failures.succeeded(FailureSettle)
 			s.settledSignal.Signal(nil)
 			return res, nil
 		}
-		s.health.failed(s.cfg.Logger, s.cfg.App, err)
+		s.health.failed(err)
+		s.failures.failed(FailureSettle, err)
 		if time.Now().Add(delay).After(b.leaseEnd) || s.runCtx.Err() != nil {
 			s.settledSignal.Signal(err)
 			return res, err
@@ -201,10 +203,9 @@ func (s *settler) settleWithRetry(b *claimed, p driver.SettleParams) (driver.Set
 	}
 }
 
-// settleHealth follows streaks of settles failing on database errors: the
-// first failure of a streak and its recovery are logged once each, Ready
-// reports the streak, and the claim loop probes one row at a time while
-// it lasts.
+// settleHealth follows streaks of settles failing on database errors, for
+// the claim loop, which probes one row at a time while one lasts (the
+// relay's failureHealth logs them and makes Ready fail).
 type settleHealth struct {
 	mu     sync.Mutex
 	since  time.Time // the streak's first failure; zero while settles succeed
@@ -212,24 +213,18 @@ type settleHealth struct {
 	probes int       // probe claims made during the streak
 }
 
-func (h *settleHealth) failed(log *slog.Logger, app string, err error) {
+func (h *settleHealth) failed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.since.IsZero() {
 		h.since = time.Now()
-		log.Error("settle failed on a database error; the relay retries each batch's settle while its lease lasts and claims one row at a time until a settle succeeds",
-			"app", app, "err", err)
 	}
 	h.err = err
 }
 
-func (h *settleHealth) succeeded(log *slog.Logger, app string) {
+func (h *settleHealth) succeeded() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.since.IsZero() {
-		return
-	}
-	log.Info("settles work again", "app", app, "failing_for", time.Since(h.since).Round(time.Millisecond), "last_err", h.err)
 	h.since, h.err, h.probes = time.Time{}, nil, 0
 }
 

@@ -190,6 +190,28 @@ type Leader struct {
 	Holder string // "host/pid/random" of the process; empty when none
 	Epoch  int64
 	Since  time.Time
+	// Expires is when the holder's lease runs out, on the database clock
+	// (zero when the driver does not say).
+	Expires time.Time
+	// Lapsed names the last holder when its lease ran out without being
+	// given up (Holder is then empty): a relay that crashed, or that runs
+	// but cannot renew.
+	Lapsed string
+	// Health is what the holder said of its own health at its last
+	// renewal (Client.Ready's reason): empty while it was ready.
+	Health string
+	// Outsider describes a session that is not a relay but holds what an
+	// earlier version of the driver elected with (PostgreSQL: the app's
+	// advisory lock); empty when none. It no longer stops any relay.
+	Outsider string
+}
+
+// HealthReporter is an Elector that records, with each round it wins,
+// what its relay says of its own health, so that an operator's status
+// shows why a leader is not ready.
+type HealthReporter interface {
+	// ReportHealth sets what the next rounds record ("" for ready).
+	ReportHealth(health string)
 }
 
 // Listener delivers a wake-up after enqueues. Spurious wake-ups are allowed;

@@ -102,9 +102,9 @@ bool marked[N]; /* attempted_at IS NOT NULL (migration 007) */
 byte applied[N]; /* ghost: effects of the row the receiver applied */
 #endif
 
-/* ---- the election: leader.epoch and the advisory lock ---- */
+/* ---- the election: leader.epoch and the lease row's live holder ---- */
 byte epoch;
-byte lockHolder; /* relay+1 whose session holds the lock, 0 none */
+byte lockHolder; /* relay+1 whose lease runs (leader.holder), 0 none */
 
 #ifdef KAFKA
 /* ---- Kafka: the coordinator and one transactional id (one lane) ---- */
@@ -367,12 +367,12 @@ start: /* a new process: nothing of the previous one survives */
 		batch == 0 && ACQNEXT && !allDone ->
 		if
 		:: held && lockHolder != me + 1 ->
-			held = false /* the server closed the session, and the lock went with it */
+			held = false /* its lease ran out and another relay took it over */
 		:: held && lockHolder == me + 1 && epoch != myep ->
 			held = false; lockHolder = 0 /* renewal read a newer epoch */
 		:: held && lockHolder == me + 1 && epoch == myep -> skip
 		:: !held && lockHolder == 0 ->
-			/* pg_try_advisory_lock, then the leader upsert bumps the epoch */
+			/* the takeover of a released or run-out lease bumps the epoch */
 			lockHolder = me + 1; held = true; epoch++; myep = epoch;
 #ifdef KAFKA
 			rearm = true /* OnElection */
@@ -623,7 +623,7 @@ start: /* a new process: nothing of the previous one survives */
 		}
 		batch = 0; SETBATCH(0);
 		if
-		:: stopping -> /* then Release gives the lock up */
+		:: stopping -> /* then Release gives the lease up */
 			if :: lockHolder == me + 1 -> lockHolder = 0 :: else fi;
 			goto start
 		:: else
@@ -639,25 +639,27 @@ start: /* a new process: nothing of the previous one survives */
 		for (i : 0 .. N-1) { out[i] = O_NONE }
 		batch = 0; SETBATCH(0)
 	   }
-	/* step crash: the session dies with the process, and the lock with it;
-	 * the batch's rows stay leased until their lease passes. (A Stop
-	 * between batches has the same effect: Release gives the lock up.) */
+	/* step crash: the process dies; its election lease runs out later, but
+	 * a dead process does nothing meanwhile, so freeing it at once reaches
+	 * the same states; the batch's rows stay leased until their lease
+	 * passes. (A Stop between batches has the same effect: Release gives
+	 * the lease up.) */
 	:: atomic {
 		crashes > 0 && (held || batch != 0) -> crashes--;
 		if :: lockHolder == me + 1 -> lockHolder = 0 :: else fi;
 		goto start
 	   }
 	/* step stop: a Stop whose deadline passed: the rows not tried are
-	 * released, the batch settles, then the lock is given up */
+	 * released, the batch settles, then the lease is given up */
 	:: atomic {
 		stops > 0 && todo != 0 && !stopping && STAGE_IDLE -> stops--; stopping = true;
 		for (i : 0 .. N-1) { if :: HAS(todo, i) -> out[i] = O_RELEASE :: else fi }
 		todo = 0
 	   }
 #ifndef NOELECTION
-	/* step session-loss: idle_session_timeout closed the session of a
-	 * paused leader, or the connection was cut: the lock is released, and
-	 * this process believes it leads until its next Acquire */
+	/* step session-loss: the election lease of a paused or cut-off leader
+	 * ran out: another relay may take it over, and this process believes
+	 * it leads until its next Acquire */
 	:: atomic { sessionloss > 0 && lockHolder == me + 1 -> sessionloss--; lockHolder = 0 }
 #endif
 	od

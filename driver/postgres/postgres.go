@@ -68,6 +68,7 @@ type queries struct {
 	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead   string
 	inboxQueueStats, purgeInboxQueue                                     string
 	mark, claimInDoubt, settleInDoubt, resolve, resolutions              string
+	electionAcquire, electionRelease, electionHolder                     string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -129,6 +130,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		settleInDoubt: load("settle_in_doubt"),
 		resolve:       load("resolve"),
 		resolutions:   load("resolutions"),
+
+		electionAcquire: load("election_acquire"),
+		electionRelease: load("election_release"),
+		electionHolder:  load("election_holder"),
 	}
 	return d, nil
 }

@@ -79,10 +79,10 @@ func (e *elector) Release(ctx context.Context) error {
 // epoch is still the last one granted.
 func (e *elector) Holder(ctx context.Context) (driver.Leader, error) {
 	l := driver.Leader{App: e.app}
-	var since int64
+	var since, expires int64
 	var live bool
-	err := e.d.db.QueryRowContext(ctx, "SELECT holder, epoch, since, expires_at > "+nowExpr+" FROM "+e.d.prefix+"leader WHERE app = ?", e.app).
-		Scan(&l.Holder, &l.Epoch, &since, &live)
+	err := e.d.db.QueryRowContext(ctx, "SELECT holder, epoch, since, expires_at, expires_at > "+nowExpr+" FROM "+e.d.prefix+"leader WHERE app = ?", e.app).
+		Scan(&l.Holder, &l.Epoch, &since, &expires, &live)
 	if err == sql.ErrNoRows {
 		return l, nil
 	}
@@ -90,7 +90,11 @@ func (e *elector) Holder(ctx context.Context) (driver.Leader, error) {
 		return driver.Leader{}, wrap("election holder", err)
 	}
 	if !live {
-		l.Holder = ""
+		// Run out without a release (which empties holder): the relay
+		// crashed, or runs and cannot renew.
+		l.Lapsed, l.Holder = l.Holder, ""
+	} else {
+		l.Expires = fromMicros(expires)
 	}
 	l.Since = fromMicros(since)
 	return l, nil

@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/testdb"
 	"github.com/xadm/mensageria/internal/testsignal"
 )
 
@@ -66,36 +70,88 @@ func TestOneActiveRelayPerApp(t *testing.T) {
 	})
 }
 
-// A leader whose database session dies is replaced.
+// A leader whose database sessions die keeps its election: the lease row
+// outlives its sessions (ADR 0025), so its pool reconnects, its next round
+// renews with the same epoch and it goes on delivering while the standby
+// stands by; when it stops, it gives the election up and the standby takes
+// over at once, not a lease later.
 func TestFailoverWhenLeaderConnectionDies(t *testing.T) {
 	b := pgBackend(t)
 	ctx := context.Background()
 	app := uniqueApp("failover")
+	schema := strings.TrimSuffix(b.table("outbox"), ".outbox")
+	// a's own pool, its sessions named so that the test kills only them.
+	pcfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = app + "-a"
+	poolA, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(poolA.Close)
+	drvA, err := postgres.New(poolA, &postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
 	recA, recB := &recorder{}, &recorder{}
-	a := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recA)))
+	cfgA := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recA))
+	cfgA.Lease = 3 * time.Second // longer than a reconnection, shorter than the test's waits
+	a := newClient(t, drvA, cfgA)
+	sigA := testsignal.ForClient(a)
 	start(t, a)
 	eventually(t, 10*time.Second, "a leads", a.IsLeader)
-	bb := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB)))
+	el, err := b.open().Elector(app, cfgA.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := el.Holder(ctx)
+	if err != nil || before.Holder == "" {
+		t.Fatalf("Holder while a leads: %+v %v", before, err)
+	}
+	cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("t", recB))
+	cfgB.Lease = cfgA.Lease
+	bb := newClient(t, b.open(), cfgB)
 	sigB := testsignal.ForClient(bb)
 	start(t, bb)
-	for round := range 2 {
-		if sigB.Elected.WaitOrTimeout(t) || bb.IsLeader() {
-			t.Fatalf("b leads after election round %d while a is alive", round+1)
-		}
+	if sigB.Elected.WaitOrTimeout(t) || bb.IsLeader() {
+		t.Fatal("b leads while a is alive")
 	}
-	// Kill every session holding an advisory lock for this app's relay.
-	if err := b.exec(`SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
-		JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted
-		WHERE a.application_name = $1`, "mensageria relay "+app); err != nil {
+
+	if err := b.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app+"-a"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "b takes over", func() bool { return bb.IsLeader() && !a.IsLeader() })
-	if _, err := a.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after-failover"}); err != nil {
+	// A round after the kill that a won: its sessions are new.
+	for !sigA.Elected.WaitOrTimeout(t) {
+	}
+	after, err := el.Holder(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "b delivers", func() bool { return recB.keys()["after-failover"] == 1 })
-	if recA.keys()["after-failover"] != 0 {
-		t.Fatal("the deposed leader delivered")
+	if after.Holder != before.Holder || after.Epoch != before.Epoch || !a.IsLeader() || bb.IsLeader() {
+		t.Fatalf("after a's sessions died the election is %+v (a leads %v, b leads %v); want a's, at epoch %d", after, a.IsLeader(), bb.IsLeader(), before.Epoch)
+	}
+	// Enqueued on the other pool: a's may still hand out a killed session.
+	if _, err := bb.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after-kill"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a delivers", func() bool { return recA.keys()["after-kill"] == 1 })
+
+	stopped := time.Now()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b takes over", bb.IsLeader)
+	if took := time.Since(stopped); took >= cfgA.Lease {
+		t.Fatalf("b took over %s after a stopped; a Stop gives the election up, it should not wait for the lease (%s)", took, cfgA.Lease)
+	}
+	if _, err := bb.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after-stop"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b delivers", func() bool { return recB.keys()["after-stop"] == 1 })
+	if recA.keys()["after-stop"] != 0 || recB.keys()["after-kill"] != 0 {
+		t.Fatal("a message went to the relay that did not lead")
 	}
 }
 

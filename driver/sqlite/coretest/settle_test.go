@@ -4,18 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/testdb"
 )
 
 // observer records the claims and delivery outcomes a relay reports.
@@ -154,46 +148,10 @@ func TestZombieSettleOutcomesAreTruthful(t *testing.T) {
 func TestSettleFailingOnADatabaseError(t *testing.T) {
 	b := pgBackend(t)
 	ctx := context.Background()
-	schema := strings.TrimSuffix(b.table("outbox"), ".outbox")
-	role := fmt.Sprintf("mensageria_test_relay_%08x", rand.Uint32())
-	if err := b.exec("CREATE ROLE " + role + " NOLOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, q := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
-			if err := b.exec(q); err != nil {
-				t.Errorf("%s: %v", q, err)
-			}
-		}
-	})
 	// What a relay needs, less deleting outbox rows: claims (UPDATE) work,
 	// settling a delivered row (DELETE) is refused.
-	for _, q := range []string{
-		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role,
-		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + schema + " TO " + role,
-		"REVOKE DELETE ON " + schema + ".outbox FROM " + role,
-	} {
-		if err := b.exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	pcfg, err := pgxpool.ParseConfig(testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.MaxConns = 4
-	pcfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "SET ROLE "+role)
-		return err
-	}
-	rolePool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rolePool.Close)
-	roleDrv, err := postgres.New(rolePool, &postgres.Config{Schema: schema})
-	if err != nil {
+	role, _, roleDrv := rolePool(t, b, nil)
+	if err := b.exec("REVOKE DELETE ON " + b.table("outbox") + " FROM " + role); err != nil {
 		t.Fatal(err)
 	}
 
@@ -257,7 +215,7 @@ func TestSettleFailingOnADatabaseError(t *testing.T) {
 		t.Fatal("no delivery was reported unsettled")
 	}
 
-	if err := b.exec("GRANT DELETE ON " + schema + ".outbox TO " + role); err != nil {
+	if err := b.exec("GRANT DELETE ON " + b.table("outbox") + " TO " + role); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 60*time.Second, "the backlog drains", func() bool {

@@ -247,8 +247,8 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 	p := &relayProc{name: name, conn: &backend{drv: d.main.drv}}
 	switch {
 	case own && d.pg:
-		// Killing it closes its pool: its sessions end, and with them its
-		// advisory lock, as when a process dies.
+		// Killing it closes its pool: its sessions end and its election
+		// lease runs out, as when a process dies.
 		conn, err := d.newConn()
 		if err != nil {
 			return nil, err

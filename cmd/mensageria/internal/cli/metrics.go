@@ -29,6 +29,7 @@ type metrics struct {
 	deadTotal  *prometheus.CounterVec
 	leader     prometheus.Gauge
 	epoch      prometheus.Gauge
+	failures   *prometheus.CounterVec
 	// routes reports the running relay's routes (Client.Routes); set
 	// before the metrics are served.
 	routes func() []mensageria.RouteHealth
@@ -59,8 +60,16 @@ func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mensageria_relay_epoch", Help: "Fence epoch of this process's leadership.", ConstLabels: constLabels,
 		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mensageria_relay_failures_total", Help: "Failed attempts of the relay's own work with its database, by kind: claim, settle, election (a round that failed on an error, not one another relay won), database (unreachable, whatever the step). A kind failing on every attempt makes /readyz unready.", ConstLabels: constLabels,
+		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.latency, m.duration, m.deadTotal, m.leader, m.epoch,
+	// Every kind is exported from the start, at 0, so that an alert on
+	// its rate has a series before the first failure.
+	for _, k := range []mensageria.FailureKind{mensageria.FailureClaim, mensageria.FailureSettle, mensageria.FailureElection, mensageria.FailureDatabase} {
+		m.failures.WithLabelValues(string(k))
+	}
+	m.reg.MustRegister(m.deliveries, m.latency, m.duration, m.deadTotal, m.leader, m.epoch, m.failures,
 		&outboxCollector{app: app, drv: drv, elector: elector, log: log}, routeCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -105,6 +114,11 @@ func observeWithTrace(o prometheus.Observer, v float64, ctx context.Context) {
 		}
 	}
 	o.Observe(v)
+}
+
+// OnFailure implements mensageria.OnFailure.
+func (m *metrics) OnFailure(ev mensageria.FailureEvent) {
+	m.failures.WithLabelValues(string(ev.Kind)).Inc()
 }
 
 // OnElection implements mensageria.OnElection.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -52,6 +53,38 @@ type StatusElection struct {
 	Holder string     `json:"holder"`
 	Epoch  int64      `json:"epoch"`
 	Since  *time.Time `json:"since,omitempty"`
+	// The holder's parts, when it has a relay's name (host/pid/id):
+	// RelayID is the relay's own id, Host and PID its process.
+	RelayID string `json:"relay_id,omitempty"`
+	Host    string `json:"host,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	// NotARelay: the holder has no relay's name (the row was written by
+	// hand, by something that is not a relay).
+	NotARelay bool `json:"not_a_relay,omitempty"`
+	// Expires is when the holder's lease runs out.
+	Expires *time.Time `json:"expires,omitempty"`
+	// Lapsed names the last holder when its lease ran out without being
+	// given up: that relay crashed, or runs and cannot renew.
+	Lapsed string `json:"lapsed,omitempty"`
+	// Health is what the holder said of its own readiness at its last
+	// renewal: empty while it was ready.
+	Health string `json:"health,omitempty"`
+	// Outsider describes a session that is not a relay holding what
+	// earlier versions elected with; it no longer stops any relay.
+	Outsider string `json:"outsider,omitempty"`
+}
+
+// relayName splits a relay's election name, host/pid/id.
+func relayName(holder string) (host string, pid int, id string, ok bool) {
+	i, j := strings.Index(holder, "/"), strings.LastIndex(holder, "/")
+	if i <= 0 || j <= i+1 || j == len(holder)-1 {
+		return "", 0, "", false
+	}
+	pid, err := strconv.Atoi(holder[i+1 : j])
+	if err != nil || pid <= 0 {
+		return "", 0, "", false
+	}
+	return holder[:i], pid, holder[j+1:], true
 }
 
 // Status is the output of `status --json`.
@@ -167,7 +200,43 @@ func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *Status
 		since := h.Since.UTC()
 		e.Since = &since
 	}
+	if h.Holder != "" {
+		if host, pid, id, ok := relayName(h.Holder); ok {
+			e.Host, e.PID, e.RelayID = host, pid, id
+		} else {
+			e.NotARelay = true
+		}
+		if !h.Expires.IsZero() {
+			exp := h.Expires.UTC()
+			e.Expires = &exp
+		}
+	}
+	e.Lapsed, e.Health, e.Outsider = h.Lapsed, h.Health, h.Outsider
 	return nil
+}
+
+// writeElection says who holds the election, and what is wrong with it.
+func writeElection(w io.Writer, e *StatusElection) {
+	switch {
+	case e.Holder == "" && e.Lapsed != "":
+		fmt.Fprintf(w, "election: leader, no holder: the lease of %s ran out without being given up (that relay crashed, or runs and cannot renew: see its /readyz)\n", e.Lapsed)
+	case e.Holder == "":
+		fmt.Fprintln(w, "election: leader, no holder (no relay of this app is running)")
+	case e.NotARelay:
+		fmt.Fprintf(w, "election: leader, held by %q (epoch %d), which is not a relay's name: a session that is not a relay wrote the election's row; relays stand by until its lease runs out\n", e.Holder, e.Epoch)
+	default:
+		since := ""
+		if e.Since != nil {
+			since = fmt.Sprintf(", for %s", time.Since(*e.Since).Round(time.Second))
+		}
+		fmt.Fprintf(w, "election: leader, held by %s (relay %s on host %s, pid %d; epoch %d%s)\n", e.Holder, e.RelayID, e.Host, e.PID, e.Epoch, since)
+	}
+	if e.Holder != "" && e.Health != "" {
+		fmt.Fprintf(w, "election: the leader reports it is not ready: %s\n", e.Health)
+	}
+	if e.Outsider != "" {
+		fmt.Fprintf(w, "election: %s: not a relay, and it no longer stops relays (ADR 0025)\n", e.Outsider)
+	}
 }
 
 func writeStatus(w io.Writer, st *Status) {
@@ -175,14 +244,8 @@ func writeStatus(w io.Writer, st *Status) {
 	switch {
 	case st.Election.Mode == "none":
 		fmt.Fprintln(w, "election: none (every replica relays)")
-	case st.Election.Holder == "":
-		fmt.Fprintln(w, "election: leader, no holder (no relay of this app is running)")
 	default:
-		since := ""
-		if st.Election.Since != nil {
-			since = fmt.Sprintf(", for %s", time.Since(*st.Election.Since).Round(time.Second))
-		}
-		fmt.Fprintf(w, "election: leader, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
+		writeElection(w, &st.Election)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
