@@ -144,17 +144,29 @@ func (c *Client) settings(outbox [16]byte) RelaySettings {
 		MaxAttempts:        c.cfg.MaxAttempts,
 		RetryHorizon:       retryHorizon(&c.cfg),
 		DeliveredRetention: c.cfg.DeliveredRetention,
+		DeliveryWindow:     DeliveryWindow(c.cfg.Lease),
 	}
 }
 
-// useRelaySettings calls UseRelaySettings once on each distinct Sender
-// and each Inbox of the Registry that implements RelayAware.
+// useRelaySettings calls UseRelaySettings once on each distinct Sender,
+// its route's reconcile probe and each Inbox of the Registry that
+// implements RelayAware.
 func (c *Client) useRelaySettings(reg driver.RegisterResult) error {
 	set := c.settings(reg.OutboxID)
 	for _, s := range c.cfg.Registry.senders() {
 		if ra, ok := s.sender.(RelayAware); ok {
 			if err := ra.UseRelaySettings(set); err != nil {
 				return fmt.Errorf("mensageria: app %q: the Sender of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], s.sender, err)
+			}
+		}
+	}
+	// A route's reconcile probe runs inside a lease as its Sender does
+	// (maintenance's probe batches), so it is told the same settings.
+	for _, s := range c.cfg.Registry.senders() {
+		rt, _ := c.cfg.Registry.Route(s.types[0])
+		if ra, ok := rt.Reconciler.(RelayAware); ok {
+			if err := ra.UseRelaySettings(set); err != nil {
+				return fmt.Errorf("mensageria: app %q: the reconcile probe of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], rt.Reconciler, err)
 			}
 		}
 	}

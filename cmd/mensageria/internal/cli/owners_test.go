@@ -41,7 +41,7 @@ func (s *shared) app(name string, types ...string) func(stdin string, args ...st
 	s.t.Helper()
 	var routes strings.Builder
 	for _, typ := range types {
-		fmt.Fprintf(&routes, "  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 2s}\n", typ, s.receiver)
+		fmt.Fprintf(&routes, "  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 1500ms}\n", typ, s.receiver)
 	}
 	p := writeFile(s.t, fmt.Sprintf("database: %s\nschema: %s\napp: %s\nroutes:\n%s"+
 		"relay: {batch: 50, lease: 2s, max_attempts: 3, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms}\n",
