@@ -802,7 +802,9 @@ func yamlWords(reason string) string {
 // DeliveryWindow is how long the deliveries of one claimed batch may run
 // under the config's lease (mensageria.DeliveryWindow): the relay cuts
 // whatever is still running then.
-func (c *Config) DeliveryWindow() time.Duration { return mensageria.DeliveryWindow(c.Effective().Lease) }
+func (c *Config) DeliveryWindow() time.Duration {
+	return mensageria.DeliveryWindow(c.Effective().Lease)
+}
 
 // RequestTimeout is the bound of one request of an http route: its
 // timeout, or the default (m2mhttp.DefaultTimeout, shortened to the
