@@ -52,6 +52,9 @@ import (
 //   - maintenance (maintenance.go, and atmostonce.go for the reconcile
 //     probe): the periodic work of the active relay: purging delivered
 //     and dead rows, recording route states, probing messages in doubt.
+//     It also reads the ownership catalog three times a lease
+//     (watchOwnership, ownersReader: the driver's Owners), so that the
+//     types claimed follow the catalog while the relay runs.
 //     Needs leaderState, maintenanceDriver (Purge, SetRouteStates),
 //     doubtClaimer (the driver's ClaimInDoubt), retrySettler (settling's
 //     settle with retry), waker (claiming's wake-up, once a probe retries
@@ -275,7 +278,7 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		wake: wake, slots: make(chan struct{}, cfg.BatchesInFlight), claimedSignal: signals.Claimed}
 	r.upkeep = &maintenance{cfg: cfg, drv: c.drv, amo: amo, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead,
 		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts,
-		record: record, doubted: doubted, purgedSignal: signals.Purged}
+		record: record, doubted: doubted, owners: c.drv, purgedSignal: signals.Purged}
 	return r, nil
 }
 
