@@ -85,3 +85,24 @@ relay: {lease: 2s}
 		t.Errorf("explain's timing lacks the delivery window:\n%s", text)
 	}
 }
+
+// The settings of issue 24 that were accepted and then failed at run time
+// stop every command at once, exit 2, naming the key: a lease the election
+// cannot hold, a timeout the lease's window cuts, max_concurrent 0.
+func TestCommandsRefuseSettingsThatCannotWork(t *testing.T) {
+	for _, tc := range []struct{ name, route, relay, field, says string }{
+		{"lease of 600h", "{url: http://r/m, token: x}", "{lease: 600h}", "relay.lease", "idle_session_timeout"},
+		{"timeout longer than the lease", "{url: http://r/m, token: x, timeout: 60s}", "{lease: 30s}", "routes[0].http.timeout", "every request would be cut at 27s"},
+		{"max_concurrent 0", "{url: http://r/m, token: x, max_concurrent: 0}", "{}", "routes[0].http.max_concurrent", "at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, "database: sqlite:"+t.TempDir()+"/m.db\napp: a\nroutes:\n  - type: t\n    http: "+tc.route+"\nrelay: "+tc.relay+"\n")
+			for _, cmd := range [][]string{{"relay", "--listen", ""}, {"explain", "--no-db"}, {"status"}} {
+				r := run(t, "", nil, append(cmd, "--config", p)...)
+				if r.code != ExitUsage || !strings.Contains(r.err, tc.field+": ") || !strings.Contains(r.err, tc.says) {
+					t.Errorf("%v: exit %d, stderr %q; want %d naming %s", cmd, r.code, r.err, ExitUsage, tc.field)
+				}
+			}
+		})
+	}
+}
