@@ -249,7 +249,11 @@ func (m *maintenance) reconcile() {
 // probeBatch probes one batch of a route's rows in doubt and returns how
 // many it claimed.
 func (m *maintenance) probeBatch(rt *route) int {
-	p := driver.InDoubtClaimParams{Types: rt.types, Limit: m.cfg.BatchSize, Lease: m.cfg.Lease, Token: m.tokens.token(), Quiet: m.cfg.Lease, Fence: m.lead.fence()}
+	types, _ := rt.claimable() // a type moved to another app is its to probe
+	if len(types) == 0 {
+		return 0
+	}
+	p := driver.InDoubtClaimParams{Types: types, Limit: m.cfg.BatchSize, Lease: m.cfg.Lease, Token: m.tokens.token(), Quiet: m.cfg.Lease, Fence: m.lead.fence()}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(m.runCtx, m.cfg.Lease/2)
 	jobs, err := m.amo.ClaimInDoubt(ctx, p)

@@ -118,6 +118,9 @@ func (b *breaker) fail(now time.Time, errText string, retryAfter time.Duration) 
 func (b *breaker) pauseOf(n int) time.Duration {
 	d := b.cfg.pause
 	for i := 0; i < n && d < b.cfg.pauseMax; i++ {
+		if d > b.cfg.pauseMax/2 {
+			return b.cfg.pauseMax // doubling would pass it, or wrap around
+		}
 		d *= 2
 	}
 	return min(d, b.cfg.pauseMax)

@@ -238,6 +238,7 @@ func (c *claimer) routeLoop(rt *route) {
 	forever := time.Duration(1<<63 - 1)
 	for !c.stopped() {
 		st, until := rt.state()
+		types, ordered := rt.claimable()
 		now := time.Now()
 		limit := 0
 		switch {
@@ -250,7 +251,7 @@ func (c *claimer) routeLoop(rt *route) {
 			ch, h := rt.do(func(b *breaker) *change { return b.probe(time.Now()) })
 			c.routeEvents.routeChanged(rt, ch, h)
 			continue
-		case len(rt.types) == 0 || !c.lead.isLeader():
+		case len(types) == 0 || !c.lead.isLeader():
 			if !c.routeWait(rt, idle) {
 				return
 			}
@@ -272,7 +273,7 @@ func (c *claimer) routeLoop(rt *route) {
 			}
 			continue
 		}
-		b, err := c.claim(rt.types, rt.ordered, limit)
+		b, err := c.claim(types, ordered, limit)
 		if err != nil || len(b.jobs) == 0 {
 			d := idle
 			if st == RouteProbing && err == nil {
@@ -329,8 +330,9 @@ func (c *claimer) flowing() (types, ordered []string) {
 		if st, _ := rt.state(); st != RouteFlowing {
 			continue
 		}
-		types = append(types, rt.types...)
-		ordered = append(ordered, rt.ordered...)
+		t, o := rt.claimable()
+		types = append(types, t...)
+		ordered = append(ordered, o...)
 	}
 	if len(types) == len(c.types) {
 		return c.types, c.order

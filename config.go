@@ -42,7 +42,7 @@ type Config struct {
 	// are smaller anyway, as they take only what is due.
 	BatchSize int
 	// Concurrency bounds deliveries in flight. Default DefaultConcurrency
-	// (16).
+	// (16); at least 1.
 	Concurrency int
 	// BatchesInFlight is how many claimed batches may be delivering and
 	// settling at once, so the next claim overlaps the previous settle.
@@ -52,18 +52,25 @@ type Config struct {
 	// Lease is how long a claimed batch is reserved before another relay
 	// may take it again; also the election lease. A batch's deliveries end
 	// by the lease less a margin for the settle: a tenth of it, and half a
-	// second at least (a quarter of a lease under two seconds). Default
-	// DefaultLease (30s).
+	// second at least (a quarter of a lease under two seconds): see
+	// DeliveryWindow, which a Sender's own timeout must fit in (a Sender
+	// that knows its timeout refuses the relay's settings otherwise). It
+	// is also how soon a running relay notices that the ownership catalog
+	// moved one of its types to another app, or back. Default DefaultLease
+	// (30s); MinLease (1s) to MaxLease (about 24.8 days: the election's
+	// PostgreSQL session times out after one lease, in milliseconds that
+	// must fit in 32 bits).
 	Lease time.Duration
 	// MaxAttempts parks a message as dead after this many failed
-	// deliveries. Default DefaultMaxAttempts (20).
+	// deliveries. Default DefaultMaxAttempts (20); at most MaxMaxAttempts,
+	// since a row counts its attempts in a 32-bit integer.
 	MaxAttempts int
 	// BackoffBase is the delay after the first failure; it doubles per
 	// attempt, with jitter, up to BackoffMax. Default DefaultBackoffBase
-	// (1s).
+	// (1s); not negative.
 	BackoffBase time.Duration
 	// BackoffMax caps one retry delay of the relay's own backoff. Default
-	// DefaultBackoffMax (10m). A destination's Retry-After is honoured
+	// DefaultBackoffMax (10m); at least BackoffBase. A destination's Retry-After is honoured
 	// above it, up to RetryAfterCeiling.
 	BackoffMax time.Duration
 	// RetryAfterCeiling bounds the delay a destination may ask for
@@ -87,7 +94,8 @@ type Config struct {
 	RoutePauseMax time.Duration
 	// PollInterval is the longest the relay sleeps with no notification.
 	// Default DefaultPollInterval (1s); in poll-only mode it is the latency
-	// floor.
+	// floor. 1ms to the Lease: the poll is what finds a retry coming due
+	// and the batch of a relay that died once its lease ran out.
 	PollInterval time.Duration
 	// PollOnly disables LISTEN/NOTIFY, for a PgBouncer in transaction mode
 	// (which cannot keep a LISTEN session). Default false.
@@ -95,7 +103,7 @@ type Config struct {
 	// NotifyDebounce is the least time between two wake-up notifications
 	// sent by this client's enqueues. NOTIFY takes a global lock at commit,
 	// so one per enqueue would cap write throughput. Default
-	// DefaultNotifyDebounce (10ms).
+	// DefaultNotifyDebounce (10ms); not negative.
 	NotifyDebounce time.Duration
 	// Election selects the replica policy. Default ElectionLeader.
 	Election Election
@@ -180,39 +188,52 @@ func (c *Config) fillDefaults() {
 	}
 }
 
-// validate returns the first invalid field.
+// validate returns the first invalid field. It refuses rather than
+// clamps: a value the relay cannot honour as written (a zero where zero
+// cannot work is already the default by then, so it is a negative, an
+// absurd or a contradictory value) would otherwise be changed silently,
+// and the relay would run with figures nobody configured. Each bound is
+// documented beside its field and in docs/config.md.
 func (c *Config) validate() error {
 	switch {
 	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return &ConfigError{Field: "BatchSize", Reason: "must be 1..10000"}
+		return &ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d must be 1..10000", c.BatchSize)}
 	case c.Concurrency < 1:
-		return &ConfigError{Field: "Concurrency", Reason: "must be at least 1"}
+		return &ConfigError{Field: "Concurrency", Reason: fmt.Sprintf("%d must be at least 1", c.Concurrency)}
 	case c.BatchesInFlight < 1 || c.BatchesInFlight > 64:
-		return &ConfigError{Field: "BatchesInFlight", Reason: "must be 1..64"}
-	case c.MaxAttempts < 1:
-		return &ConfigError{Field: "MaxAttempts", Reason: "must be at least 1"}
-	case c.Lease < time.Second:
-		return &ConfigError{Field: "Lease", Reason: "must be at least 1s"}
-	case c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
-		return &ConfigError{Field: "BackoffMax", Reason: "must be at least BackoffBase"}
+		return &ConfigError{Field: "BatchesInFlight", Reason: fmt.Sprintf("%d must be 1..64", c.BatchesInFlight)}
+	case c.MaxAttempts < 1 || c.MaxAttempts > MaxMaxAttempts:
+		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("%d must be 1..%d: a row counts its attempts in a 32-bit integer", c.MaxAttempts, MaxMaxAttempts)}
+	case c.Lease < MinLease:
+		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%s must be at least %s", c.Lease, MinLease)}
+	case c.Lease > MaxLease:
+		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%s is longer than %s, the longest the election can hold: on PostgreSQL its session times out after one lease, and idle_session_timeout takes at most 2^31-1 ms, so the elected relay's session could never be opened", c.Lease, MaxLease)}
+	case c.BackoffBase < 0:
+		return &ConfigError{Field: "BackoffBase", Reason: fmt.Sprintf("%s must not be negative", c.BackoffBase)}
+	case c.BackoffMax < c.BackoffBase:
+		return &ConfigError{Field: "BackoffMax", Reason: fmt.Sprintf("%s must be at least BackoffBase (%s), the first delay it caps", c.BackoffMax, c.BackoffBase)}
 	case c.PollInterval < time.Millisecond:
-		return &ConfigError{Field: "PollInterval", Reason: "must be at least 1ms"}
+		return &ConfigError{Field: "PollInterval", Reason: fmt.Sprintf("%s must be at least 1ms", c.PollInterval)}
+	case c.PollInterval > c.Lease:
+		return &ConfigError{Field: "PollInterval", Reason: fmt.Sprintf("%s is longer than the Lease (%s): the poll finds what no notification announces (retries coming due, the batch of a relay that died, whose lease ran out), which would then wait longer for it than for the lease", c.PollInterval, c.Lease)}
+	case c.NotifyDebounce < 0:
+		return &ConfigError{Field: "NotifyDebounce", Reason: fmt.Sprintf("%s must not be negative", c.NotifyDebounce)}
 	case c.Election != ElectionLeader && c.Election != ElectionNone:
 		return &ConfigError{Field: "Election", Reason: fmt.Sprintf("unknown policy %q (use %q or %q)", c.Election, ElectionLeader, ElectionNone)}
 	case c.DeliveredRetention < 0:
-		return &ConfigError{Field: "DeliveredRetention", Reason: "must not be negative"}
+		return &ConfigError{Field: "DeliveredRetention", Reason: fmt.Sprintf("%s must not be negative", c.DeliveredRetention)}
 	case c.PurgeInterval < 0:
-		return &ConfigError{Field: "PurgeInterval", Reason: "must not be negative"}
+		return &ConfigError{Field: "PurgeInterval", Reason: fmt.Sprintf("%s must not be negative", c.PurgeInterval)}
 	case c.ReconcileInterval < time.Millisecond:
-		return &ConfigError{Field: "ReconcileInterval", Reason: "must be at least 1ms"}
+		return &ConfigError{Field: "ReconcileInterval", Reason: fmt.Sprintf("%s must be at least 1ms", c.ReconcileInterval)}
 	case c.RetryAfterCeiling < time.Second:
-		return &ConfigError{Field: "RetryAfterCeiling", Reason: "must be at least 1s"}
+		return &ConfigError{Field: "RetryAfterCeiling", Reason: fmt.Sprintf("%s must be at least 1s", c.RetryAfterCeiling)}
 	case c.RouteFailureThreshold < 1:
-		return &ConfigError{Field: "RouteFailureThreshold", Reason: "must be at least 1"}
+		return &ConfigError{Field: "RouteFailureThreshold", Reason: fmt.Sprintf("%d must be at least 1", c.RouteFailureThreshold)}
 	case c.RoutePause < time.Millisecond:
-		return &ConfigError{Field: "RoutePause", Reason: "must be at least 1ms"}
+		return &ConfigError{Field: "RoutePause", Reason: fmt.Sprintf("%s must be at least 1ms", c.RoutePause)}
 	case c.RoutePauseMax < c.RoutePause:
-		return &ConfigError{Field: "RoutePauseMax", Reason: "must be at least RoutePause"}
+		return &ConfigError{Field: "RoutePauseMax", Reason: fmt.Sprintf("%s must be at least RoutePause (%s), the first pause it caps", c.RoutePauseMax, c.RoutePause)}
 	}
 	for i, h := range c.Hooks {
 		if !isHook(h) {

@@ -2,7 +2,9 @@ package mensageria
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
@@ -25,6 +27,11 @@ type doubtClaimer interface {
 // answers go through.
 type retrySettler interface {
 	settleWithRetry(b *claimed, p driver.SettleParams) (driver.SettleResult, error)
+}
+
+// ownersReader reads the ownership catalog (the driver's Owners).
+type ownersReader interface {
+	Owners(ctx context.Context, app string) ([]driver.Ownership, error)
 }
 
 // waker tells claiming that work may be waiting.
@@ -55,6 +62,11 @@ type maintenance struct {
 	record   chan struct{}  // a route changed: record it
 	doubted  chan struct{}  // a message was left in doubt: probe soon
 	failures *failureHealth // a database found unreachable counts there
+	// owners reads the catalog for watchOwnership (nil: not watched);
+	// replaceRoutes asks recordRoutes to replace the app's records, once
+	// the types it claims changed.
+	owners        ownersReader
+	replaceRoutes atomic.Bool
 
 	purgedSignal testsignal.Signal[driver.PurgeResult]
 }
@@ -65,6 +77,128 @@ func (m *maintenance) run(bg *sync.WaitGroup) {
 	bg.Go(m.purge)
 	bg.Go(m.recordRoutes)
 	bg.Go(m.reconcile)
+	bg.Go(m.watchOwnership)
+}
+
+// ownershipEvery is how often a relay reads the ownership catalog: three
+// times a lease, so that it notices within one lease (a read that hangs
+// is given up after the same time) that an operator moved a type.
+func ownershipEvery(lease time.Duration) time.Duration { return lease / 3 }
+
+// watchOwnership keeps the types the relay claims to those the ownership
+// catalog gives its app. Start registers every type of the Registry, but an
+// operator may move one to another app ('mensageria owners transfer') or
+// release it while the relay runs: the relay then stops claiming it, and
+// claims it again once the catalog gives it back (a transfer back, or this
+// app's next enqueue registering a released type again). Every replica
+// reads, standbys included, so a new leader claims the right types at once.
+// Rows of the type the relay claimed before it noticed are delivered and
+// settled by it, as any claimed batch: once, under their lease and token.
+func (m *maintenance) watchOwnership() {
+	if m.owners == nil || len(m.rts) == 0 {
+		return
+	}
+	every := ownershipEvery(m.cfg.Lease)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var failing bool
+	for {
+		select {
+		case <-m.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(m.runCtx, every)
+		err := m.readOwnership(ctx)
+		cancel()
+		switch {
+		case err != nil && !failing && m.runCtx.Err() == nil:
+			m.cfg.Logger.Warn("reading the ownership catalog failed; the relay keeps claiming the types it last read as its own until a read succeeds", "app", m.cfg.App, "err", err)
+			failing = true
+		case err == nil && failing:
+			m.cfg.Logger.Info("reading the ownership catalog works again", "app", m.cfg.App)
+			failing = false
+		}
+	}
+}
+
+// readOwnership reads the catalog once and applies it to the routes: a
+// type no longer the app's stops being claimed, one given back is claimed
+// again; each change is logged once, with the type's owner.
+func (m *maintenance) readOwnership(ctx context.Context) error {
+	owned, err := m.owners.Owners(ctx, m.cfg.App)
+	if err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	for _, o := range owned {
+		if o.Kind == driver.ResourceType && o.App == m.cfg.App {
+			mine[o.Name] = true
+		}
+	}
+	var lost, back []string
+	for _, rt := range m.rts {
+		rt.mu.Lock()
+		for _, typ := range rt.types {
+			_, gone := rt.notOwned[typ]
+			if gone == mine[typ] {
+				if gone {
+					back = append(back, typ)
+				} else {
+					lost = append(lost, typ)
+				}
+			}
+		}
+		rt.mu.Unlock()
+	}
+	if len(lost) == 0 && len(back) == 0 {
+		return nil
+	}
+	ownerOf := map[string]string{}
+	if len(lost) > 0 {
+		// Only to name the new owner: a failure leaves it unnamed.
+		if all, err := m.owners.Owners(ctx, ""); err == nil {
+			for _, o := range all {
+				if o.Kind == driver.ResourceType {
+					ownerOf[o.Name] = o.App
+				}
+			}
+		}
+	}
+	for _, rt := range m.rts {
+		rt.mu.Lock()
+		for _, typ := range rt.types {
+			switch {
+			case slices.Contains(lost, typ):
+				if rt.notOwned == nil {
+					rt.notOwned = map[string]string{}
+				}
+				rt.notOwned[typ] = ownerOf[typ]
+				rt.dirty = true
+			case slices.Contains(back, typ):
+				delete(rt.notOwned, typ)
+				rt.dirty = true
+			}
+		}
+		rt.mu.Unlock()
+	}
+	for _, typ := range lost {
+		owner := ownerOf[typ]
+		if owner == "" {
+			owner = "(no app: released)"
+		}
+		m.cfg.Logger.Warn("the ownership catalog no longer gives this app a type it routes: its relay stops claiming it, and the rows it had already claimed are delivered and settled as usual; the type's messages are now its owner's to deliver (to route it here again: 'mensageria owners transfer')",
+			"app", m.cfg.App, "type", typ, "owner", owner)
+	}
+	for _, typ := range back {
+		m.cfg.Logger.Info("the ownership catalog gives this app a type it routes again: its relay claims it", "app", m.cfg.App, "type", typ)
+	}
+	// The record of the routes' states drops the types no longer claimed
+	// (their owner's relay records them), and claiming looks at once.
+	m.replaceRoutes.Store(true)
+	signal(m.record)
+	m.waker.wakeAll()
+	return nil
 }
 
 func (m *maintenance) purge() {
@@ -87,7 +221,7 @@ func (m *maintenance) purgeAll() {
 	for m.runCtx.Err() == nil {
 		res, err := m.drv.Purge(m.runCtx, driver.PurgeParams{
 			App:             m.cfg.App,
-			Types:           m.types,
+			Types:           m.purgeTypes(),
 			DeliveredBefore: m.cfg.DeliveredRetention,
 			Batch:           purgeBatch,
 		})
@@ -112,6 +246,24 @@ func (m *maintenance) failedQuietly(msg string, err error) {
 		return
 	}
 	m.cfg.Logger.Warn(msg, "app", m.cfg.App, "err", err)
+}
+
+// purgeTypes are the types whose delivered rows this relay purges: its
+// own, less any the catalog gives another app now (whose retention is that
+// app's to apply).
+func (m *maintenance) purgeTypes() []string {
+	if len(m.rts) == 0 {
+		return m.types
+	}
+	var out []string
+	for _, rt := range m.rts {
+		t, _ := rt.claimable()
+		out = append(out, t...)
+	}
+	if len(out) == len(m.types) {
+		return m.types
+	}
+	return out
 }
 
 // recordRoutes writes the routes' states to the database while this relay
@@ -139,8 +291,11 @@ func (m *maintenance) recordRoutes() {
 			continue
 		}
 		replace := !wasLeader
+		if m.replaceRoutes.Swap(false) {
+			replace = true
+		}
 		states, took := m.changedRoutes(replace)
-		if len(states) == 0 {
+		if len(states) == 0 && !replace {
 			wasLeader = true
 			continue
 		}
@@ -152,6 +307,9 @@ func (m *maintenance) recordRoutes() {
 				rt.mu.Lock()
 				rt.dirty = true
 				rt.mu.Unlock()
+			}
+			if replace {
+				m.replaceRoutes.Store(true)
 			}
 			if !failing && m.runCtx.Err() == nil {
 				m.failedQuietly("recording the routes' states failed; 'mensageria status' shows older ones until a write succeeds", err)
@@ -176,6 +334,9 @@ func (m *maintenance) changedRoutes(all bool) ([]driver.RouteState, []*route) {
 			rt.dirty = false
 			took = append(took, rt)
 			for _, typ := range rt.types {
+				if _, gone := rt.notOwned[typ]; gone {
+					continue // its owner's relay records it
+				}
 				states = append(states, driver.RouteState{Type: typ, App: m.cfg.App, Route: h.Route, State: string(h.State),
 					Since: h.Since, Until: h.Until, Failures: h.Failures, LastError: storable(h.LastError, maxErrorLen)})
 			}

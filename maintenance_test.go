@@ -2,7 +2,10 @@ package mensageria
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +81,110 @@ func TestPurgeOnlyOnTheLeader(t *testing.T) {
 	defer drv.mu.Unlock()
 	if len(drv.calls) != 0 {
 		t.Fatalf("a standby purged %d times", len(drv.calls))
+	}
+}
+
+// catalogScript answers Owners with the types the test gives the app.
+type catalogScript struct {
+	mu    sync.Mutex
+	mine  []string
+	other string // who owns the rest
+	err   error
+}
+
+func (c *catalogScript) Owners(_ context.Context, app string) ([]driver.Ownership, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, c.err
+	}
+	var out []driver.Ownership
+	for _, t := range []string{"a", "b", "c"} {
+		owner := c.other
+		if slices.Contains(c.mine, t) {
+			owner = "parts"
+		}
+		if app == "" || app == owner {
+			out = append(out, driver.Ownership{Resource: driver.Resource{Kind: driver.ResourceType, Name: t}, App: owner})
+		}
+	}
+	return out, nil
+}
+
+type namedSender struct{ name string }
+
+func (*namedSender) Send(context.Context, *Delivery) error { return nil }
+
+type wakeCount struct{ n atomic.Int32 }
+
+func (w *wakeCount) wakeAll() { w.n.Add(1) }
+
+// Each read of the catalog hands the routes the types it gives the app:
+// one moved away is no longer claimable (and no longer purged or
+// recorded), one given back is again; a change wakes claiming and asks for
+// the routes' record to be replaced; a failed read changes nothing.
+func TestReadOwnershipFollowsTheCatalog(t *testing.T) {
+	reg := NewRegistry().MustRegister("a", &namedSender{"a"}).MustRegister("b", &namedSender{"b"})
+	reg.MustRegister("c", &namedSender{"c"}, Ordered())
+	cfg := partConfig(t, reg, nil)
+	rts, _ := newRoutes(cfg, routeNames(cfg), time.Now())
+	cat := &catalogScript{mine: []string{"a", "b", "c"}, other: "billing"}
+	waker := &wakeCount{}
+	m := &maintenance{cfg: cfg, rts: rts, owners: cat, waker: waker, types: reg.Types(), record: make(chan struct{}, 1)}
+	claimable := func() (types, ordered []string) {
+		for _, rt := range rts {
+			t, o := rt.claimable()
+			types, ordered = append(types, t...), append(ordered, o...)
+		}
+		slices.Sort(types)
+		return types, ordered
+	}
+	read := func() {
+		t.Helper()
+		if err := m.readOwnership(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	if types, _ := claimable(); !slices.Equal(types, []string{"a", "b", "c"}) || waker.n.Load() != 0 || m.replaceRoutes.Load() {
+		t.Fatalf("nothing moved, yet types %v, %d wake-ups, replace %v", types, waker.n.Load(), m.replaceRoutes.Load())
+	}
+
+	cat.mine = []string{"a"} // b and c moved to billing
+	read()
+	types, ordered := claimable()
+	if !slices.Equal(types, []string{"a"}) || len(ordered) != 0 || !slices.Equal(m.purgeTypes(), []string{"a"}) {
+		t.Fatalf("after the move: types %v, ordered %v, purged %v", types, ordered, m.purgeTypes())
+	}
+	if waker.n.Load() != 1 || !m.replaceRoutes.Load() {
+		t.Fatalf("a move woke claiming %d times, replace %v", waker.n.Load(), m.replaceRoutes.Load())
+	}
+	var notOwned []string
+	for _, rt := range rts {
+		notOwned = append(notOwned, rt.health().NotOwned...)
+	}
+	slices.Sort(notOwned)
+	if !slices.Equal(notOwned, []string{"b", "c"}) {
+		t.Fatalf("routes report %v not owned", notOwned)
+	}
+	states, _ := m.changedRoutes(true)
+	for _, s := range states {
+		if s.Type != "a" {
+			t.Fatalf("the record names %s, which billing's relay records now", s.Type)
+		}
+	}
+
+	cat.err = errors.New("connection refused")
+	if err := m.readOwnership(context.Background()); err == nil {
+		t.Fatal("a failed read reported no error")
+	}
+	if types, _ := claimable(); !slices.Equal(types, []string{"a"}) {
+		t.Fatalf("a failed read changed the types to %v", types)
+	}
+
+	cat.err, cat.mine = nil, []string{"a", "b", "c"}
+	read()
+	if types, ordered := claimable(); !slices.Equal(types, []string{"a", "b", "c"}) || !slices.Equal(ordered, []string{"c"}) || waker.n.Load() != 2 {
+		t.Fatalf("given back: types %v, ordered %v, %d wake-ups", types, ordered, waker.n.Load())
 	}
 }

@@ -52,6 +52,9 @@ import (
 //   - maintenance (maintenance.go, and atmostonce.go for the reconcile
 //     probe): the periodic work of the active relay: purging delivered
 //     and dead rows, recording route states, probing messages in doubt.
+//     It also reads the ownership catalog three times a lease
+//     (watchOwnership, ownersReader: the driver's Owners), so that the
+//     types claimed follow the catalog while the relay runs.
 //     Needs leaderState, maintenanceDriver (Purge, SetRouteStates),
 //     doubtClaimer (the driver's ClaimInDoubt), retrySettler (settling's
 //     settle with retry), waker (claiming's wake-up, once a probe retries
@@ -151,17 +154,29 @@ func (c *Client) settings(outbox [16]byte) RelaySettings {
 		MaxAttempts:        c.cfg.MaxAttempts,
 		RetryHorizon:       retryHorizon(&c.cfg),
 		DeliveredRetention: c.cfg.DeliveredRetention,
+		DeliveryWindow:     DeliveryWindow(c.cfg.Lease),
 	}
 }
 
-// useRelaySettings calls UseRelaySettings once on each distinct Sender
-// and each Inbox of the Registry that implements RelayAware.
+// useRelaySettings calls UseRelaySettings once on each distinct Sender,
+// its route's reconcile probe and each Inbox of the Registry that
+// implements RelayAware.
 func (c *Client) useRelaySettings(reg driver.RegisterResult) error {
 	set := c.settings(reg.OutboxID)
 	for _, s := range c.cfg.Registry.senders() {
 		if ra, ok := s.sender.(RelayAware); ok {
 			if err := ra.UseRelaySettings(set); err != nil {
 				return fmt.Errorf("mensageria: app %q: the Sender of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], s.sender, err)
+			}
+		}
+	}
+	// A route's reconcile probe runs inside a lease as its Sender does
+	// (maintenance's probe batches), so it is told the same settings.
+	for _, s := range c.cfg.Registry.senders() {
+		rt, _ := c.cfg.Registry.Route(s.types[0])
+		if ra, ok := rt.Reconciler.(RelayAware); ok {
+			if err := ra.UseRelaySettings(set); err != nil {
+				return fmt.Errorf("mensageria: app %q: the reconcile probe of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], rt.Reconciler, err)
 			}
 		}
 	}
@@ -272,7 +287,7 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		wake: wake, slots: make(chan struct{}, cfg.BatchesInFlight), claimedSignal: signals.Claimed}
 	r.upkeep = &maintenance{cfg: cfg, drv: c.drv, amo: amo, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead,
 		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts, failures: r.failures,
-		record: record, doubted: doubted, purgedSignal: signals.Purged}
+		record: record, doubted: doubted, owners: c.drv, purgedSignal: signals.Purged}
 	return r, nil
 }
 

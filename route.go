@@ -29,6 +29,11 @@ type RouteHealth struct {
 	RetryAfter bool
 	// MaxRate is the route's rate limit in messages per second (0: none).
 	MaxRate float64
+	// NotOwned are the route's Types the ownership catalog no longer gives
+	// the app (an operator moved them to another app, or released them):
+	// the relay does not claim them until the catalog gives them back. A
+	// running relay reads the catalog a few times a lease.
+	NotOwned []string
 }
 
 // RouteEvent reports one transition of a route's state.
@@ -89,6 +94,31 @@ type route struct {
 	mu    sync.Mutex
 	br    breaker
 	dirty bool // changed since last recorded
+	// notOwned are the types of the route the catalog does not give the
+	// app, each with the app it gives it to ("" none), as maintenance last
+	// read it (watchOwnership): they are not claimed.
+	notOwned map[string]string
+}
+
+// claimable lists the route's types, and its ordered ones, that the relay
+// claims: those the ownership catalog gives the app.
+func (rt *route) claimable() (types, ordered []string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.notOwned) == 0 {
+		return rt.types, rt.ordered
+	}
+	for _, t := range rt.types {
+		if _, gone := rt.notOwned[t]; !gone {
+			types = append(types, t)
+		}
+	}
+	for _, t := range rt.ordered {
+		if _, gone := rt.notOwned[t]; !gone {
+			ordered = append(ordered, t)
+		}
+	}
+	return types, ordered
 }
 
 func newRoutes(cfg *Config, names map[string]string, now time.Time) ([]*route, map[string]*route) {
@@ -145,6 +175,11 @@ func (rt *route) healthLocked() RouteHealth {
 	b := &rt.br
 	h := RouteHealth{Route: rt.name, Types: slices.Clone(rt.types), State: b.state, Since: b.since, Until: b.until,
 		LastError: b.lastErr, Failures: b.failures, RetryAfter: b.state == RoutePaused && b.retryReq, MaxRate: rt.maxRate}
+	for _, t := range rt.types {
+		if _, gone := rt.notOwned[t]; gone {
+			h.NotOwned = append(h.NotOwned, t)
+		}
+	}
 	return h
 }
 

@@ -39,6 +39,34 @@ const (
 	DefaultInboxWindow = 7 * 24 * time.Hour
 )
 
+// The bounds of Config that are not a default's, exported for the same
+// reason: the command's config refuses what the library would, with the
+// same figures.
+const (
+	// MinLease is the shortest Config.Lease.
+	MinLease = time.Second
+	// MaxLease is the longest Config.Lease: on PostgreSQL the elected
+	// relay's session times out after one lease (idle_session_timeout, in
+	// milliseconds, a 32-bit integer), so a longer lease could never be
+	// held. About 24.8 days.
+	MaxLease = time.Duration(math.MaxInt32) * time.Millisecond
+	// MaxMaxAttempts is the largest Config.MaxAttempts: a row counts its
+	// attempts in a 32-bit integer.
+	MaxMaxAttempts = math.MaxInt32
+)
+
+// SettleMargin is the end of a lease the relay keeps for recording what a
+// batch's deliveries did: a tenth of the lease, and at least half a second
+// (a quarter of a lease under two seconds).
+func SettleMargin(lease time.Duration) time.Duration { return settleMargin(lease) }
+
+// DeliveryWindow is how long the deliveries of one claimed batch may take:
+// the lease less its SettleMargin. The relay cancels a delivery still
+// running then (and retries it), so a Sender's own timeout must not be
+// longer: RelaySettings.DeliveryWindow hands it to the Senders, and the
+// command's config refuses an http timeout beyond it.
+func DeliveryWindow(lease time.Duration) time.Duration { return lease - settleMargin(lease) }
+
 // RelaySettings is what the Client resolved for its relay: the app, the
 // outbox it drains and the effective timing. The parts that depend on it
 // (a Kafka transactional sender's retention, a NATS sender's duplicate
@@ -61,6 +89,11 @@ type RelaySettings struct {
 	// outage, during which a route waits without counting attempts.
 	RetryHorizon       time.Duration
 	DeliveredRetention time.Duration
+	// DeliveryWindow is how long one claimed batch's deliveries may take
+	// (DeliveryWindow of the Lease): a Sender whose own timeout is longer
+	// should refuse the settings, since the relay cuts every delivery at
+	// this point whatever that timeout says.
+	DeliveryWindow time.Duration
 }
 
 // RelayAware is implemented by Senders (and anything else in a Registry)

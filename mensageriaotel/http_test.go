@@ -74,7 +74,7 @@ func traceAcrossHTTP(t *testing.T, batch bool) {
 	}))
 	defer srv.Close()
 
-	scfg := m2mhttp.SenderConfig{URL: srv.URL, Token: "tok", Timeout: 5 * time.Second}
+	scfg := m2mhttp.SenderConfig{URL: srv.URL, Token: "tok", Timeout: 4 * time.Second} // inside the 5s lease's delivery window
 	var sender mensageria.Sender
 	if batch {
 		sender, err = m2mhttp.NewBatchSender(scfg)

@@ -12,6 +12,10 @@ type Level string
 
 // The levels, weakest first.
 const (
+	// AtMostOnce: never more than once, possibly zero times; an attempt
+	// whose outcome is unknown is in doubt (it applied zero or one time)
+	// and is surfaced, never repeated automatically.
+	AtMostOnce Level = "at-most-once"
 	// AtLeastOnce: never zero times, possibly more than once.
 	AtLeastOnce Level = "at-least-once"
 	// EffectivelyOnce: may be delivered many times, but the effect is
@@ -67,6 +71,11 @@ type Options struct {
 	// KafkaTransactional: a kafka route relayed with the transactional
 	// sender (a transactional_id in the config).
 	KafkaTransactional bool
+	// AtMostOnce: an http route delivered at most once, to a receiver
+	// that is not idempotent (delivery: at_most_once); Reconcile: it has a
+	// reconcile probe for its messages in doubt.
+	AtMostOnce bool
+	Reconcile  bool
 }
 
 // For returns the map of a transport; ok is false for one it does not know.
@@ -88,6 +97,9 @@ func For(transport string, o Options) (Map, bool) {
 			"effects outside the database that stores the offsets",
 			"a second relay of the same topic under another transactional id, or election none: a batch can then be produced twice",
 		}
+	}
+	if transport == "http" && o.AtMostOnce {
+		m = atMostOnceMap(o.Reconcile)
 	}
 	if o.Ordered {
 		m.Ordering = orderedText
@@ -209,4 +221,43 @@ var maps = map[string]Map{
 			"effects outside the consumer's database",
 		},
 	},
+}
+
+// atMostOnceMap is an http route's map when its receiver cannot be
+// idempotent (docs/adr/0015-at-most-once-in-doubt.md): the at-least-once
+// hop and the inbox's effectively-once do not hold there, and nothing
+// dedupes a repeat, so the relay sends at most once and surfaces doubt.
+func atMostOnceMap(probe bool) Map {
+	doubt := "an operator decides ('mensageria doubt list', 'doubt resolve'): the route has no reconcile probe"
+	if probe {
+		doubt = "the route's reconcile probe asks the receiver a lease after the attempt and every reconcile interval: applied is delivered, not applied is sent once more under the same rules, no answer leaves it in doubt (an operator may still decide with 'mensageria doubt resolve')"
+	}
+	return Map{
+		Transport: "http",
+		Hops: []Hop{
+			enqueueHop,
+			{
+				From:     "outbox",
+				To:       "receiver",
+				Level:    AtMostOnce,
+				Why:      "before the requests of a claim the relay commits a mark on their rows, and a marked row is never claimed again; 2xx is delivered, a 3xx or 4xx refusal parks it dead, and only a failure that proves the request never reached the receiver (a refused connection, a name that does not resolve, a TLS failure, no free request slot, a status declared not_applied) is retried. Anything else (a timeout, a connection cut after the request was written, another 5xx, the relay dying after the mark) leaves the message in doubt: applied zero or one time, never sent again automatically",
+				Requires: "one active relay (election leader; a claim's token and lease fence the rest), a request that ends inside the lease's delivery window (the relay refuses a longer timeout)",
+			},
+			{
+				From:     "receiver",
+				To:       "effect",
+				Level:    AtMostOnce,
+				Why:      "the receiver applies every request it gets, so each attempt that reaches it is one effect: the relay's single attempt is what bounds the effects",
+				Requires: "the receiver applies a request once (no retries of its own behind a gateway); with a reconcile probe, the probe reports the receiver's own record of the effect",
+			},
+		},
+		EndToEnd: AtMostOnce,
+		Boundary: "the mark committed before the request: a message is applied at most once; one whose attempt's outcome is unknown is in doubt, counted in 'mensageria status' and /metrics, until " + doubt,
+		Defend: []string{
+			"the messages in doubt: " + doubt,
+			"resolving 'retry' for an effect that exists applies it twice: check the receiver first",
+			"effects the receiver causes outside itself (calls to third parties): they repeat if it retries them",
+			"a request delayed in the network past a lease after the relay's deadline, and HTTP/2's retry after a peer's PROTOCOL_ERROR (docs/adr/0015)",
+		},
+	}
 }

@@ -1,6 +1,9 @@
 package guarantee
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMaps(t *testing.T) {
 	for _, tr := range Transports() {
@@ -48,5 +51,31 @@ func TestMaps(t *testing.T) {
 	}
 	if _, ok := For("smtp", Options{}); ok {
 		t.Error("unknown transport accepted")
+	}
+}
+
+// An at-most-once http route has its own map: no at-least-once hop and no
+// effectively-once claim (nothing dedupes there), the doubt surfaced, and
+// the probe, when the route has one, named as what resolves it.
+func TestAtMostOnceMap(t *testing.T) {
+	for _, probe := range []bool{false, true} {
+		m, ok := For("http", Options{AtMostOnce: true, Reconcile: probe})
+		if !ok || m.EndToEnd != AtMostOnce || m.Hops[1].Level != AtMostOnce || m.Hops[2].Level != AtMostOnce {
+			t.Fatalf("probe %v: %+v", probe, m)
+		}
+		for _, h := range m.Hops {
+			if h.Level == AtLeastOnce || h.Level == EffectivelyOnce {
+				t.Errorf("probe %v: hop %s -> %s claims %s", probe, h.From, h.To, h.Level)
+			}
+		}
+		if !strings.Contains(m.Boundary, "in doubt") || strings.Contains(m.Boundary, "reconcile probe asks") != probe {
+			t.Errorf("probe %v: boundary %q", probe, m.Boundary)
+		}
+	}
+	if m, _ := For("http", Options{}); m.EndToEnd != EffectivelyOnce || m.Hops[1].Level != AtLeastOnce {
+		t.Errorf("the at-least-once map changed: %+v", m)
+	}
+	if m, _ := For("kafka", Options{AtMostOnce: true}); m.EndToEnd == AtMostOnce {
+		t.Error("AtMostOnce applies to http routes only")
 	}
 }

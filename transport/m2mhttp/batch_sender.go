@@ -140,7 +140,8 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 	}
 	defer func() { <-s.sem }()
 
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cut := s.timeout.limit(ctx)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout.get())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
@@ -156,7 +157,7 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, s.transportError(ctx, err)
+		return nil, s.transportError(ctx, cut, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnsupportedMediaType {

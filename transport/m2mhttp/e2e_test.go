@@ -455,7 +455,7 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 	}))
 	defer srv.Close()
 	var hook retries
-	client := startRelayWith(t, drv, map[string]string{"b.mixed": srv.URL, "b.stale": srv.URL, "b.unknown": srv.URL}, true, 5*time.Second, func(c *mensageria.Config) {
+	client := startRelayWith(t, drv, map[string]string{"b.mixed": srv.URL, "b.stale": srv.URL, "b.unknown": srv.URL}, true, 4*time.Second, func(c *mensageria.Config) {
 		c.BackoffMax = 5 * time.Second
 		c.Hooks = []mensageria.Hook{&hook}
 	})

@@ -30,7 +30,9 @@ type ProbeConfig struct {
 	// sent once more. Default [404]. A status in neither list, a timeout
 	// or a failed connection is no answer: the message stays in doubt.
 	NotApplied []int
-	// Timeout bounds one probe. Default 10s.
+	// Timeout bounds one probe. Default DefaultTimeout (10s), or the
+	// relay's delivery window when shorter; an explicit one longer than
+	// the window fails Client.Start, as SenderConfig.Timeout does.
 	Timeout time.Duration
 	// Client is the HTTP client. Default: one of its own. Redirects are
 	// never followed.
@@ -47,7 +49,7 @@ type Probe struct {
 	auth       string
 	applied    []int
 	notApplied []int
-	timeout    time.Duration
+	timeout    *requestTimeout
 	client     *http.Client
 	dest       string
 }
@@ -86,8 +88,9 @@ func NewProbe(cfg ProbeConfig) (*Probe, error) {
 			return nil, &mensageria.ConfigError{Field: "Probe", Reason: fmt.Sprintf("status %d is both applied and not applied", st)}
 		}
 	}
+	explicit := cfg.Timeout != 0
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Timeout < 0 {
 		return nil, &mensageria.ConfigError{Field: "Probe.Timeout", Reason: "must not be negative"}
@@ -99,7 +102,7 @@ func NewProbe(cfg ProbeConfig) (*Probe, error) {
 		c.Transport = newTransport(4)
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	p := &Probe{tmpl: cfg.URL, applied: cfg.Applied, notApplied: cfg.NotApplied, timeout: cfg.Timeout, client: &c,
+	p := &Probe{tmpl: cfg.URL, applied: cfg.Applied, notApplied: cfg.NotApplied, timeout: newRequestTimeout("Probe.Timeout", cfg.Timeout, explicit), client: &c,
 		dest: "probe " + strings.SplitN(cfg.URL, "?", 2)[0]}
 	if cfg.Token != "" {
 		p.auth = "Bearer " + cfg.Token
@@ -111,9 +114,15 @@ func expandProbeURL(tmpl, key, id, typ string) string {
 	return strings.NewReplacer("{key}", url.PathEscape(key), "{id}", url.PathEscape(id), "{type}", url.PathEscape(typ)).Replace(tmpl)
 }
 
+// UseRelaySettings implements mensageria.RelayAware, as Sender's does: a
+// probe runs inside a lease too (the relay's probe batches).
+func (p *Probe) UseRelaySettings(rs mensageria.RelaySettings) error {
+	return p.timeout.fit(rs)
+}
+
 // Reconcile implements mensageria.Reconciler.
 func (p *Probe) Reconcile(ctx context.Context, d *mensageria.Delivery) (mensageria.Reconciliation, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.timeout.get())
 	defer cancel()
 	u := expandProbeURL(p.tmpl, d.Key, d.ID.String(), d.Type)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)

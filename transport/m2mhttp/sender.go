@@ -29,7 +29,10 @@ type SenderConfig struct {
 	// receiver refuses anonymous deliveries.
 	Token string
 	// Timeout bounds one request, from dial to the end of the response.
-	// Default 10s.
+	// Default DefaultTimeout (10s), or the relay's delivery window when
+	// that is shorter (mensageria.DeliveryWindow of its Lease). An explicit
+	// Timeout longer than that window fails Client.Start: the relay would
+	// cut every request at the window whatever the Timeout said.
 	Timeout time.Duration
 	// MaxConcurrent bounds the requests in flight to this destination, so
 	// one slow receiver cannot take every relay slot's connection. Default
@@ -68,6 +71,10 @@ type SenderConfig struct {
 	PayloadOnly bool
 }
 
+// DefaultTimeout is SenderConfig.Timeout's and ProbeConfig.Timeout's
+// default, when the relay's delivery window is not shorter.
+const DefaultTimeout = 10 * time.Second
+
 // HeaderMessageType carries the message type of a PayloadOnly request.
 const HeaderMessageType = "X-Mensageria-Type"
 
@@ -90,8 +97,9 @@ type Sender struct {
 	client *http.Client
 	sem    chan struct{}
 	// timeout bounds one request; kept off http.Client.Timeout so that a
-	// caller's Client with its own Timeout keeps it.
-	timeout     time.Duration
+	// caller's Client with its own Timeout keeps it. UseRelaySettings may
+	// shorten a default one to the relay's delivery window.
+	timeout     *requestTimeout
 	notApplied  map[int]bool
 	payloadOnly bool
 }
@@ -108,8 +116,9 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.Token == "" || !validHeaderValue(cfg.Token) {
 		return nil, &mensageria.ConfigError{Field: "Token", Reason: "required, printable ASCII"}
 	}
+	explicit := cfg.Timeout != 0
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Timeout < 0 {
 		return nil, &mensageria.ConfigError{Field: "Timeout", Reason: "must not be negative"}
@@ -140,7 +149,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		auth:    "Bearer " + cfg.Token,
 		client:  &c,
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
-		timeout: cfg.Timeout,
+		timeout: newRequestTimeout("Timeout", cfg.Timeout, explicit),
 
 		notApplied:  notApplied,
 		payloadOnly: cfg.PayloadOnly,
@@ -205,7 +214,8 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 	}
 	defer func() { <-s.sem }()
 
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	limit := s.timeout.limit(ctx)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout.get())
 	defer cancel()
 	var wrote atomic.Bool
 	if d.AtMostOnce {
@@ -239,11 +249,21 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return notSentIf(d.AtMostOnce && !wrote.Load(), s.transportError(ctx, err))
+		return notSentIf(d.AtMostOnce && !wrote.Load(), s.transportError(ctx, limit, err))
 	}
 	defer resp.Body.Close()
 	err = classify(resp, time.Now())
 	return notSentIf(d.AtMostOnce && s.notApplied[resp.StatusCode], err)
+}
+
+// UseRelaySettings implements mensageria.RelayAware: Client.Start calls it
+// before the first claim. A Timeout left to its default is shortened to
+// the relay's delivery window when that is shorter; an explicit one longer
+// than the window is refused (a *mensageria.ConfigError naming Timeout),
+// since the relay would cut every request there. A BatchSender, which
+// embeds its Sender, does the same.
+func (s *Sender) UseRelaySettings(rs mensageria.RelaySettings) error {
+	return s.timeout.fit(rs)
 }
 
 // idempotencyKeyWire is Idempotency-Key as net/http's replay check does
@@ -278,9 +298,10 @@ func headerSafe(v string) string {
 // transportError is a request that got no HTTP answer: a refused or reset
 // connection, a DNS failure, a TLS handshake refused, a timeout. Each is
 // about the destination, not the message (docs/openapi.yaml).
-func (s *Sender) transportError(ctx context.Context, err error) error {
+// limit says which deadline a timeout is (requestTimeout.limit).
+func (s *Sender) transportError(ctx context.Context, limit string, err error) error {
 	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-		return mensageria.Unavailable(fmt.Errorf("POST %s: no answer within %s: %w", s.url, s.timeout, err))
+		return mensageria.Unavailable(fmt.Errorf("POST %s: no answer %s: %w", s.url, limit, err))
 	}
 	return mensageria.Unavailable(fmt.Errorf("POST %s: %w", s.url, unwrapURLError(err)))
 }

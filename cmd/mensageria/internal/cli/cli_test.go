@@ -131,7 +131,7 @@ schema: %s
 app: pedidos
 routes:
   - type: pedido.criado
-    http: {url: %s, token: ${TEST_TOKEN}, timeout: 2s}
+    http: {url: %s, token: ${TEST_TOKEN}, timeout: 1500ms}
   - type: pedido.ordenado
     http: {url: %s, token: ${TEST_TOKEN}}
     ordering: key

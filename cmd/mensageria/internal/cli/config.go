@@ -774,17 +774,79 @@ func (p *parser) build(raw *rawConfig) (*Config, error) {
 		return nil, err
 	}
 	// The library's own validation catches the remaining limits (app name,
-	// batch range); report them against the file too.
+	// batch range, the lease's bounds, pairs that contradict each other);
+	// report them against the file too, in the file's words.
 	cc := c.ClientConfig()
 	if _, nerr := mensageria.New(nopDriver{}, &cc); nerr != nil {
 		var ce *mensageria.ConfigError
 		if errors.As(nerr, &ce) {
-			return nil, p.errAt(libFieldPath(ce.Field), "%s", ce.Reason)
+			return nil, p.errAt(libFieldPath(ce.Field), "%s", yamlWords(ce.Reason))
 		}
 		return nil, &ConfigError{File: p.name, Msg: nerr.Error()}
 	}
+	if err := p.deadlines(c); err != nil {
+		return nil, err
+	}
 	c.Warnings = p.warnings
 	return c, nil
+}
+
+// libWords are the library's field names as the file spells them.
+var libWords = regexp.MustCompile(`\b(BackoffBase|BackoffMax|RoutePause|RoutePauseMax|Lease|PollInterval)\b`)
+
+// yamlWords rewrites a library reason's field names as the file's keys.
+func yamlWords(reason string) string {
+	return libWords.ReplaceAllStringFunc(reason, func(w string) string { return fieldName(libFieldPath(w)) })
+}
+
+// DeliveryWindow is how long the deliveries of one claimed batch may run
+// under the config's lease (mensageria.DeliveryWindow): the relay cuts
+// whatever is still running then.
+func (c *Config) DeliveryWindow() time.Duration {
+	return mensageria.DeliveryWindow(c.Effective().Lease)
+}
+
+// RequestTimeout is the bound of one request of an http route: its
+// timeout, or the default (m2mhttp.DefaultTimeout, shortened to the
+// delivery window when that is shorter, as the sender does at start).
+func (c *Config) RequestTimeout(h *HTTPRoute) time.Duration {
+	if h.Timeout > 0 {
+		return h.Timeout
+	}
+	return min(m2mhttp.DefaultTimeout, c.DeliveryWindow())
+}
+
+// deadlines refuses an http route's timeout (or its probe's) longer than
+// the delivery window of the relay's lease: the relay would cut every
+// request at the window, and the error would blame the timeout.
+func (p *parser) deadlines(c *Config) error {
+	lease := c.Effective().Lease
+	w := mensageria.DeliveryWindow(lease)
+	leaseSaid := "relay.lease " + lease.String()
+	if c.Relay.Lease == 0 {
+		leaseSaid = "the default relay.lease of " + lease.String()
+	}
+	check := func(d time.Duration, path []any) error {
+		if d <= w {
+			return nil
+		}
+		return p.errAt(path, "%s is longer than the %s a claimed batch's deliveries may take (%s less the %s the relay keeps to settle them): every request would be cut at %s, reported as a timeout of %s; give at most %s, or raise relay.lease",
+			d, w, leaseSaid, lease-w, w, d, w)
+	}
+	for i, r := range c.Routes {
+		if r.HTTP == nil {
+			continue
+		}
+		if err := check(r.HTTP.Timeout, []any{"routes", i, "http", "timeout"}); err != nil {
+			return err
+		}
+		if pr := r.HTTP.Reconcile; pr != nil {
+			if err := check(pr.Timeout, []any{"routes", i, "http", "reconcile", "timeout"}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // database fills and checks database, schema and app.
@@ -860,8 +922,10 @@ func libFieldPath(f string) []any {
 		return []any{"relay", "max_attempts"}
 	case "Lease":
 		return []any{"relay", "lease"}
-	case "BackoffMax", "BackoffBase":
+	case "BackoffMax":
 		return []any{"relay", "backoff_max"}
+	case "BackoffBase":
+		return []any{"relay", "backoff_base"}
 	case "PollInterval":
 		return []any{"relay", "poll_interval"}
 	case "Election":
@@ -987,7 +1051,7 @@ func (p *parser) httpRoute(i int, r Route, rh *rawHTTP) (Route, error) {
 	if h.Timeout, err = p.duration(rh.Timeout, at("timeout")...); err != nil {
 		return r, err
 	}
-	if h.MaxConcurrent, err = p.int(rh.MaxConcurrent, 0, at("max_concurrent")...); err != nil {
+	if h.MaxConcurrent, err = p.int(rh.MaxConcurrent, 1, at("max_concurrent")...); err != nil {
 		return r, err
 	}
 	if h.Batch, err = p.bool(rh.Batch, at("batch")...); err != nil {

@@ -268,7 +268,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"max_rate negative", base("routes:\n  - type: t\n    max_rate: -3\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].max_rate", "must be positive"},
 		{"max_rate infinite", base("routes:\n  - type: t\n    max_rate: .inf\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].max_rate", "not a number of messages per second"},
 		{"route_failure_threshold zero", base(route) + "relay: {route_failure_threshold: 0}\n", 6, "relay.route_failure_threshold", "at least 1"},
-		{"route_pause_max below route_pause", base(route) + "relay: {route_pause: 10s, route_pause_max: 5s}\n", 6, "relay.route_pause_max", "at least RoutePause"},
+		{"route_pause_max below route_pause", base(route) + "relay: {route_pause: 10s, route_pause_max: 5s}\n", 6, "relay.route_pause_max", "at least relay.route_pause (10s)"},
 		{"retry_after_ceiling below a second", base(route) + "relay: {retry_after_ceiling: 500ms}\n", 6, "relay.retry_after_ceiling", "at least 1s"},
 		{"token not ASCII", base("routes:\n  - type: t\n    http: {url: 'https://h/', token: \"t\\u00e9\"}\n"), 5, "routes[0].http.token", "printable ASCII"},
 		{"unknown key in relay", base(route) + "relay:\n  batch: 10\n  leese: 3s\n", 8, "relay.leese", `unknown key "leese"`},
@@ -452,5 +452,60 @@ func TestSeveralConfigErrorsAreErrConfig(t *testing.T) {
 	}
 	if !errors.Is(err, mensageria.ErrConfig) {
 		t.Errorf("%v is not mensageria.ErrConfig", err)
+	}
+}
+
+// Settings that cannot work are refused at parse, each with the YAML path
+// and why: an explicit 0 where 0 cannot work, a lease the election cannot
+// hold, a timeout the lease's delivery window would cut, pairs that
+// contradict each other. An unset key takes its documented default (the
+// http timeout's is 10s, or the delivery window when shorter).
+func TestParseConfigRefusesWhatCannotWork(t *testing.T) {
+	head := "database: sqlite:/tmp/x.db\napp: pedidos\nroutes:\n  - type: t\n"
+	httpRoute := func(extra string) string { return head + "    http: {url: http://h/, token: x" + extra + "}\n" }
+	once := head + "    delivery: at_most_once\n    http: {url: http://h/, token: x, reconcile: {url: 'http://h/{key}', timeout: %s}}\n"
+	for _, tc := range []struct {
+		name, yaml string
+		field      string // "" : accepted
+		msg        string
+	}{
+		{"max_concurrent 0", httpRoute(", max_concurrent: 0"), "routes[0].http.max_concurrent", "0 must be at least 1"},
+		{"max_concurrent negative", httpRoute(", max_concurrent: -4"), "routes[0].http.max_concurrent", "at least 1"},
+		{"batch 0", httpRoute("") + "relay: {batch: 0}\n", "relay.batch", "at least 1"},
+		{"timeout 0", httpRoute(", timeout: 0s"), "routes[0].http.timeout", "must be positive"},
+		{"timeout longer than the lease", httpRoute(", timeout: 60s") + "relay: {lease: 30s}\n", "routes[0].http.timeout",
+			"1m0s is longer than the 27s a claimed batch's deliveries may take (relay.lease 30s less the 3s the relay keeps to settle them)"},
+		{"timeout inside the settle margin", httpRoute(", timeout: 29s"), "routes[0].http.timeout", "the default relay.lease of 30s"},
+		{"timeout the whole window", httpRoute(", timeout: 27s"), "", ""},
+		{"timeout beside a short lease", httpRoute(", timeout: 2s") + "relay: {lease: 2s}\n", "routes[0].http.timeout", "every request would be cut at 1.5s"},
+		{"default timeout beside a short lease", httpRoute("") + "relay: {lease: 2s}\n", "", ""},
+		{"probe timeout beyond the window", fmt.Sprintf(once, "5s") + "relay: {lease: 5s}\n", "routes[0].http.reconcile.timeout", "longer than the 4.5s"},
+		{"probe timeout inside the window", fmt.Sprintf(once, "4s") + "relay: {lease: 5s}\n", "", ""},
+		{"lease of 600h", httpRoute("") + "relay: {lease: 600h, poll_interval: 1s}\n", "relay.lease", "idle_session_timeout"},
+		{"lease under a second", httpRoute("") + "relay: {lease: 500ms}\n", "relay.lease", "at least 1s"},
+		{"lease at the bound", httpRoute("") + "relay: {lease: 596h31m23.647s}\n", "", ""},
+		{"max_attempts 0", httpRoute("") + "relay: {max_attempts: 0}\n", "relay.max_attempts", "at least 1"},
+		{"max_attempts beyond 32 bits", httpRoute("") + "relay: {max_attempts: 3000000000}\n", "relay.max_attempts", "32-bit"},
+		{"poll longer than the lease", httpRoute("") + "relay: {lease: 5s, poll_interval: 10s}\n", "relay.poll_interval", "longer than the relay.lease (5s)"},
+		{"backoff base over the default max", httpRoute("") + "relay: {backoff_base: 20m}\n", "relay.backoff_max", "10m0s must be at least relay.backoff_base (20m0s)"},
+		{"route pause over the default max", httpRoute("") + "relay: {route_pause: 2m}\n", "relay.route_pause_max", "at least relay.route_pause (2m0s)"},
+		{"reconcile interval 0", httpRoute("") + "relay: {reconcile_interval: 0s}\n", "relay.reconcile_interval", "must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig("m.yaml", []byte(tc.yaml), envOf())
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if r := c.Routes[0].HTTP; r.Timeout == 0 && c.RequestTimeout(r) != min(10*time.Second, c.DeliveryWindow()) {
+					t.Fatalf("the default timeout is %s with a window of %s", c.RequestTimeout(r), c.DeliveryWindow())
+				}
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(ce.Msg, tc.msg) || !errors.Is(err, mensageria.ErrConfig) {
+				t.Fatalf("got %v\nwant field %q saying %q", err, tc.field, tc.msg)
+			}
+		})
 	}
 }

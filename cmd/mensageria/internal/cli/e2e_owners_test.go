@@ -21,7 +21,7 @@ func appFile(t *testing.T, schema, app, url string, types ...string) string {
 	t.Helper()
 	var routes strings.Builder
 	for _, typ := range types {
-		fmt.Fprintf(&routes, "  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 2s}\n", typ, url)
+		fmt.Fprintf(&routes, "  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 1500ms}\n", typ, url)
 	}
 	return writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: %s\nroutes:\n%s"+
 		"relay: {batch: 50, concurrency: 8, lease: 2s, max_attempts: 3, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms}\n",

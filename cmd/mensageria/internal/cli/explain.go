@@ -16,6 +16,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/guarantee"
+	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
 type explainRoute struct {
@@ -29,8 +30,27 @@ type explainRoute struct {
 	// "single".
 	Delivery string `json:"delivery,omitempty"`
 	// MaxRate is the route's limit in messages per second (0: none).
-	MaxRate float64       `json:"max_rate,omitempty"`
-	Map     guarantee.Map `json:"guarantees"`
+	MaxRate float64 `json:"max_rate,omitempty"`
+	// Deadline is what bounds one delivery of the route.
+	Deadline explainDeadline `json:"deadline"`
+	Map      guarantee.Map   `json:"guarantees"`
+}
+
+// explainDeadline is what bounds one delivery of a route: its request
+// timeout as the relay applies it (http), its probe's, and the delivery
+// window of the lease, by which every delivery of a claim ends.
+type explainDeadline struct {
+	// RequestTimeoutSec is an http route's timeout as applied: the
+	// config's, or the default shortened to the window (0: not http).
+	RequestTimeoutSec float64 `json:"request_timeout_seconds,omitempty"`
+	// RequestTimeoutDefault: the config gives none.
+	RequestTimeoutDefault bool `json:"request_timeout_default,omitempty"`
+	// ProbeTimeoutSec is the reconcile probe's timeout as applied (0: no
+	// probe).
+	ProbeTimeoutSec float64 `json:"probe_timeout_seconds,omitempty"`
+	// DeliveryWindowSec: the lease less the settle margin.
+	DeliveryWindowSec float64 `json:"delivery_window_seconds"`
+	Text              string  `json:"text"`
 }
 
 // explainTiming is the relay's effective timing: the config's figures,
@@ -47,6 +67,10 @@ type explainTiming struct {
 	// when settled).
 	DeliveredRetentionSec float64 `json:"delivered_retention_seconds"`
 	PurgeIntervalSec      float64 `json:"purge_interval_seconds"`
+	// DeliveryWindowSec is how long a claim's deliveries may run: the
+	// lease less SettleMarginSec, which the relay keeps to record them.
+	DeliveryWindowSec float64 `json:"delivery_window_seconds"`
+	SettleMarginSec   float64 `json:"settle_margin_seconds"`
 	// DefaultInboxWindowSec is an Inbox's dedup window when its own
 	// config gives none; each consumer's window is in the catalog.
 	DefaultInboxWindowSec float64 `json:"default_inbox_window_seconds"`
@@ -81,6 +105,7 @@ func timingOf(c *Config) explainTiming {
 	e := cl.Config()
 	return explainTiming{
 		LeaseSec: e.Lease.Seconds(), MaxAttempts: e.MaxAttempts,
+		DeliveryWindowSec: mensageria.DeliveryWindow(e.Lease).Seconds(), SettleMarginSec: mensageria.SettleMargin(e.Lease).Seconds(),
 		BackoffBaseSec: e.BackoffBase.Seconds(), BackoffMaxSec: e.BackoffMax.Seconds(),
 		RetryHorizonSec:       cl.RetryHorizon().Seconds(),
 		DeliveredRetentionSec: e.DeliveredRetention.Seconds(), PurgeIntervalSec: e.PurgeInterval.Seconds(),
@@ -151,12 +176,13 @@ writes anything.`,
 			}
 			for _, r := range c.Routes {
 				m, ok := guarantee.For(r.Transport, guarantee.Options{Ordered: r.Ordered, NoElection: c.Relay.Election == mensageria.ElectionNone,
-					KafkaTransactional: r.Kafka != nil && r.Kafka.TransactionalID != ""})
+					KafkaTransactional: r.Kafka != nil && r.Kafka.TransactionalID != "",
+					AtMostOnce:         r.Delivery == mensageria.AtMostOnce, Reconcile: r.HTTP != nil && r.HTTP.Reconcile != nil})
 				if !ok {
 					return fmt.Errorf("route %q: no guarantee map for transport %q", r.Type, r.Transport)
 				}
 				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line,
-					Security: security(r), Delivery: delivery(r), MaxRate: r.MaxRate, Map: m})
+					Security: security(r), Delivery: delivery(r), MaxRate: r.MaxRate, Deadline: deadlineOf(c, r), Map: m})
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.io.Out)
@@ -170,6 +196,45 @@ writes anything.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&noDB, "no-db", false, "do not read the ownership catalog (the config only)")
 	return cmd
+}
+
+// deadlineOf says what bounds one delivery of r: the relay cuts every
+// delivery of a claim at the lease's delivery window, and an http request
+// (or probe) at its own timeout before that.
+func deadlineOf(c *Config, r Route) explainDeadline {
+	lease := c.Effective().Lease
+	w := mensageria.DeliveryWindow(lease)
+	d := explainDeadline{DeliveryWindowSec: w.Seconds()}
+	window := fmt.Sprintf("a claim's deliveries end %s after it (the lease of %s less the %s kept to settle them); one still running then is cut and retried",
+		humanDuration(w), humanDuration(lease), humanDuration(lease-w))
+	if r.Delivery == mensageria.AtMostOnce {
+		window = fmt.Sprintf("a claim's deliveries end %s after it (the lease of %s less the %s kept to settle them); one cut then is in doubt, never sent again",
+			humanDuration(w), humanDuration(lease), humanDuration(lease-w))
+	}
+	if r.HTTP == nil {
+		d.Text = window
+		return d
+	}
+	timeout := c.RequestTimeout(r.HTTP)
+	d.RequestTimeoutSec = timeout.Seconds()
+	d.RequestTimeoutDefault = r.HTTP.Timeout == 0
+	how := "http.timeout"
+	switch {
+	case r.HTTP.Timeout == 0 && timeout < m2mhttp.DefaultTimeout:
+		how = fmt.Sprintf("the default %s, shortened to the delivery window", humanDuration(m2mhttp.DefaultTimeout))
+	case r.HTTP.Timeout == 0:
+		how = "the default"
+	}
+	d.Text = fmt.Sprintf("each request %s (%s); %s", humanDuration(timeout), how, window)
+	if p := r.HTTP.Reconcile; p != nil {
+		pt := p.Timeout
+		if pt == 0 {
+			pt = min(m2mhttp.DefaultTimeout, w)
+		}
+		d.ProbeTimeoutSec = pt.Seconds()
+		d.Text += fmt.Sprintf("; each reconcile probe %s", humanDuration(pt))
+	}
+	return d
 }
 
 func electionName(e mensageria.Election) string {
@@ -298,6 +363,7 @@ func writeExplain(w io.Writer, c *Config, out explainOut) {
 		if r.Delivery != "" {
 			fmt.Fprint(w, wrap("  delivery    ", "              ", r.Delivery))
 		}
+		fmt.Fprint(w, wrap("  deadline    ", "              ", r.Deadline.Text))
 		if r.MaxRate > 0 {
 			fmt.Fprint(w, wrap("  rate        ", "              ", fmt.Sprintf("at most %s messages a second (waiting for the rate never costs an attempt)", strconv.FormatFloat(r.MaxRate, 'f', -1, 64))))
 		}
@@ -328,7 +394,8 @@ func writeTiming(w io.Writer, t explainTiming) {
 	row := func(name, value, text string) {
 		fmt.Fprint(w, wrap(fmt.Sprintf("  %-14s %-10s ", name, value), strings.Repeat(" ", 28), text))
 	}
-	row("lease", humanDuration(secs(t.LeaseSec)), "a claimed batch is held this long; a crashed relay's batch is delivered again after it")
+	row("lease", humanDuration(secs(t.LeaseSec)), "a claimed batch is held this long; a crashed relay's batch is delivered again after it; a running relay follows a change of the ownership catalog within it")
+	row("deadline", humanDuration(secs(t.DeliveryWindowSec)), fmt.Sprintf("a claim's deliveries end this long after it: the lease less the %s kept to record them; a delivery still running then is cut", humanDuration(secs(t.SettleMarginSec))))
 	row("attempts", fmt.Sprint(t.MaxAttempts), "then the message is parked as dead, with its reason")
 	row("backoff", humanDuration(secs(t.BackoffBaseSec)), fmt.Sprintf("after the first failure, doubling up to %s (jitter only shortens it)", humanDuration(secs(t.BackoffMaxSec))))
 	row("retry horizon", humanDuration(secs(t.RetryHorizonSec).Round(time.Second)),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,6 +196,10 @@ var (
 	descRouteState    = prometheus.NewDesc("mensageria_route_state", "1 for the state each route (one destination) is in: flowing; paused (its destination failed; its types are not claimed until the probe); probing (one message is being tried).", append(routeLabels, "state"), nil)
 	descRouteFailures = prometheus.NewDesc("mensageria_route_failures", "Destination-level failures in a row of each route.", routeLabels, nil)
 	descRouteMaxRate  = prometheus.NewDesc("mensageria_route_max_rate", "The route's max_rate in messages per second, when it has one.", routeLabels, nil)
+	// descTypeClaimed follows the ownership catalog while the relay runs:
+	// an operator's 'owners transfer' turns a type's line to 0 within a
+	// lease.
+	descTypeClaimed = prometheus.NewDesc("mensageria_relay_type_claimed", "1 for each type the config routes that this relay claims; 0 for one the ownership catalog now gives another app (or none), which it no longer claims.", []string{"app", "route", "type"}, nil)
 )
 
 var routeStates = []mensageria.RouteState{mensageria.RouteFlowing, mensageria.RoutePaused, mensageria.RouteProbing}
@@ -206,6 +211,7 @@ func (routeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRouteState
 	ch <- descRouteFailures
 	ch <- descRouteMaxRate
+	ch <- descTypeClaimed
 }
 
 func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -224,6 +230,13 @@ func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRouteFailures, prometheus.GaugeValue, float64(r.Failures), l...)
 		if r.MaxRate > 0 {
 			ch <- prometheus.MustNewConstMetric(descRouteMaxRate, prometheus.GaugeValue, r.MaxRate, l...)
+		}
+		for _, typ := range r.Types {
+			v := 1.0
+			if slices.Contains(r.NotOwned, typ) {
+				v = 0
+			}
+			ch <- prometheus.MustNewConstMetric(descTypeClaimed, prometheus.GaugeValue, v, c.m.app, r.Route, typ)
 		}
 	}
 }

@@ -461,7 +461,7 @@ func (a *app) printTransfer(verb string, release bool, kind driver.ResourceKind,
 	fmt.Fprintf(a.io.Out, "%s moved from %s to %s in schema %s\n", thing(kind, name), quoteApp(from), quoteApp(to), schema)
 	switch kind {
 	case driver.ResourceType:
-		fmt.Fprintf(a.io.Err, "note: relays read the catalog when they start: restart app %s's relay so that it delivers %q; app %s's relay now refuses to start while its config still routes it\n", to, name, appName(from))
+		fmt.Fprintf(a.io.Err, "note: running relays pick the change up within one lease: app %s's relays stop claiming %q (what they had already claimed they deliver and settle), and app %s's relays that route it start claiming it; a relay of app %s that does not route it yet needs its config to, and a restart. App %s's relay now refuses to start while its config still routes it\n", appName(from), name, to, to, appName(from))
 	case driver.ResourceMigrations:
 		fmt.Fprintf(a.io.Err, "note: from now on only app %s runs 'mensageria migrate up' on schema %s\n", to, schema)
 	}

@@ -41,7 +41,7 @@ func (s *shared) app(name string, types ...string) func(stdin string, args ...st
 	s.t.Helper()
 	var routes strings.Builder
 	for _, typ := range types {
-		fmt.Fprintf(&routes, "  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 2s}\n", typ, s.receiver)
+		fmt.Fprintf(&routes, "  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 1500ms}\n", typ, s.receiver)
 	}
 	p := writeFile(s.t, fmt.Sprintf("database: %s\nschema: %s\napp: %s\nroutes:\n%s"+
 		"relay: {batch: 50, lease: 2s, max_attempts: 3, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms}\n",
@@ -411,6 +411,8 @@ func TestExplainFiguresAndOwners(t *testing.T) {
 		// attempts may hold its lease: 6.03s.
 		want := explainTiming{LeaseSec: 2, MaxAttempts: 3, BackoffBaseSec: 0.01, BackoffMaxSec: 0.05, RetryHorizonSec: 6.03,
 			DeliveredRetentionSec: 0, PurgeIntervalSec: 60, DefaultInboxWindowSec: 7 * 24 * 3600,
+			// The 2s lease less its 500ms settle margin.
+			DeliveryWindowSec: 1.5, SettleMarginSec: 0.5,
 			// The flow control's defaults: the config gives none.
 			RouteFailureThreshold: 5, RoutePauseSec: 1, RoutePauseMaxSec: 60, RetryAfterCeilingSec: 3600}
 		if d := out.Timing.RetryHorizonSec - want.RetryHorizonSec; d > 1e-9 || d < -1e-9 {

@@ -264,7 +264,9 @@ func (p *parser) receiveBlock(r *rawReceive, c *ReceiveConfig) error {
 	p.receiveTokens(r, c, do)
 	p.receiveTLS(r, c, do)
 	do(func() error {
-		n, e := p.int(r.MaxBodyBytes, 1, receiveKey("max_body_bytes")...)
+		// Under 1 KiB not even one envelope with its id, type, key and
+		// time fits; a sender's batch bytes cannot go lower either.
+		n, e := p.int(r.MaxBodyBytes, 1024, receiveKey("max_body_bytes")...)
 		c.MaxBodyBytes = int64(n)
 		if n == 0 {
 			c.MaxBodyBytes = defaultReceiveMaxBody

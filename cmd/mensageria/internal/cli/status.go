@@ -276,7 +276,7 @@ func writeStatus(w io.Writer, st *Status) {
 	}
 	for _, t := range st.Types {
 		if t.Routed && t.Owner != "" && t.Owner != st.App {
-			fmt.Fprintf(w, "(!) %s is routed by this config but owned by app %s: app %s's relay refuses to start until it moves ('mensageria owners transfer')\n", t.Type, t.Owner, st.App)
+			fmt.Fprintf(w, "(!) %s is routed by this config but owned by app %s: app %s's running relays do not claim it (they stop within one lease of a move), and a relay of app %s refuses to start until it moves back ('mensageria owners transfer')\n", t.Type, t.Owner, st.App, st.App)
 		}
 	}
 	if len(unowned) > 0 {

@@ -275,7 +275,7 @@ schema: %s
 app: pedidos
 routes:
   - type: pedido.criado
-    http: {url: http://%s/m2m, token: ${TEST_TOKEN}, timeout: 2s}
+    http: {url: http://%s/m2m, token: ${TEST_TOKEN}, timeout: 1500ms}
 relay: {batch: 10, lease: 2s, poll_interval: 50ms, backoff_base: 20ms, backoff_max: 200ms}
 `, testdb.URL(), sender, addr))
 	receiveCfg := writeFile(t, fmt.Sprintf(`database: %s

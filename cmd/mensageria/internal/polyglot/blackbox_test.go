@@ -89,7 +89,7 @@ routes:
     http:
       url: http://127.0.0.1:%d/m2m
       token: %s
-      timeout: 5s
+      timeout: 2500ms
 relay:
   batch: 50
   lease: 3s
