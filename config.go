@@ -57,9 +57,8 @@ type Config struct {
 	// that knows its timeout refuses the relay's settings otherwise). It
 	// is also how soon a running relay notices that the ownership catalog
 	// moved one of its types to another app, or back. Default DefaultLease
-	// (30s); MinLease (1s) to MaxLease (about 24.8 days: the election's
-	// PostgreSQL session times out after one lease, in milliseconds that
-	// must fit in 32 bits).
+	// (30s); MinLease (1s) to MaxLease (1h: a dead relay's messages and
+	// election wait one lease for another relay).
 	Lease time.Duration
 	// MaxAttempts parks a message as dead after this many failed
 	// deliveries. Default DefaultMaxAttempts (20); at most MaxMaxAttempts,
@@ -207,7 +206,7 @@ func (c *Config) validate() error {
 	case c.Lease < MinLease:
 		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%s must be at least %s", c.Lease, MinLease)}
 	case c.Lease > MaxLease:
-		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%s is longer than %s, the longest the election can hold: on PostgreSQL its session times out after one lease, and idle_session_timeout takes at most 2^31-1 ms, so the elected relay's session could never be opened", c.Lease, MaxLease)}
+		return &ConfigError{Field: "Lease", Reason: fmt.Sprintf("%s is longer than %s: a relay that dies holds its claimed messages and its app's election for one lease before another relay takes them over, so delivery could stand still that long", c.Lease, MaxLease)}
 	case c.BackoffBase < 0:
 		return &ConfigError{Field: "BackoffBase", Reason: fmt.Sprintf("%s must not be negative", c.BackoffBase)}
 	case c.BackoffMax < c.BackoffBase:

@@ -45,11 +45,12 @@ const (
 const (
 	// MinLease is the shortest Config.Lease.
 	MinLease = time.Second
-	// MaxLease is the longest Config.Lease: on PostgreSQL the elected
-	// relay's session times out after one lease (idle_session_timeout, in
-	// milliseconds, a 32-bit integer), so a longer lease could never be
-	// held. About 24.8 days.
-	MaxLease = time.Duration(math.MaxInt32) * time.Millisecond
+	// MaxLease is the longest Config.Lease. A relay that dies holds its
+	// claimed messages and its app's election for one lease before another
+	// relay takes them over, so a lease of hours is a relay that can stand
+	// delivery still for hours: longer than one hour is taken for a
+	// mistake (600h meant for 600s), not a setting.
+	MaxLease = time.Hour
 	// MaxMaxAttempts is the largest Config.MaxAttempts: a row counts its
 	// attempts in a 32-bit integer.
 	MaxMaxAttempts = math.MaxInt32

@@ -91,7 +91,7 @@ relay: {lease: 2s}
 // cannot hold, a timeout the lease's window cuts, max_concurrent 0.
 func TestCommandsRefuseSettingsThatCannotWork(t *testing.T) {
 	for _, tc := range []struct{ name, route, relay, field, says string }{
-		{"lease of 600h", "{url: http://r/m, token: x}", "{lease: 600h}", "relay.lease", "idle_session_timeout"},
+		{"lease of 600h", "{url: http://r/m, token: x}", "{lease: 600h}", "relay.lease", "holds its claimed messages"},
 		{"timeout longer than the lease", "{url: http://r/m, token: x, timeout: 60s}", "{lease: 30s}", "routes[0].http.timeout", "every request would be cut at 27s"},
 		{"max_concurrent 0", "{url: http://r/m, token: x, max_concurrent: 0}", "{}", "routes[0].http.max_concurrent", "at least 1"},
 	} {
