@@ -26,7 +26,7 @@ type securityEnv struct {
 	names map[string]map[postgres.Role]string
 }
 
-func newSecurityEnv(t *testing.T, rls bool) *securityEnv {
+func newSecurityEnv(t testing.TB, rls bool) *securityEnv {
 	e := &securityEnv{catalogEnv: newCatalogEnv(t, true), roles: map[string]map[postgres.Role]*postgres.Driver{}, names: map[string]map[postgres.Role]string{}}
 	// The catalog as the apps' relays leave it: a owns a.x and the
 	// consumer a.in, b owns b.x and b.in; ops migrates.
