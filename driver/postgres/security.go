@@ -17,10 +17,11 @@ const (
 	RoleReceive  Role = "receive"  // `mensageria receive`
 	RoleConsole  Role = "console"  // `mensageria console`
 	RoleProducer Role = "producer" // an INSERT into the outbox from any language, or Enqueue
+	RoleApplier  Role = "applier"  // an app applying its inbox queue by SQL (inbox_claim …)
 )
 
 // Roles lists every Role.
-var Roles = []Role{RoleRelay, RoleReceive, RoleConsole, RoleProducer}
+var Roles = []Role{RoleRelay, RoleReceive, RoleConsole, RoleProducer, RoleApplier}
 
 // roleName is what GrantSQL accepts as a database role: written without
 // quotes, it is the name the server stores, and app_roles holds it as is.
@@ -37,7 +38,7 @@ func (d *Driver) GrantSQL(role Role, dbRole, app string) (string, error) {
 		found = found || r == role
 	}
 	if !found {
-		return "", fmt.Errorf("mensageria/postgres: no role %q (want relay, receive, console or producer)", role)
+		return "", fmt.Errorf("mensageria/postgres: no role %q (want relay, receive, console, producer or applier)", role)
 	}
 	if !roleName.MatchString(dbRole) {
 		return "", fmt.Errorf("mensageria/postgres: database role %q must be a lower-case SQL identifier (a-z, 0-9, _, $)", dbRole)

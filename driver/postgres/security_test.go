@@ -229,6 +229,31 @@ func TestLeastPrivilegeRolesWithRowLevelSecurity(t *testing.T) {
 	_, err = rb.Pool().Exec(ctx, "UPDATE "+outbox+" SET state = 'dead'")
 	refused(t, "receive b updating the outbox", err)
 
+	// The app's SQL applier claims and applies its consumer's rows only.
+	claim := func(app, consumer string) (n int, err error) {
+		err = pgx.BeginFunc(ctx, e.as(app, postgres.RoleApplier).Pool(), func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "SELECT id FROM "+e.schema+".inbox_claim($1, 10)", consumer)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			for _, id := range ids {
+				if _, err := tx.Exec(ctx, "SELECT "+e.schema+".inbox_applied($1)", id); err != nil {
+					return err
+				}
+			}
+			n = len(ids)
+			return err
+		})
+		return n, err
+	}
+	if n, err := claim("a", "b.in"); err != nil || n != 0 {
+		t.Fatalf("a's applier claimed %d of b's rows (%v)", n, err)
+	}
+	if n, err := claim("b", "b.in"); err != nil || n != 1 {
+		t.Fatalf("b's applier claimed %d of its rows (%v), want 1", n, err)
+	}
+
 	// The console reads every app, and retries or discards its own app's
 	// dead letters only, whatever the console's own scope says.
 	ca := e.as("a", postgres.RoleConsole)
