@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,34 +34,30 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 	ctx := context.Background()
 	admin := appFile(t, schema, "pedidos", "http://127.0.0.1:1/m2m", "pedido.criado")
 	must(t, "migrate up", run(t, "", tokEnv, "migrate", "up", "--config", admin), 0)
-	drv, err := postgres.New(pool, &postgres.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
 	exec := func(q string) {
 		t.Helper()
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	// Every role of both apps, as the schema's owner grants them.
+	// Every role of both apps, as the schema's owner grants them, from
+	// what `migrate sql` prints.
 	role := map[string]string{}
 	for _, app := range []string{"pedidos", "faturamento"} {
+		cfg := appFile(t, schema, app, "http://127.0.0.1:1/m2m", "unused."+app)
 		for _, r := range postgres.Roles {
 			name := testdb.Role(t, app+"_"+string(r))
-			sql, err := drv.GrantSQL(r, name, app)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exec(sql)
+			res := run(t, "", tokEnv, "migrate", "sql", "--grants", string(r), "--role", name, "--config", cfg)
+			must(t, "migrate sql --grants "+string(r), res, 0, "GRANT USAGE ON SCHEMA "+schema+" TO "+name)
+			exec(res.out)
 			role[app+"/"+string(r)] = name
 		}
 	}
-	rls, err := drv.RowLevelSecuritySQL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec(rls)
+	res := run(t, "", tokEnv, "migrate", "sql", "--row-level-security", "--config", admin)
+	must(t, "migrate sql --row-level-security", res, 0, "ENABLE ROW LEVEL SECURITY")
+	exec(res.out)
+	res = run(t, "", tokEnv, "migrate", "sql", "--grants", "relay", "--config", admin)
+	must(t, "migrate sql --grants without --role", res, 2, "--role")
 	url := func(key string) string { return testdb.URLAs(t, role[key]) }
 	connect := func(key string) *pgxpool.Pool {
 		t.Helper()
@@ -138,7 +135,7 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 		}
 	}
 	refused("pedidos' producer enqueueing faturamento's type", enqueue("pedidos/producer", "fatura.emitida", "x"))
-	_, err = connect("faturamento/producer").Exec(ctx, "SELECT count(*) FROM "+schema+".outbox")
+	_, err := connect("faturamento/producer").Exec(ctx, "SELECT count(*) FROM "+schema+".outbox")
 	refused("a producer reading the outbox", err)
 
 	count := func(q string) int {
@@ -286,5 +283,20 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 	catalog, _ = pgx.CollectRows(rows, pgx.RowTo[string])
 	if got, want := strings.Join(catalog, ", "), "consumer fat faturamento, migrations schema pedidos, type fatura.emitida faturamento, type pedido.criado pedidos"; got != want {
 		t.Fatalf("catalog %q, want %q", got, want)
+	}
+}
+
+// A SQLite file has no roles: `migrate sql --grants` and
+// `--row-level-security` say so and print nothing (docs/security.md says
+// what protects the file instead).
+func TestMigrateSQLGrantsRefusedOnSQLite(t *testing.T) {
+	cfg := writeFile(t, fmt.Sprintf("database: sqlite:%s\napp: pedidos\nroutes:\n  - type: pedido.criado\n    http: {url: http://127.0.0.1:1/m2m, token: ${TEST_TOKEN}}\n",
+		filepath.Join(t.TempDir(), "m.db")))
+	for _, args := range [][]string{{"--grants", "relay", "--role", "r"}, {"--row-level-security"}} {
+		res := run(t, "", tokEnv, append([]string{"migrate", "sql", "--config", cfg}, args...)...)
+		must(t, "migrate sql "+strings.Join(args, " "), res, 2, "SQLite file has no roles")
+		if res.out != "" {
+			t.Fatalf("printed %q", res.out)
+		}
 	}
 }
