@@ -284,6 +284,24 @@ func TestLeastPrivilegeRolesWithRowLevelSecurity(t *testing.T) {
 	_, err = ca.Pool().Exec(ctx, "UPDATE "+e.table("owners")+" SET app = 'a'")
 	refused(t, "console a writing the catalog", err)
 
+	// A login role that is a member of a's producer and relay roles acts
+	// as both, for a only: the grants and the mapping follow membership.
+	member := testdb.Role(t, "ms_member_a")
+	e.exec("GRANT " + e.names["a"][postgres.RoleProducer] + ", " + e.names["a"][postgres.RoleRelay] + " TO " + member)
+	mp, err := pgxpool.New(ctx, testdb.URLAs(t, member))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	if _, err := mp.Exec(ctx, "INSERT INTO "+outbox+" (type, key) VALUES ('a.x', 'by-member')"); err != nil {
+		t.Fatalf("a member of a's producer role enqueueing: %v", err)
+	}
+	_, err = mp.Exec(ctx, "INSERT INTO "+outbox+" (type, key) VALUES ('b.x', 'by-member')")
+	refused(t, "a member of a's roles enqueueing b's type", err)
+	if tag, err := mp.Exec(ctx, "UPDATE "+outbox+" SET attempts = attempts WHERE key = 'by-member'"); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("a member of a's relay role updating a's row: %v %v", tag, err)
+	}
+
 	// Nothing of b's moved.
 	if n := e.count("type = 'b.x' AND state = 'dead'"); n != 2 {
 		t.Fatalf("%d of b's rows dead as the test left them, want 2", n)
