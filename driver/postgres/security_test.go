@@ -314,3 +314,41 @@ func TestLeastPrivilegeRolesWithRowLevelSecurity(t *testing.T) {
 		t.Fatalf("catalog %s, want %s", got, want)
 	}
 }
+
+// Under the policies the settle still finds its rows by the primary key
+// and skips the branch it does not take (keep or delete): its constant
+// false no longer sits beside the policies' conditions, where the planner
+// stopped folding it away and scanned the whole outbox for it.
+func TestSettleUnderRowLevelSecurityReadsNoWholeOutbox(t *testing.T) {
+	e := newSecurityEnv(t, true)
+	e.exec("INSERT INTO " + e.table("outbox") + " (type, key) SELECT 'a.x', 'k' || g FROM generate_series(1, 2000) g")
+	e.exec("ANALYZE " + e.table("outbox"))
+	r := e.as("a", postgres.RoleRelay)
+	q, err := r.Statement("settle_delivered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{false, true} {
+		err := pgx.BeginFunc(e.ctx, r.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(e.ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+				return err
+			}
+			rows, err := tx.Query(e.ctx, "EXPLAIN "+q, pgx.QueryExecModeExec, []int64{1, 2, 3}, int64(1), keep)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			plan := strings.Join(lines, "\n")
+			if strings.Contains(plan, "Seq Scan on outbox") || !strings.Contains(plan, "One-Time Filter: false") {
+				t.Errorf("settle (keep %v) as a confined relay:\n%s", keep, plan)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
