@@ -50,6 +50,11 @@ func (d *Driver) Register(ctx context.Context, p driver.RegisterParams) (driver.
 				if err != nil {
 					return err
 				}
+				if len(current) < len(rs) {
+					if current, err = d.unlocked(ctx, tx, kinds, names, current); err != nil {
+						return err
+					}
+				}
 				var conflicts []driver.Ownership
 				for _, o := range current {
 					if o.App != "" && o.App != p.App {
@@ -89,6 +94,26 @@ func (d *Driver) Register(ctx context.Context, p driver.RegisterParams) (driver.
 
 // normalize checks the resources of a registration and sorts them by kind
 // and name, each once.
+// unlocked adds to the entries locked the ones the lock skipped, read
+// without it (queries/register_read.sql): another app's, under row-level
+// security.
+func (d *Driver) unlocked(ctx context.Context, tx pgx.Tx, kinds, names []string, locked []driver.Ownership) ([]driver.Ownership, error) {
+	rows, err := tx.Query(ctx, d.q.registerRead, kinds, names)
+	if err != nil {
+		return nil, err
+	}
+	all, err := pgx.CollectRows(rows, scanOwnership(false))
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range all {
+		if !slices.ContainsFunc(locked, func(l driver.Ownership) bool { return l.Kind == o.Kind && l.Name == o.Name }) {
+			locked = append(locked, o)
+		}
+	}
+	return locked, nil
+}
+
 func normalize(in []driver.Resource) ([]driver.Resource, error) {
 	out := make([]driver.Resource, 0, len(in))
 	for _, r := range in {

@@ -25,14 +25,14 @@ import (
 
 // catalogEnv is a driver on its own schema, migrated unless told not to.
 type catalogEnv struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	schema string
 	d      *postgres.Driver
 }
 
-func newCatalogEnv(t *testing.T, migrate bool) *catalogEnv {
+func newCatalogEnv(t testing.TB, migrate bool) *catalogEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)

@@ -35,7 +35,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-//go:embed migrations/*.sql queries/*.sql
+//go:embed migrations/*.sql queries/*.sql security/*.sql
 var files embed.FS
 
 // Config configures the driver.
@@ -62,7 +62,7 @@ type queries struct {
 	claim, settleDelivered, settleRetry, settleDead, settleRelease       string
 	inboxRecord, inboxFirst, stats, purgeOutbox, purgeInbox, purgeCounts string
 	settleSort                                                           string
-	registerInsert, registerLock, registerAdopt, owners                  string
+	registerInsert, registerLock, registerAdopt, registerRead, owners    string
 	transferLock, transferSet                                            string
 	routeStateSet, routeStatePrune, routeStateList                       string
 	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead   string
@@ -110,6 +110,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		registerInsert:  load("register_insert"),
 		registerLock:    load("register_lock"),
 		registerAdopt:   load("register_adopt"),
+		registerRead:    load("register_read"),
 		owners:          load("owners"),
 		transferLock:    load("transfer_lock"),
 		transferSet:     load("transfer_set"),

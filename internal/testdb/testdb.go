@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -153,4 +154,39 @@ func PrivateServer(t testing.TB, cfg pgserver.Config) *pgserver.Server {
 		}
 	})
 	return s
+}
+
+// Role creates a login role of t's own, no superuser, named prefix and a
+// random suffix, and drops it (and every grant it holds) when t ends:
+// roles are global to the server, which other tests share. It returns the
+// role's name.
+func Role(t testing.TB, prefix string) string {
+	t.Helper()
+	p := Pool(t)
+	name := fmt.Sprintf("%s_%08x", sanitize(prefix), rand.Uint32())
+	ctx := context.Background()
+	if _, err := p.Exec(ctx, "CREATE ROLE "+name+" LOGIN NOSUPERUSER"); err != nil {
+		t.Fatalf("create role %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = p.Exec(ctx, "DROP OWNED BY "+name)
+		if _, err := p.Exec(ctx, "DROP ROLE "+name); err != nil {
+			t.Logf("drop role %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// URLAs returns the test database URL with role as its user (the shared
+// server trusts local connections).
+func URLAs(t testing.TB, role string) string {
+	t.Helper()
+	u, err := url.Parse(URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
 )
 
 const migrateLong = `migrate manages the mensageria tables in the configured schema.
@@ -19,7 +20,10 @@ const migrateLong = `migrate manages the mensageria tables in the configured sch
   migrate check   verify the schema is current without changing it; exits 1
                   when it is behind (open to every app)
   migrate sql     print the DDL, for a team's own migration tool (Flyway,
-                  goose, Liquibase)`
+                  goose, Liquibase); with --grants, the least privileges of
+                  one of the config's app's roles, and with
+                  --row-level-security the opt-in policies that keep each
+                  app's roles off the other apps' rows (docs/security.md)`
 
 func (a *app) migrateCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -93,6 +97,8 @@ func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON boo
 // up and check.
 func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 	var from int
+	var grants, role string
+	var rls bool
 	sql := &cobra.Command{
 		Use:   "sql",
 		Short: "Print the DDL of the migrations, for your own migration tool",
@@ -107,6 +113,9 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 				return err
 			}
 			defer b.Close()
+			if grants != "" || rls {
+				return a.printSecuritySQL(b.drv, c, grants, role, rls)
+			}
 			ms, err := b.drv.MigrationSQL(from)
 			if err != nil {
 				return err
@@ -121,8 +130,39 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 		}),
 	}
 	sql.Flags().IntVar(&from, "from", 0, "print only the migrations after this version")
+	sql.Flags().StringVar(&grants, "grants", "", "print the grants of the config's app's relay, receive, console, producer or applier role instead (PostgreSQL)")
+	sql.Flags().StringVar(&role, "role", "", "the database role --grants grants to")
+	sql.Flags().BoolVar(&rls, "row-level-security", false, "print the opt-in row-level security instead (PostgreSQL)")
 	sql.Flags().BoolVar(asJSON, "json", false, "print JSON")
 	return sql
+}
+
+// printSecuritySQL prints the SQL of docs/security.md that the schema's
+// owner runs after the migrations: a role's grants, the row-level
+// security, or both.
+func (a *app) printSecuritySQL(drv driver.Driver, c *Config, grants, role string, rls bool) error {
+	pg, ok := drv.(*postgres.Driver)
+	if !ok {
+		return usageErr("--grants and --row-level-security are PostgreSQL's: a SQLite file has no roles (docs/security.md says how to protect it)")
+	}
+	if grants != "" {
+		if role == "" {
+			return usageErr("--grants %s needs --role, the database role to grant it to", grants)
+		}
+		sql, err := pg.GrantSQL(postgres.Role(grants), role, c.App)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		fmt.Fprintf(a.io.Out, "-- mensageria: the %s role of app %s, granted to %s (schema %s)\n%s\n", grants, c.App, role, c.Schema, sql)
+	}
+	if rls {
+		sql, err := pg.RowLevelSecuritySQL()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.io.Out, "-- mensageria: row-level security (schema %s)\n%s\n", c.Schema, sql)
+	}
+	return nil
 }
 
 func nonNil[T any](s []T) []T {
