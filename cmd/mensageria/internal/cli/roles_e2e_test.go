@@ -72,7 +72,7 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 
 	// faturamento's receive daemon, as its role: no --migrate (the role
 	// may not migrate), its consumer registered by itself.
-	rcvCfg := writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: faturamento\nreceive:\n  listen: 127.0.0.1:0\n  tokens: [tok]\n"+
+	rcvCfg := writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: faturamento\nreceive:\n  listen: 127.0.0.1:0\n  tokens: [tok-0123456789abcdef]\n"+
 		"consumers:\n  - name: fat\n    types: [pedido.criado]\n    window: 1h\n", url("faturamento/receive"), schema))
 	inbox := startReceive(t, rcvCfg, nil, "--migrate=false")
 
@@ -84,14 +84,21 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 	}
 	rctx, stopRelays := context.WithCancel(ctx)
 	defer stopRelays()
+	roleEnv := map[string]string{"TEST_TOKEN": tokEnv["TEST_TOKEN"], "INBOX_TOKEN": "tok-0123456789abcdef"}
 	startRelay := func(app, typ, to string) *relayProc {
 		t.Helper()
-		cfg := writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: %s\nroutes:\n  - type: %s\n    http: {url: %s, token: ${TEST_TOKEN}, timeout: 2s}\n%s",
-			url(app+"/relay"), schema, app, typ, to, relayKnobs))
+		// pedidos delivers to faturamento's receive daemon, whose tokens
+		// are 16 characters at least; the test receiver takes tokEnv's.
+		token := "TEST_TOKEN"
+		if app == "pedidos" {
+			token = "INBOX_TOKEN"
+		}
+		cfg := writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: %s\nroutes:\n  - type: %s\n    http: {url: %s, token: ${%s}, timeout: 1500ms}\n%s",
+			url(app+"/relay"), schema, app, typ, to, token, relayKnobs))
 		p := &relayProc{logs: &syncBuffer{}, done: make(chan int, 1)}
 		go func() {
 			p.done <- Run(rctx, []string{"relay", "--config", cfg, "--listen", "127.0.0.1:0", "--log-format", "json"},
-				IO{Out: io.Discard, Err: p.logs, Env: func(k string) (string, bool) { v, ok := tokEnv[k]; return v, ok }})
+				IO{Out: io.Discard, Err: p.logs, Env: func(k string) (string, bool) { v, ok := roleEnv[k]; return v, ok }})
 		}()
 		p.addr = waitAddr(t, p.logs, p.done)
 		return p
@@ -190,7 +197,7 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT id FROM "+schema+".outbox WHERE key = 'p-dead'").Scan(&ownDead); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"TEST_TOKEN": "tok", "CONSOLE_TOKEN": "a-console-token-for-the-roles-test"}
+	env := map[string]string{"TEST_TOKEN": "tok-0123456789abcdef", "CONSOLE_TOKEN": "a-console-token-for-the-roles-test"}
 	consoleCfg := writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: pedidos\nroutes:\n  - type: pedido.criado\n    http: {url: %s, token: ${TEST_TOKEN}}\n"+
 		"console:\n  token: ${CONSOLE_TOKEN}\n  all_apps: true\n", url("pedidos/console"), schema, inbox.url))
 	cctx, stopConsole := context.WithCancel(ctx)
