@@ -161,10 +161,13 @@ func atMostOnceOf(drv driver.Driver, rts []*route) (driver.AtMostOnce, error) {
 // rows on at-most-once routes, in one statement, and returns which of
 // them may be sent. On an error none may: they are left as release,
 // which also takes back a mark that committed unseen.
-func (d *deliverer) markOnce(b *claimed) map[int]bool {
+func (d *deliverer) markOnce(b *claimed, skip map[int]bool) map[int]bool {
 	var idx []int
 	var ids []int64
 	for i := range b.jobs {
+		if skip[i] {
+			continue
+		}
 		if rt := d.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce {
 			idx = append(idx, i)
 			ids = append(ids, b.jobs[i].ID)

@@ -1,0 +1,53 @@
+package postgres
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// rowTimes reads the timestamps of one outbox row without failing the
+// statement's other rows: a timestamptz holds 'infinity' and '-infinity',
+// which no time.Time can, and a plain INSERT of a version before 12 could
+// store either (migration 012 refuses them now). Each column that cannot
+// be read is named in why (driver.Job.Unreadable) and left zero.
+type rowTimes struct {
+	created, available, delivered, attempted pgtype.Timestamptz
+}
+
+// read is the finite time of ts, or the zero time with column named in
+// *why. A NULL is the zero time and no reason: the callers know which
+// columns may be NULL.
+func readTime(ts pgtype.Timestamptz, column string, why *string) time.Time {
+	if !ts.Valid {
+		return time.Time{}
+	}
+	switch ts.InfinityModifier {
+	case pgtype.Infinity:
+		*why = driver.UnreadableColumn(*why, column, "is infinity")
+		return time.Time{}
+	case pgtype.NegativeInfinity:
+		*why = driver.UnreadableColumn(*why, column, "is -infinity")
+		return time.Time{}
+	}
+	return ts.Time
+}
+
+// optional is readTime for a nullable column.
+func optionalTime(ts pgtype.Timestamptz, column string, why *string) *time.Time {
+	if !ts.Valid {
+		return nil
+	}
+	t := readTime(ts, column, why)
+	return &t
+}
+
+// into sets j's times, naming in j.Unreadable each it could not read.
+func (rt *rowTimes) into(j *driver.Job) {
+	j.CreatedAt = readTime(rt.created, "created_at", &j.Unreadable)
+	j.AvailableAt = readTime(rt.available, "available_at", &j.Unreadable)
+	j.DeliveredAt = optionalTime(rt.delivered, "delivered_at", &j.Unreadable)
+	j.AttemptedAt = optionalTime(rt.attempted, "attempted_at", &j.Unreadable)
+}
