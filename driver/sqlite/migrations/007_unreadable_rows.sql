@@ -46,18 +46,18 @@ END;
 -- The pending rows written before this version that break a rule are
 -- parked dead now, with the relay's reason, so that no claim meets them.
 -- A dead row keeps what it holds, for the operator to read and fix.
-UPDATE {{p}}outbox AS o
+UPDATE {{p}}outbox
 SET state = 'dead', lease_token = NULL, lease_until = NULL,
     last_error = 'unreadable row: ' || substr(
-        CASE WHEN NOT (typeof(o.message_id) = 'text' AND o.message_id GLOB '[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]') THEN '; message_id is not a UUID (' || quote(o.message_id) || ')' ELSE '' END ||
-        CASE WHEN NOT (typeof(o.created_at) = 'integer' AND o.created_at > -62135596800000000 AND o.created_at < 253402300800000000) THEN '; created_at is not unix microseconds in years 1 to 9999 (' || quote(o.created_at) || ')' ELSE '' END ||
-        CASE WHEN NOT (typeof(o.available_at) = 'integer' AND o.available_at > -62135596800000000 AND o.available_at < 253402300800000000) THEN '; available_at is not unix microseconds in years 1 to 9999 (' || quote(o.available_at) || ')' ELSE '' END ||
-        CASE WHEN NOT (o.attempted_at IS NULL OR (typeof(o.attempted_at) = 'integer' AND o.attempted_at > -62135596800000000 AND o.attempted_at < 253402300800000000)) THEN '; attempted_at is not unix microseconds in years 1 to 9999 (' || quote(o.attempted_at) || ')' ELSE '' END ||
-        CASE WHEN NOT (typeof(o.attempts) = 'integer') THEN '; attempts is not an integer (' || quote(o.attempts) || ')' ELSE '' END,
+        CASE WHEN NOT (typeof(message_id) = 'text' AND message_id GLOB '[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]') THEN '; message_id is not a UUID (' || quote(message_id) || ')' ELSE '' END ||
+        CASE WHEN NOT (typeof(created_at) = 'integer' AND created_at > -62135596800000000 AND created_at < 253402300800000000) THEN '; created_at is not unix microseconds in years 1 to 9999 (' || quote(created_at) || ')' ELSE '' END ||
+        CASE WHEN NOT (typeof(available_at) = 'integer' AND available_at > -62135596800000000 AND available_at < 253402300800000000) THEN '; available_at is not unix microseconds in years 1 to 9999 (' || quote(available_at) || ')' ELSE '' END ||
+        CASE WHEN NOT (attempted_at IS NULL OR (typeof(attempted_at) = 'integer' AND attempted_at > -62135596800000000 AND attempted_at < 253402300800000000)) THEN '; attempted_at is not unix microseconds in years 1 to 9999 (' || quote(attempted_at) || ')' ELSE '' END ||
+        CASE WHEN NOT (typeof(attempts) = 'integer') THEN '; attempts is not an integer (' || quote(attempts) || ')' ELSE '' END,
         3) || '; parked by schema migration 7 (fix the row and run ''mensageria dead retry'', or discard it)'
-WHERE o.state = 'pending' AND NOT (
-    typeof(o.message_id) = 'text' AND o.message_id GLOB '[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]'
-    AND typeof(o.created_at) = 'integer' AND o.created_at > -62135596800000000 AND o.created_at < 253402300800000000
-    AND typeof(o.available_at) = 'integer' AND o.available_at > -62135596800000000 AND o.available_at < 253402300800000000
-    AND (o.attempted_at IS NULL OR (typeof(o.attempted_at) = 'integer' AND o.attempted_at > -62135596800000000 AND o.attempted_at < 253402300800000000))
-    AND typeof(o.attempts) = 'integer');
+WHERE state = 'pending' AND NOT (
+    typeof(message_id) = 'text' AND message_id GLOB '[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]-[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]'
+    AND typeof(created_at) = 'integer' AND created_at > -62135596800000000 AND created_at < 253402300800000000
+    AND typeof(available_at) = 'integer' AND available_at > -62135596800000000 AND available_at < 253402300800000000
+    AND (attempted_at IS NULL OR (typeof(attempted_at) = 'integer' AND attempted_at > -62135596800000000 AND attempted_at < 253402300800000000))
+    AND typeof(attempts) = 'integer');
