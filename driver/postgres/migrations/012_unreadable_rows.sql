@@ -12,7 +12,7 @@
 -- its reason ("unreadable row: created_at is infinity"); these constraints
 -- keep new ones out: a plain INSERT of such a time fails with SQLSTATE
 -- 23514 (check_violation) and the constraint's name, which names the
--- column (docs/config.md, "Enqueueing with plain SQL").
+-- column (README.md, "Enqueue from any language").
 --
 -- The bounds are open at year 1's first instant, which Go reads as "no
 -- time" (every transport then leaves created_at out), and end before year
