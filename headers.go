@@ -23,10 +23,9 @@ func unreadable(j *driver.Job) string {
 			why = driver.UnreadableColumn(why, "headers", "is not a JSON object of string values")
 		}
 	}
-	// A time the driver could not read is named already. The zero time is
-	// what every transport reads as "no created_at".
-	if y := j.CreatedAt.UTC().Year(); !strings.Contains(j.Unreadable, "created_at") && (y < 1 || y > 9999 || j.CreatedAt.IsZero()) {
-		why = driver.UnreadableColumn(why, "created_at", fmt.Sprintf("is out of range (%s): years 1 to 9999 in UTC, after 0001-01-01T00:00:00Z", j.CreatedAt.UTC().Format(time.RFC3339Nano)))
+	// A time the driver could not read is named already.
+	if y := j.CreatedAt.UTC().Year(); !strings.Contains(j.Unreadable, "created_at") && (y < 1 || y > 9999) {
+		why = driver.UnreadableColumn(why, "created_at", fmt.Sprintf("is out of range (%s): years 1 to 9999 in UTC", j.CreatedAt.UTC().Format(time.RFC3339Nano)))
 	}
 	return why
 }
