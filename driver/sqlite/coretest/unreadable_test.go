@@ -3,6 +3,7 @@ package coretest_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,6 +125,67 @@ func TestUnreadableRowIsParkedAloneAndTheRestDelivered(t *testing.T) {
 		}
 		if !strings.Contains(logs.String(), "message parked as dead") || !strings.Contains(logs.String(), "unreadable row") {
 			t.Errorf("the parked rows were not logged:\n%s", logs)
+		}
+	})
+}
+
+// A row in doubt that the relay cannot read (stored past the rules) is not
+// probed, since no probe can ask about a message it cannot read: it stays
+// in doubt with its reason, for an operator, while the probe resolves the
+// route's other rows in doubt. Before, on PostgreSQL, its infinite
+// created_at failed every probe claim of the route.
+func TestUnreadableRowInDoubtIsLeftForAnOperator(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		app := uniqueApp("poisondoubt")
+		typ := app + ".t"
+		var mu sync.Mutex
+		probed := map[string]int{}
+		rc := mensageria.ReconcilerFunc(func(ctx context.Context, d *mensageria.Delivery) (mensageria.Reconciliation, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			probed[d.Key]++
+			return mensageria.Applied, nil
+		})
+		reg := mensageria.NewRegistry().MustRegister(typ, &recorder{}, mensageria.Mode(mensageria.AtMostOnce), mensageria.Reconcile(rc))
+		cfg := fastConfig(app, reg)
+		cfg.ReconcileInterval = 50 * time.Millisecond
+		drv := b.open()
+		c := newClient(t, drv, cfg)
+		if _, err := c.Register(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		o := b.table("outbox")
+		var stmts []string
+		switch b.name {
+		case "postgres":
+			stmts = []string{
+				"ALTER TABLE " + o + " DROP CONSTRAINT outbox_created_at_readable",
+				"INSERT INTO " + o + " (type, key, created_at, attempted_at) VALUES ('" + typ + "', 'u-doubt', '-infinity', now() - interval '1 minute'), ('" + typ + "', 'g-doubt', now(), now() - interval '1 minute')",
+			}
+		case "sqlite":
+			ago := "CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 60000000"
+			stmts = []string{
+				"DROP TRIGGER mensageria_outbox_enqueue_readable",
+				"INSERT INTO " + o + " (type, key, message_id, attempted_at) VALUES ('" + typ + "', 'u-doubt', 'order-0001-created-by-java-app-00001', " + ago + "), ('" + typ + "', 'g-doubt', '0190f0e2-7c3b-7def-8abc-0123456789ab', " + ago + ")",
+			}
+		}
+		for _, s := range stmts {
+			if err := b.exec(s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		start(t, c)
+		eventually(t, 15*time.Second, "the good row resolved and the unreadable one left in doubt with its reason", func() bool {
+			return b.count("SELECT count(*) FROM "+o+" WHERE key = 'g-doubt'") == 0 &&
+				b.count("SELECT count(*) FROM "+o+" WHERE key = 'u-doubt' AND state = 'pending' AND attempted_at IS NOT NULL AND last_error LIKE 'in doubt; not probed: unreadable row: %'") == 1
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if probed["u-doubt"] != 0 || probed["g-doubt"] == 0 {
+			t.Fatalf("probed %v, want the good row only", probed)
+		}
+		if s := typeStats(t, drv, typ); s.InDoubt != 1 {
+			t.Fatalf("stats %+v, want the unreadable row in doubt", s)
 		}
 	})
 }
