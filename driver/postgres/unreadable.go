@@ -10,15 +10,16 @@ import (
 
 // rowTimes reads the timestamps of one outbox row without failing the
 // statement's other rows: a timestamptz holds 'infinity' and '-infinity',
-// which no time.Time can, and a plain INSERT of a version before 12 could
-// store either (migration 012 refuses them now). Each column that cannot
+// which no time.Time can, and years RFC 3339 cannot write; a plain INSERT
+// of a version before 12 could store any of them (migration 012 refuses
+// them now). Each column that cannot
 // be read is named in why (driver.Job.Unreadable) and left zero.
 type rowTimes struct {
 	created, available, delivered, attempted pgtype.Timestamptz
 }
 
-// read is the finite time of ts, or the zero time with column named in
-// *why. A NULL is the zero time and no reason: the callers know which
+// readTime is the time of ts, or the zero time with column named in *why
+// when it is infinite or outside years 1 to 9999 UTC. A NULL is the zero time and no reason: the callers know which
 // columns may be NULL.
 func readTime(ts pgtype.Timestamptz, column string, why *string) time.Time {
 	if !ts.Valid {
@@ -32,7 +33,18 @@ func readTime(ts pgtype.Timestamptz, column string, why *string) time.Time {
 		*why = driver.UnreadableColumn(*why, column, "is -infinity")
 		return time.Time{}
 	}
+	if y := ts.Time.UTC().Year(); y < 1 || y > 9999 {
+		// Go holds it, but RFC 3339 and JSON, which every transport,
+		// listing and console writes times in, do not.
+		*why = driver.UnreadableColumn(*why, column, outOfRange(ts.Time))
+		return time.Time{}
+	}
 	return ts.Time
+}
+
+// outOfRange is the reason for a time outside years 1 to 9999 UTC.
+func outOfRange(t time.Time) string {
+	return "is out of range (" + t.UTC().Format(time.RFC3339Nano) + "): years 1 to 9999 in UTC"
 }
 
 // optional is readTime for a nullable column.

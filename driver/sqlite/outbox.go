@@ -542,14 +542,21 @@ func (r rowReader) integer(column string, v any, lo, hi int64) int64 {
 	return 0
 }
 
-// time reads unix microseconds; a value outside time.Time's years 1 to
-// 9999 is read as it is, for the relay to refuse by its own rule.
+// time reads unix microseconds in years 1 to 9999 UTC: RFC 3339 and
+// JSON, which every transport, listing and console writes times in, hold
+// no other.
 func (r rowReader) time(column string, v any) time.Time {
-	if n, ok := v.(int64); ok {
-		return fromMicros(n)
+	n, ok := v.(int64)
+	if !ok {
+		r.bad(column, "is not an integer of unix microseconds ("+shown(v)+")")
+		return time.Time{}
 	}
-	r.bad(column, "is not an integer of unix microseconds ("+shown(v)+")")
-	return time.Time{}
+	t := fromMicros(n)
+	if y := t.Year(); y < 1 || y > 9999 {
+		r.bad(column, "is out of range ("+t.Format(time.RFC3339Nano)+"): years 1 to 9999 in UTC")
+		return time.Time{}
+	}
+	return t
 }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
