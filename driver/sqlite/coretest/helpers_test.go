@@ -173,8 +173,12 @@ func start(t *testing.T, c *mensageria.Client) {
 	})
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+// eventually polls cond until it holds or the deadline passes (t a
+// *testing.T, or a *rapid.T inside a property).
+func eventually(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {

@@ -10,7 +10,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver"
 )
 
 // sqlColumn is one column a SQL producer may write, and the values drawn
@@ -155,29 +154,14 @@ func anyRowProperty(t *testing.T, b *backend, guarded bool) {
 		settled := func(id int64) bool {
 			return delivered(id) || b.count("SELECT count(*) FROM "+o+" WHERE id = "+fmt.Sprint(id)+" AND state = 'dead' AND last_error LIKE 'unreadable row: %'") == 1
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			pending := 0
+		eventually(rt, 20*time.Second, fmt.Sprintf("rows %v delivered or parked dead with a reason, and the good row %d after them delivered", ids, good), func() bool {
 			for _, id := range ids {
 				if !settled(id) {
-					pending++
+					return false
 				}
 			}
-			if pending == 0 && delivered(good) {
-				break
-			}
-			if time.Now().After(deadline) {
-				var left []string
-				for _, id := range append(ids, good) {
-					if !settled(id) {
-						jobs, _ := drv.ListMessages(context.Background(), driver.ListFilter{IDs: []int64{id}})
-						left = append(left, fmt.Sprintf("%+v", jobs))
-					}
-				}
-				rt.Fatalf("rows neither delivered nor parked with a reason after 20s (good row delivered: %v): %s", delivered(good), strings.Join(left, "; "))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return delivered(good)
+		})
 		if _, err := drv.Stats(context.Background()); err != nil {
 			rt.Fatalf("Stats: %v", err)
 		}
