@@ -272,14 +272,14 @@ func (m *maintenance) probeBatch(rt *route) int {
 	sp := driver.SettleParams{Token: b.token, KeepDelivered: m.cfg.DeliveredRetention > 0}
 	answers := make([]Reconciliation, len(jobs))
 	for i := range jobs {
-		if why := unreadable(&jobs[i]); why != "" {
+		d := toDelivery(&jobs[i])
+		if why := unreadable(&jobs[i], d); why != "" {
 			// No probe can ask about a message it cannot read (its id
 			// among it): left in doubt, with the reason, for an operator.
 			sp.InDoubt = append(sp.InDoubt, driver.Doubt{ID: jobs[i].ID, Route: rt.name, ProbeAfter: m.cfg.ReconcileInterval,
 				Error: storable("in doubt; not probed: unreadable row: "+why+" ('mensageria doubt resolve' decides)", maxErrorLen)})
 			continue
 		}
-		d := toDelivery(&jobs[i])
 		d.AtMostOnce = true
 		ans, perr := safeReconcile(dctx, rt.reconciler, d)
 		answers[i] = ans

@@ -90,7 +90,7 @@ func (d *deliverer) deliver(b *claimed) {
 	// goes (docs/adr/0024-unreadable-rows.md); it is never marked.
 	bad := map[int]bool{}
 	for i := range b.jobs {
-		if why := unreadable(&b.jobs[i]); why != "" {
+		if why := unreadable(&b.jobs[i], s.ds[i]); why != "" {
 			s.outs[i] = outcome{kind: OutcomeDead, err: &UnreadableRowError{ID: b.jobs[i].ID, Reason: why}}
 			bad[i] = true
 		}

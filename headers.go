@@ -15,9 +15,11 @@ import (
 // strings, a created_at outside RFC 3339's years). "" for a good row. Such
 // a row would fail on every attempt, or be sent without what it holds, so
 // the relay parks it dead at once instead.
-func unreadable(j *driver.Job) string {
+// d is j as toDelivery made it: its headers decoded once, and decoded
+// again here only when that gave none.
+func unreadable(j *driver.Job, d *Delivery) string {
 	why := j.Unreadable
-	if len(j.Headers) > 0 {
+	if len(j.Headers) > 0 && d.Headers == nil {
 		var h map[string]string
 		if err := json.Unmarshal(j.Headers, &h); err != nil {
 			why = driver.UnreadableColumn(why, "headers", "is not a JSON object of string values")

@@ -51,7 +51,7 @@ func FuzzUnreadable(f *testing.F) {
 	f.Add([]byte(`[]`), int64(-1<<62), "created_at is infinity")
 	f.Fuzz(func(t *testing.T, headers []byte, createdSec int64, driverSays string) {
 		j := &driver.Job{Headers: headers, CreatedAt: time.Unix(createdSec, 0), Unreadable: driverSays}
-		why := unreadable(j)
+		why := unreadable(j, toDelivery(j))
 		if driverSays != "" && !strings.HasPrefix(why, driverSays) {
 			t.Fatalf("unreadable = %q, dropped the driver's reason %q", why, driverSays)
 		}
