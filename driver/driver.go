@@ -66,6 +66,10 @@ type Driver interface {
 	InsertTx(ctx context.Context, tx any, p InsertParams) error
 
 	// Claim leases up to p.Limit pending, due rows of p.Types to p.Token.
+	// Each row is read apart: one the driver cannot read (a plain INSERT
+	// stored it) is leased and returned with Job.Unreadable set, never
+	// an error that fails the others; ListMessages reads rows the same
+	// way.
 	Claim(ctx context.Context, p ClaimParams) ([]Job, error)
 	// Settle records outcomes. Each row changes only while it is still
 	// leased to p.Token and that lease has not expired. The result sorts
