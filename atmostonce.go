@@ -161,10 +161,13 @@ func atMostOnceOf(drv driver.Driver, rts []*route) (driver.AtMostOnce, error) {
 // rows on at-most-once routes, in one statement, and returns which of
 // them may be sent. On an error none may: they are left as release,
 // which also takes back a mark that committed unseen.
-func (d *deliverer) markOnce(b *claimed) map[int]bool {
+func (d *deliverer) markOnce(b *claimed, skip map[int]bool) map[int]bool {
 	var idx []int
 	var ids []int64
 	for i := range b.jobs {
+		if skip[i] {
+			continue
+		}
 		if rt := d.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce {
 			idx = append(idx, i)
 			ids = append(ids, b.jobs[i].ID)
@@ -274,6 +277,13 @@ func (m *maintenance) probeBatch(rt *route) int {
 	answers := make([]Reconciliation, len(jobs))
 	for i := range jobs {
 		d := toDelivery(&jobs[i])
+		if why := unreadable(&jobs[i], d); why != "" {
+			// No probe can ask about a message it cannot read (its id
+			// among it): left in doubt, with the reason, for an operator.
+			sp.InDoubt = append(sp.InDoubt, driver.Doubt{ID: jobs[i].ID, Route: rt.name, ProbeAfter: m.cfg.ReconcileInterval,
+				Error: storable("in doubt; not probed: unreadable row: "+why+" ('mensageria doubt resolve' decides)", maxErrorLen)})
+			continue
+		}
 		d.AtMostOnce = true
 		ans, perr := safeReconcile(dctx, rt.reconciler, d)
 		answers[i] = ans

@@ -85,8 +85,21 @@ func (d *deliverer) deliver(b *claimed) {
 	var typeOrder []string
 	// On at-most-once routes only the rows marked may be sent; the others
 	// are left as release.
-	marked := d.markOnce(b)
+	// A row nothing could send, now or on any later attempt, is parked
+	// dead alone, under this claim's lease, while the rest of the batch
+	// goes (docs/adr/0024-unreadable-rows.md); it is never marked.
+	bad := map[int]bool{}
 	for i := range b.jobs {
+		if why := unreadable(&b.jobs[i], s.ds[i]); why != "" {
+			s.outs[i] = outcome{kind: OutcomeDead, err: &UnreadableRowError{ID: b.jobs[i].ID, Reason: why}}
+			bad[i] = true
+		}
+	}
+	marked := d.markOnce(b, bad)
+	for i := range b.jobs {
+		if bad[i] {
+			continue
+		}
 		typ := b.jobs[i].Type
 		rt, ok := d.cfg.Registry.Route(typ)
 		route := d.routeOf[typ]

@@ -104,6 +104,20 @@ func (e *DecodeError) Error() string {
 // Is makes errors.Is(err, ErrInvalidMessage) true.
 func (e *DecodeError) Is(target error) bool { return target == ErrInvalidMessage }
 
+// UnreadableRowError is the reason a relay parks an outbox row dead
+// without sending it: the row holds what its driver cannot read or no
+// transport could carry (written by plain SQL), and Reason names the
+// column, as in "created_at is infinity". It is the stored last_error and
+// the OnDelivery event's Err; the rest of the row's batch is delivered.
+type UnreadableRowError struct {
+	ID     int64 // the outbox row
+	Reason string
+}
+
+func (e *UnreadableRowError) Error() string {
+	return "unreadable row: " + e.Reason + "; parked without sending (fix the row and run 'mensageria dead retry', or discard it)"
+}
+
 // ConfigError names the Config field that is wrong.
 type ConfigError struct {
 	Field  string

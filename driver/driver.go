@@ -66,6 +66,10 @@ type Driver interface {
 	InsertTx(ctx context.Context, tx any, p InsertParams) error
 
 	// Claim leases up to p.Limit pending, due rows of p.Types to p.Token.
+	// Each row is read apart: one the driver cannot read (a plain INSERT
+	// stored it) is leased and returned with Job.Unreadable set, never
+	// an error that fails the others; ListMessages reads rows the same
+	// way.
 	Claim(ctx context.Context, p ClaimParams) ([]Job, error)
 	// Settle records outcomes. Each row changes only while it is still
 	// leased to p.Token and that lease has not expired. The result sorts
@@ -336,6 +340,25 @@ type Job struct {
 	// AttemptedAt is when an at-most-once attempt was marked (AtMostOnce.Mark)
 	// and not yet settled by a definite outcome; nil otherwise.
 	AttemptedAt *time.Time
+	// Unreadable says why the driver could not read a column of the row
+	// (a message_id that is not a UUID, an infinite timestamp: what a plain
+	// INSERT stored and the backend's types cannot carry), naming the
+	// column, as in "created_at is infinity"; empty for a readable row.
+	// Such a row is still returned, with its ID, Type and what else could
+	// be read, so that one row never fails a whole claim or listing: the
+	// relay parks it dead with this reason, under the claim's lease.
+	Unreadable string
+}
+
+// UnreadableColumn is the Unreadable text of one column: "column what".
+// A second column is appended after a semicolon, so the reason names
+// every column the row has wrong.
+func UnreadableColumn(prev, column, what string) string {
+	r := column + " " + what
+	if prev == "" {
+		return r
+	}
+	return prev + "; " + r
 }
 
 // SettleParams are the outcomes of one claimed batch.

@@ -29,6 +29,10 @@
 //     either.
 //   - The caller's open transaction may hold a write lock (SQLite), so the
 //     suite never claims while one is open.
+//   - A row a plain INSERT stored that the driver cannot read is claimed
+//     and listed with the rest, each row read apart, with
+//     driver.Job.Unreadable naming the column; it parks dead under the
+//     claim's token like any row, and Stats counts it.
 //   - Purge with DeliveredBefore 0 deletes every delivered row (the
 //     client's DeliveredRetention 0 means keep none). InboxBefore 0 is not
 //     pinned: the client never passes it (SQLite then leaves the inbox
@@ -77,10 +81,23 @@ type Harness struct {
 	// method makes (the inbox queue's applied rows). Required by the inbox
 	// queue tests.
 	Count func(ctx context.Context, sql string, args ...any) (int64, error)
+	// Unreadable returns statements (run with Exec, in order) that store
+	// rows of type typ the driver cannot read, past the backend's INSERT
+	// rules (the statements drop them first, as on a database written
+	// before them), and for each row its key and the column its
+	// driver.Job.Unreadable must name. Without it the Unreadable tests
+	// are skipped.
+	Unreadable func(typ string) (stmts []string, rows []UnreadableRow)
 	// CatalogVersion is the migration that creates the ownership catalog:
 	// the upgrade tests bring an unmigrated database to the version before
 	// it with the SQL of MigrationSQL, fill it, then migrate up.
 	CatalogVersion int
+}
+
+// UnreadableRow is a row Harness.Unreadable stores: its key and the
+// column the driver cannot read.
+type UnreadableRow struct {
+	Key, Column string
 }
 
 // Short leases keep the suite fast; margins absorb scheduling noise.
@@ -112,6 +129,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Catalog", s.catalogTests()},
 		{"Routes", s.routeTests()},
 		{"AtMostOnce", append(s.atMostOnceTests(), s.atMostOnceQuietTests()...)},
+		{"Unreadable", s.unreadableTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -73,10 +72,13 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 		return nil, fmt.Errorf("mensageria/postgres: claim in doubt: %w", err)
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
+		// Read apart, as the claim's (unreadable.go): one row with an
+		// infinite time never fails the probe of every other.
 		var j driver.Job
-		var at time.Time
-		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &at)
-		j.State, j.AttemptedAt = driver.StateInDoubt, &at
+		var t rowTimes
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &j.Attempt, &t.created, &t.available, &t.attempted)
+		t.into(&j)
+		j.State = driver.StateInDoubt
 		return j, err
 	})
 	if err != nil {

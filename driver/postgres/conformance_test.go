@@ -46,7 +46,18 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 			err := pool.QueryRow(ctx, q, args...).Scan(&n)
 			return n, err
 		},
-		Unmigrated:     func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		Unmigrated: func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		Unreadable: func(typ string) ([]string, []drivertest.UnreadableRow) {
+			o := schema + ".outbox"
+			var stmts []string
+			for _, c := range []string{"created_at", "available_at", "lease_until", "attempted_at"} {
+				stmts = append(stmts, "ALTER TABLE "+o+" DROP CONSTRAINT outbox_"+c+"_readable")
+			}
+			stmts = append(stmts,
+				"INSERT INTO "+o+" (type, key, created_at) VALUES ('"+typ+"', 'u-created', '-infinity')",
+				"INSERT INTO "+o+" (type, key, available_at) VALUES ('"+typ+"', 'u-available', '-infinity')")
+			return stmts, []drivertest.UnreadableRow{{Key: "u-created", Column: "created_at"}, {Key: "u-available", Column: "available_at"}}
+		},
 		CatalogVersion: 2,
 	}
 }

@@ -54,7 +54,9 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
 		var j driver.Job
 		var state string
-		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &j.AttemptedAt, &j.CreatedAt, &j.AvailableAt, &j.DeliveredAt, &j.LastError, &j.LastRoute, &j.Owner)
+		var t rowTimes
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &state, &j.Attempt, &t.attempted, &t.created, &t.available, &t.delivered, &j.LastError, &j.LastRoute, &j.Owner)
+		t.into(&j)
 		j.State = driver.State(state)
 		return j, err
 	})

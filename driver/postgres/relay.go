@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -72,8 +73,13 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	}
 	var claimNow time.Time
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Job, error) {
+		// The times one by one, so that a row holding what no time.Time
+		// can is returned unreadable (parked by the relay), not an error
+		// that fails the whole batch (unreadable.go).
 		var j driver.Job
-		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &j.Attempt, &j.CreatedAt, &j.AvailableAt, &claimNow)
+		var t rowTimes
+		err := r.Scan(&j.ID, &j.MessageID, &j.Type, &j.Key, &j.Payload, &j.Headers, &j.Attempt, &t.created, &t.available, &claimNow)
+		t.into(&j)
 		j.State = driver.StatePending
 		return j, err
 	})
@@ -283,8 +289,21 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 		var s driver.TypeStats
 		var age, doubtAge float64
 		err := r.Scan(&s.Type, &s.Owner, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age, &s.InDoubt, &doubtAge)
-		s.OldestPending = time.Duration(age * float64(time.Second))
-		s.OldestInDoubt = time.Duration(doubtAge * float64(time.Second))
+		s.OldestPending = ageOf(age)
+		s.OldestInDoubt = ageOf(doubtAge)
 		return s, err
 	})
+}
+
+// ageOf is an age in seconds as a Duration: none for a time in the future,
+// and at most the longest Duration for one older than that (a row's
+// created_at may be any year a timestamptz holds).
+func ageOf(seconds float64) time.Duration {
+	switch {
+	case seconds <= 0:
+		return 0
+	case seconds >= float64(math.MaxInt64/int64(time.Second)):
+		return math.MaxInt64
+	}
+	return time.Duration(seconds * float64(time.Second))
 }

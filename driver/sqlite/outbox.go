@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -345,10 +346,12 @@ func (d *Driver) claimStatement(p driver.ClaimParams, types []string, ordered ma
 	until := now + p.Lease.Microseconds()
 	// ?1 is now, for the RETURNING columns; a marked row (an
 	// at-most-once attempt that may have reached its receiver) is
-	// never claimed again.
+	// never claimed again. The attempts a plain INSERT of a version
+	// before 7 gave a row count from 0 to 1,000,000,000 (one of
+	// 2^63-1 turned real on "+ 1").
 	args := []any{now, p.Token, until, until}
 	var sb strings.Builder
-	sb.WriteString("UPDATE " + o + " SET lease_token = ?2, lease_until = ?3, available_at = ?4, attempts = attempts + 1 WHERE id IN (")
+	sb.WriteString("UPDATE " + o + " SET lease_token = ?2, lease_until = ?3, available_at = ?4, attempts = CASE WHEN typeof(attempts) = 'integer' THEN min(max(attempts, 0), 1000000000) ELSE 0 END + 1 WHERE id IN (")
 	if len(types) <= unionLimit {
 		sb.WriteString("SELECT id FROM (")
 		for i, t := range types {
@@ -408,21 +411,25 @@ func dedupe(s []string) []string {
 	return out
 }
 
-// scanJobs reads rows of jobCols, or of listCols when withOwner.
+// scanJobs reads rows of jobCols, or of listCols when withOwner. SQLite
+// stores what an INSERT gives whatever a column's type, so the columns a
+// plain INSERT could have filled with what the driver cannot read are read
+// apart (readRow): such a row comes back with driver.Job.Unreadable naming
+// them, for the relay to park, never as an error that fails every other
+// row of the claim or the listing.
 func scanJobs(rows *sql.Rows, withOwner bool) ([]driver.Job, error) {
 	defer rows.Close()
 	var jobs []driver.Job
 	for rows.Next() {
 		var (
-			j                           driver.Job
-			mid, state                  string
-			headers, lastErr, lastRoute sql.NullString
-			owner                       sql.NullString
-			created, available          int64
-			delivered, attempted        sql.NullInt64
-			payload                     []byte
+			j                                             driver.Job
+			state                                         string
+			lastErr, lastRoute                            sql.NullString
+			owner                                         sql.NullString
+			mid, payload, headers                         any
+			attempts, created, available, delivered, atAt any
 		)
-		dest := []any{&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &j.Attempt, &created, &available, &delivered, &lastErr, &lastRoute, &attempted}
+		dest := []any{&j.ID, &mid, &j.Type, &j.Key, &payload, &headers, &state, &attempts, &created, &available, &delivered, &lastErr, &lastRoute, &atAt}
 		if withOwner {
 			dest = append(dest, &owner)
 		}
@@ -431,25 +438,21 @@ func scanJobs(rows *sql.Rows, withOwner bool) ([]driver.Job, error) {
 		}
 		j.LastRoute = lastRoute.String
 		j.Owner = owner.String
-		id, err := uuid.Parse(mid)
-		if err != nil {
-			return nil, fmt.Errorf("mensageria/sqlite: outbox row %d has message_id %q, not a UUID: %w", j.ID, mid, err)
-		}
-		j.MessageID = id
-		j.Payload = payload
-		if headers.Valid {
-			j.Headers = []byte(headers.String)
-		}
 		j.State = driver.State(state)
-		j.CreatedAt = fromMicros(created)
-		j.AvailableAt = fromMicros(available)
-		if delivered.Valid {
-			t := fromMicros(delivered.Int64)
+		j.LastError = lastErr.String
+		r := rowReader{why: &j.Unreadable}
+		j.MessageID = r.uuid("message_id", mid)
+		j.Payload = r.json("payload", payload, false)
+		j.Headers = r.json("headers", headers, true)
+		j.Attempt = int(r.integer("attempts", attempts, -1<<31, 1<<31-1))
+		j.CreatedAt = r.time("created_at", created)
+		j.AvailableAt = r.time("available_at", available)
+		if delivered != nil {
+			t := r.time("delivered_at", delivered)
 			j.DeliveredAt = &t
 		}
-		j.LastError = lastErr.String
-		if attempted.Valid {
-			t := fromMicros(attempted.Int64)
+		if atAt != nil {
+			t := r.time("attempted_at", atAt)
 			j.AttemptedAt = &t
 		}
 		jobs = append(jobs, j)
@@ -458,6 +461,102 @@ func scanJobs(rows *sql.Rows, withOwner bool) ([]driver.Job, error) {
 		return nil, wrap("reading outbox rows", err)
 	}
 	return jobs, nil
+}
+
+// rowReader reads the columns of one row as the driver stores them,
+// naming in *why each one that holds something else.
+type rowReader struct{ why *string }
+
+func (r rowReader) bad(column, what string) {
+	*r.why = driver.UnreadableColumn(*r.why, column, what)
+}
+
+// text is a TEXT or BLOB value's bytes; ok is false for anything else.
+func text(v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case string:
+		return []byte(x), true
+	case []byte:
+		return x, true
+	}
+	return nil, false
+}
+
+// shown is v as an operator reads it in a reason, cut short.
+func shown(v any) string {
+	s := fmt.Sprintf("%v", v)
+	if b, ok := v.([]byte); ok {
+		s = fmt.Sprintf("%q", b)
+	} else if _, ok := v.(string); ok {
+		s = fmt.Sprintf("%q", v)
+	}
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	return fmt.Sprintf("%s %s", sqliteType(v), s)
+}
+
+func sqliteType(v any) string {
+	switch v.(type) {
+	case int64:
+		return "integer"
+	case float64:
+		return "real"
+	case string:
+		return "text"
+	case []byte:
+		return "blob"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func (r rowReader) uuid(column string, v any) [16]byte {
+	if b, ok := text(v); ok {
+		if id, err := uuid.ParseBytes(b); err == nil && len(b) == 36 {
+			return id
+		}
+	}
+	r.bad(column, "is not a UUID ("+shown(v)+")")
+	return [16]byte{}
+}
+
+// json is a JSON text (NULL allowed when nullable).
+func (r rowReader) json(column string, v any, nullable bool) []byte {
+	if v == nil && nullable {
+		return nil
+	}
+	if b, ok := text(v); ok && json.Valid(b) {
+		return b
+	}
+	r.bad(column, "is not JSON text ("+shown(v)+")")
+	return nil
+}
+
+func (r rowReader) integer(column string, v any, lo, hi int64) int64 {
+	if n, ok := v.(int64); ok && n >= lo && n <= hi {
+		return n
+	}
+	r.bad(column, "is not an integer from "+fmt.Sprint(lo)+" to "+fmt.Sprint(hi)+" ("+shown(v)+")")
+	return 0
+}
+
+// time reads unix microseconds in years 1 to 9999 UTC: RFC 3339 and
+// JSON, which every transport, listing and console writes times in, hold
+// no other.
+func (r rowReader) time(column string, v any) time.Time {
+	n, ok := v.(int64)
+	if !ok {
+		r.bad(column, "is not an integer of unix microseconds ("+shown(v)+")")
+		return time.Time{}
+	}
+	t := fromMicros(n)
+	if y := t.Year(); y < 1 || y > 9999 {
+		r.bad(column, "is out of range ("+t.Format(time.RFC3339Nano)+"): years 1 to 9999 in UTC")
+		return time.Time{}
+	}
+	return t
 }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
@@ -782,9 +881,9 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 		coalesce(sum(state = 'pending' AND lease_until > ?1), 0),
 		coalesce(sum(state = 'dead'), 0),
 		0,
-		min(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > ?1) THEN created_at END),
+		min(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > ?1) AND typeof(created_at) = 'integer' THEN created_at END),
 		coalesce(sum(`+doubtCond+`), 0),
-		min(CASE WHEN `+doubtCond+` THEN attempted_at END)
+		min(CASE WHEN `+doubtCond+` AND typeof(attempted_at) = 'integer' THEN attempted_at END)
 		FROM `+d.prefix+`outbox WHERE state IN ('pending', 'dead') GROUP BY type
 		UNION ALL
 		SELECT type, 0, 0, 0, sum(n), NULL, 0, NULL FROM `+d.prefix+`delivered_counts WHERE minute > ?2 GROUP BY type`,
@@ -800,12 +899,8 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt); err != nil {
 			return nil, wrap("stats", err)
 		}
-		if oldest.Valid && oldest.Int64 < now {
-			s.OldestPending = time.Duration(now-oldest.Int64) * time.Microsecond
-		}
-		if oldestDoubt.Valid && oldestDoubt.Int64 < now {
-			s.OldestInDoubt = time.Duration(now-oldestDoubt.Int64) * time.Microsecond
-		}
+		s.OldestPending = ageOf(oldest, now)
+		s.OldestInDoubt = ageOf(oldestDoubt, now)
 		if prev, ok := byType[s.Type]; ok { // one row from each branch
 			prev.Pending += s.Pending
 			prev.InFlight += s.InFlight
@@ -844,6 +939,21 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	}
 	slices.SortFunc(out, func(a, b driver.TypeStats) int { return strings.Compare(a.Type, b.Type) })
 	return out, nil
+}
+
+// ageOf is the age at now of a time in unix microseconds: none for a NULL
+// or a time in the future, at most the longest Duration. A row's time may
+// be any integer a plain INSERT of a version before 7 wrote; only integers
+// are counted (the others make the row unreadable, and the relay parks
+// it).
+func ageOf(us sql.NullInt64, now int64) time.Duration {
+	if !us.Valid || us.Int64 >= now {
+		return 0
+	}
+	if now-us.Int64 <= 0 || now-us.Int64 > math.MaxInt64/int64(time.Microsecond) { // overflowed, or past a Duration
+		return math.MaxInt64
+	}
+	return time.Duration(now-us.Int64) * time.Microsecond
 }
 
 // Default and largest page of ListMessages.

@@ -48,7 +48,17 @@ func harness(t *testing.T, migrate bool) *drivertest.Harness {
 			err := d.DB().QueryRowContext(ctx, q, args...).Scan(&n)
 			return n, err
 		},
-		Unmigrated:     func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		Unmigrated: func(t *testing.T) *drivertest.Harness { return harness(t, false) },
+		Unreadable: func(typ string) ([]string, []drivertest.UnreadableRow) {
+			o := d.Table("outbox")
+			return []string{
+					"DROP TRIGGER " + d.Table("outbox_enqueue_readable"),
+					"INSERT INTO " + o + " (type, key, message_id) VALUES ('" + typ + "', 'u-id', 'order-0001-created-by-java-app-00001')",
+					"INSERT INTO " + o + " (type, key, created_at) VALUES ('" + typ + "', 'u-created', 'yesterday')",
+				}, []drivertest.UnreadableRow{
+					{Key: "u-id", Column: "message_id"}, {Key: "u-created", Column: "created_at"},
+				}
+		},
 		CatalogVersion: 3,
 	}
 }

@@ -15,6 +15,9 @@
 -- A marked row (attempted_at set: an at-most-once attempt that may have
 -- reached its receiver, mark.sql) is never claimed again: it is in doubt
 -- until a definite outcome, a reconcile probe or an operator clears it.
+-- The attempts a plain INSERT gave a row count from 0 to 1,000,000,000:
+-- one of 2147483647 made "+ 1" overflow (SQLSTATE 22003) and fail the
+-- whole batch on every claim.
 WITH fence AS (
     SELECT $6::text = '' OR EXISTS (
         SELECT 1 FROM {{schema}}.leader WHERE app = $6::text AND epoch = $7::bigint) AS ok
@@ -42,7 +45,7 @@ WITH fence AS (
     LIMIT $2
 )
 UPDATE {{schema}}.outbox o
-SET attempts = o.attempts + 1,
+SET attempts = least(greatest(o.attempts, 0), 1000000000) + 1,
     lease_token = $3,
     lease_until = now() + $4::interval
 FROM due

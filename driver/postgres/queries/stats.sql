@@ -3,13 +3,17 @@
 -- type no app owns, such as one released while rows of it wait).
 -- A row in doubt (marked by an at-most-once attempt, not under a live
 -- lease) counts in in_doubt only, with the age of its mark.
+-- The ages are of finite times only: now() - 'infinity' is out of range
+-- (SQLSTATE 22008), and one such row, stored before migration 012 refused
+-- it, made stats and every status and /metrics scrape fail. The relay
+-- parks such a row dead ("unreadable row: created_at is infinity").
 WITH p AS (
     SELECT type,
            count(*) FILTER (WHERE attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= now())) AS pending,
            count(*) FILTER (WHERE lease_until > now()) AS in_flight,
            count(*) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now())) AS in_doubt,
-           min(created_at) FILTER (WHERE attempted_at IS NULL OR lease_until > now()) AS oldest,
-           min(attempted_at) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now())) AS oldest_doubt
+           min(created_at) FILTER (WHERE (attempted_at IS NULL OR lease_until > now()) AND isfinite(created_at)) AS oldest,
+           min(attempted_at) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now()) AND isfinite(attempted_at)) AS oldest_doubt
     FROM {{schema}}.outbox WHERE state = 'pending' GROUP BY type
 ), d AS (
     SELECT type, count(*) AS dead FROM {{schema}}.outbox WHERE state = 'dead' GROUP BY type

@@ -24,9 +24,11 @@ type backend struct {
 	name string
 	open func() driver.Driver
 	// exec runs raw SQL; table qualifies a table name.
-	exec  func(sql string, args ...any) error
-	count func(sql string, args ...any) int
-	table func(string) string
+	exec func(sql string, args ...any) error
+	// insertID runs an INSERT of one row with RETURNING id appended.
+	insertID func(sql string) (int64, error)
+	count    func(sql string, args ...any) int
+	table    func(string) string
 	// begin opens a native transaction for EnqueueTx.
 	begin func() (tx any, commit, rollback func() error)
 	// execTx runs a statement inside an inbox transaction.
@@ -66,6 +68,9 @@ func pgBackend(t *testing.T) *backend {
 		name: "postgres",
 		open: open,
 		exec: func(sql string, args ...any) error { _, err := pool.Exec(ctx, sql, args...); return err },
+		insertID: func(sql string) (id int64, err error) {
+			return id, pool.QueryRow(ctx, sql+" RETURNING id").Scan(&id)
+		},
 		count: func(sql string, args ...any) int {
 			var n int
 			if err := pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
@@ -168,8 +173,12 @@ func start(t *testing.T, c *mensageria.Client) {
 	})
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+// eventually polls cond until it holds or the deadline passes (t a
+// *testing.T, or a *rapid.T inside a property).
+func eventually(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {

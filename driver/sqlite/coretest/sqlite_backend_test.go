@@ -34,6 +34,9 @@ func sqliteBackend(t *testing.T) *backend {
 		name: "sqlite",
 		open: open,
 		exec: func(q string, args ...any) error { _, err := db.ExecContext(ctx, q, args...); return err },
+		insertID: func(q string) (id int64, err error) {
+			return id, db.QueryRowContext(ctx, q+" RETURNING id").Scan(&id)
+		},
 		count: func(q string, args ...any) int {
 			var n int
 			if err := db.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
