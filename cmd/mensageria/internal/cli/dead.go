@@ -337,14 +337,14 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 
 // reviveCommand builds `dead retry` and `dead discard`.
 func (a *app) reviveCommand(discard bool) *cobra.Command {
-	verb, done := "retry", "back to pending"
+	verb := "retry"
 	short := "Move dead messages back to pending, attempts from zero"
 	if discard {
-		verb, done = "discard", "deleted"
+		verb = "discard"
 		short = "Delete dead messages"
 	}
 	var types []string
-	var yes, asJSON, allApps bool
+	var yes, asJSON, allApps, allowDuplicate bool
 	cmd := &cobra.Command{
 		Use:   verb + " ID... | --type T",
 		Short: short,
@@ -365,13 +365,16 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				return err
 			}
 			defer b.Close()
+			p := driver.ReviveParams{IDs: ids, Types: types, Discard: discard, ClearMark: allowDuplicate}
+			var left []string // the ids named that are not dead letters, and why
 			if len(types) > 0 {
 				if _, err := scope.filter(ctx, b.drv, types); err != nil {
 					return err
 				}
-			} else if !allApps {
+			} else {
 				// Every id is checked before anything changes: one row of
-				// another app refuses the whole call.
+				// another app refuses the whole call; ids that are not
+				// dead letters are named, and the others acted on.
 				jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: len(ids)})
 				if err != nil {
 					return err
@@ -379,29 +382,97 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				if err := scope.check(jobs); err != nil {
 					return err
 				}
+				p.IDs, left = deadAmong(ids, jobs)
+				if len(p.IDs) == 0 {
+					return failErr("nothing to %s in schema %s: %s; nothing changed", verb, c.Schema, strings.Join(left, ", "))
+				}
 			}
-			if err := a.confirmRevive(cmd, b.drv, verb, c.Schema, ids, types, yes); err != nil {
+			if !discard {
+				if err := a.checkMarked(ctx, b.drv, p, verb); err != nil {
+					return err
+				}
+			}
+			if err := a.confirmRevive(cmd, b.drv, verb, c.Schema, p.IDs, types, yes); err != nil {
 				return err
 			}
-			n, err := b.drv.Revive(ctx, driver.ReviveParams{IDs: ids, Types: types, Discard: discard})
+			n, err := b.drv.Revive(ctx, p)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "changed": n})
-			}
-			fmt.Fprintf(a.io.Out, "%d dead message(s) %s\n", n, done)
-			if len(ids) > 0 && n < len(ids) {
-				fmt.Fprintf(a.io.Err, "note: %d of the ids were not dead messages and were left alone\n", len(ids)-n)
-			}
-			return nil
+			return a.printRevived(verb, n, left, asJSON)
 		}),
 	}
 	cmd.Flags().StringSliceVarP(&types, "type", "t", nil, "every dead message of these types")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&allApps, "all-apps", false, "act on dead letters of any app (for a DBA)")
+	if !discard {
+		cmd.Flags().BoolVar(&allowDuplicate, "allow-duplicate", false,
+			"also send again dead letters of at_most_once routes whose last attempt may have reached the receiver (its effect may apply twice)")
+	}
 	return cmd
+}
+
+// deadAmong splits the ids asked for into the dead letters among jobs
+// (the rows found) and the others, each named with why it is left alone.
+func deadAmong(ids []int64, jobs []driver.Job) (dead []int64, left []string) {
+	byID := make(map[int64]driver.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	for _, id := range ids {
+		j, ok := byID[id]
+		switch {
+		case !ok:
+			left = append(left, fmt.Sprintf("%d (no such message)", id))
+		case j.State != driver.StateDead:
+			left = append(left, fmt.Sprintf("%d (%s, not dead)", id, strings.ReplaceAll(string(j.State), "_", " ")))
+		default:
+			dead = append(dead, id)
+		}
+	}
+	return dead, left
+}
+
+// checkMarked refuses a retry that selects dead letters an at-most-once
+// attempt marked, unless p.ClearMark (--allow-duplicate): their last
+// request may have reached the receiver, so sending again may apply the
+// effect twice (ADR 0015). With the flag it warns, naming them.
+func (a *app) checkMarked(ctx context.Context, drv driver.Driver, p driver.ReviveParams, verb string) error {
+	marked, err := driver.MarkedDead(ctx, drv, p)
+	if err != nil || len(marked) == 0 {
+		return err
+	}
+	if p.ClearMark {
+		fmt.Fprintf(a.io.Err, "warning: %d dead message(s) of at_most_once routes (%s) will be sent again although their last attempt may have reached the receiver: an effect it applied will apply twice\n",
+			len(marked), joinIDs(marked))
+		return nil
+	}
+	return usageErr("%d dead message(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
+		"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, run 'mensageria dead %s --allow-duplicate' "+
+		"with the same selection; if it does, 'mensageria dead discard' them (messages still in doubt are decided with 'mensageria doubt resolve')",
+		len(marked), joinIDs(marked), verb)
+}
+
+// printRevived says what dead retry or discard changed; ids named that
+// were not dead letters (left) make the exit code a failure.
+func (a *app) printRevived(verb string, n int, left []string, asJSON bool) error {
+	done := "back to pending"
+	if verb == "discard" {
+		done = "deleted"
+	}
+	if asJSON {
+		if err := json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "changed": n, "left_alone": nonNil(left)}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.io.Out, "%d dead message(s) %s\n", n, done)
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(a.io.Err, "note: left alone: %s\n", strings.Join(left, ", "))
+		return silentExit(ExitFailure)
+	}
+	return nil
 }
 
 // confirmRevive asks before a dead retry or discard of several messages

@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// killMarked parks every pending row of typ as dead after an at-most-once
+// attempt marked it, as a relay does when the receiver refused the request
+// or an operator resolved the doubt as dead: the row keeps its mark.
+func killMarked(t *testing.T, drv driver.Driver, typ string) {
+	t.Helper()
+	ctx := context.Background()
+	token := time.Now().UnixNano()
+	jobs, err := drv.Claim(ctx, driver.ClaimParams{Types: []string{typ}, Limit: 100, Lease: time.Minute, Token: token})
+	if err != nil || len(jobs) == 0 {
+		t.Fatalf("claim %s: %d %v", typ, len(jobs), err)
+	}
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	amo, ok := drv.(driver.AtMostOnce)
+	if !ok {
+		t.Fatal("the driver keeps no marks")
+	}
+	if marked, err := amo.Mark(ctx, driver.MarkParams{Token: token, IDs: ids}); err != nil || len(marked) != len(ids) {
+		t.Fatalf("mark: %v %v", marked, err)
+	}
+	p := driver.SettleParams{Token: token}
+	for _, id := range ids {
+		p.Dead = append(p.Dead, driver.Failure{ID: id, Error: "permanent: http 409: refused by the test", Route: "lancamentos → http https://legado/m2m"})
+	}
+	if res, err := drv.Settle(ctx, p); err != nil || len(res.Settled) != len(ids) {
+		t.Fatalf("settle as dead: %+v %v", res, err)
+	}
+}
+
+func rowByID(t *testing.T, drv driver.Driver, id int64) driver.Job {
+	t.Helper()
+	jobs, err := drv.ListMessages(context.Background(), driver.ListFilter{IDs: []int64{id}, Limit: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("row %d: %v %v", id, jobs, err)
+	}
+	return jobs[0]
+}
+
+// dead retry of a dead letter an at-most-once attempt marked used to say
+// "back to pending" and exit 0 while the row turned in doubt, never sent.
+// It is now refused, naming the rows, unless --allow-duplicate, which
+// clears the mark (with a warning) so the relay really sends it again.
+func TestDeadRetryOfAtMostOnceRow(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		app := s.app("lancamentos", "lancamento.criado")
+		drv := s.open()
+		must(t, "migrate up", app("", "migrate", "up"), 0)
+		must(t, "register", app("", "owners", "register"), 0)
+		for i := range 2 {
+			must(t, "enqueue", app("", "enqueue", "-t", "lancamento.criado", "-k", fmt.Sprint("l-", i)), 0)
+		}
+		killMarked(t, drv, "lancamento.criado")
+		rows := s.rows(drv, "lancamento.criado")
+		one := fmt.Sprint(rows[0].ID)
+
+		must(t, "dead retry of a marked row", app("", "dead", "retry", one), ExitUsage,
+			"belong to at_most_once routes", "may apply the effect twice; nothing changed", "--allow-duplicate", "doubt resolve")
+		must(t, "dead retry --type of marked rows", app("", "dead", "retry", "--yes", "--type", "lancamento.criado"), ExitUsage,
+			"2 dead message(s)", "nothing changed")
+		for _, j := range s.rows(drv, "lancamento.criado") {
+			if j.State != driver.StateDead || j.AttemptedAt == nil {
+				t.Fatalf("a refused retry changed row %d: %s, marked %v", j.ID, j.State, j.AttemptedAt != nil)
+			}
+		}
+		// The driver itself never turns a marked dead letter into a doubt.
+		if n, err := drv.Revive(context.Background(), driver.ReviveParams{IDs: []int64{rows[0].ID}}); err != nil || n != 0 {
+			t.Fatalf("Revive without ClearMark: %d %v, want 0 changed", n, err)
+		}
+
+		r := app("", "dead", "retry", "--allow-duplicate", one)
+		must(t, "dead retry --allow-duplicate", r, 0, "1 dead message(s) back to pending", "warning:", "may have reached the receiver")
+		if j := rowByID(t, drv, rows[0].ID); j.State != driver.StatePending || j.AttemptedAt != nil {
+			t.Fatalf("after --allow-duplicate row is %s, marked %v; want pending, unmarked (sent again)", j.State, j.AttemptedAt != nil)
+		}
+		must(t, "dead retry --allow-duplicate --type", app("", "dead", "retry", "--yes", "--allow-duplicate", "--type", "lancamento.criado"), 0,
+			"1 dead message(s) back to pending")
+		for _, j := range s.rows(drv, "lancamento.criado") {
+			if j.State != driver.StatePending || j.AttemptedAt != nil {
+				t.Fatalf("row %d is %s, marked %v", j.ID, j.State, j.AttemptedAt != nil)
+			}
+		}
+	})
+}
+
+// dead retry and discard of an id that is no dead letter used to exit 0;
+// they now fail, naming each id left alone and why, and act on the others.
+func TestDeadRetryDiscardMissingIDs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		app := s.app("pedidos", "pedido.criado")
+		drv := s.open()
+		must(t, "migrate up", app("", "migrate", "up"), 0)
+		must(t, "register", app("", "owners", "register"), 0)
+		for i := range 3 {
+			must(t, "enqueue", app("", "enqueue", "-t", "pedido.criado", "-k", fmt.Sprint("p-", i)), 0)
+		}
+		kill(t, drv, "pedido.criado", "pedidos → http https://faturamento/m2m")
+		rows := s.rows(drv, "pedido.criado")
+		must(t, "enqueue a pending one", app("", "enqueue", "-t", "pedido.criado", "-k", "vivo"), 0)
+		var pending int64
+		for _, j := range s.rows(drv, "pedido.criado") {
+			if j.State == driver.StatePending {
+				pending = j.ID
+			}
+		}
+
+		for _, verb := range []string{"retry", "discard"} {
+			must(t, "dead "+verb+" of a missing id", app("", "dead", verb, "987654"), ExitFailure,
+				"987654 (no such message)", "nothing changed")
+			must(t, "dead "+verb+" of a pending id", app("", "dead", verb, fmt.Sprint(pending)), ExitFailure,
+				fmt.Sprintf("%d (pending, not dead)", pending))
+		}
+		r := app("", "dead", "retry", "--yes", fmt.Sprint(rows[0].ID), "987654")
+		must(t, "dead retry of found and missing ids", r, ExitFailure, "1 dead message(s) back to pending", "left alone: 987654 (no such message)")
+		r = app("", "dead", "discard", "--yes", "--json", fmt.Sprint(rows[1].ID), "987655")
+		must(t, "dead discard --json of found and missing ids", r, ExitFailure, `"changed":1`, `"left_alone":["987655 (no such message)"]`)
+		if j := rowByID(t, drv, rows[2].ID); j.State != driver.StateDead {
+			t.Fatalf("row %d not named was changed: %s", j.ID, j.State)
+		}
+	})
+}
