@@ -102,7 +102,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
-	fmt.Fprintln(stdio.Err, "mensageria: "+err.Error())
+	fmt.Fprintln(stdio.Err, "mensageria: "+visible(err.Error()))
 	if code == ExitUsage && ee == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}

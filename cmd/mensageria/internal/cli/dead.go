@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,10 +65,11 @@ func parseIDs(args []string) ([]int64, error) {
 	return ids, nil
 }
 
+// oneLine fits s on one line of at most n runes.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n-1] + "…"
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
 	}
 	return s
 }
@@ -259,10 +259,10 @@ func (a *app) deadListCommand() *cobra.Command {
 				}
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
+			tw, rows := newTable(a.io.Out, 0)
+			fmt.Fprintln(rows, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
 			for _, j := range jobs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
 					cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
@@ -320,7 +320,7 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	w := a.io.Out
+	w := visibleWriter{a.io.Out}
 	fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nowner       %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
 		d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
 	hk := make([]string, 0, len(d.Headers))

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +130,40 @@ func TestDeadRetryDiscardMissingIDs(t *testing.T) {
 		if j := rowByID(t, drv, rows[2].ID); j.State != driver.StateDead {
 			t.Fatalf("row %d not named was changed: %s", j.ID, j.State)
 		}
+	})
+}
+
+// A type or key holding a bidi override, a zero-width space or a
+// terminal escape is printed with the code point spelled out by the text
+// output of dead, status and owners, so that it cannot read as another
+// name (or drive the terminal); --json keeps the value as stored.
+func TestTextOutputSpellsOutInvisibleCharacters(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		app := s.app("pedidos", "pedido.criado")
+		drv := s.open()
+		must(t, "migrate up", app("", "migrate", "up"), 0)
+		const sneaky = "pedido.\u202eodairc"
+		ctx := context.Background()
+		if _, err := drv.Register(ctx, driver.RegisterParams{App: "pedidos", Resources: []driver.Resource{{Kind: driver.ResourceType, Name: sneaky}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Insert(ctx, driver.InsertParams{Rows: []driver.InsertRow{{MessageID: [16]byte{1, 2, 3}, Type: sneaky, Key: "k\u200b\x1b[2J", Payload: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		kill(t, drv, sneaky, "pedidos → http https://faturamento/m2m")
+		id := fmt.Sprint(s.rows(drv, sneaky)[0].ID)
+		for _, r := range []result{
+			app("", "dead", "list"),
+			app("", "dead", "show", id),
+			app("", "status"),
+			app("", "owners", "list"),
+		} {
+			must(t, "text output", r, 0, "pedido.<U+202E>odairc")
+			if strings.ContainsAny(r.out+r.err, "\u202e\u200b\x1b") {
+				t.Fatalf("text output holds an invisible character:\n%q", r.out)
+			}
+		}
+		must(t, "dead show key", app("", "dead", "show", id), 0, "k<U+200B><U+001B>[2J")
+		must(t, "dead list --json keeps the value", app("", "dead", "list", "--json"), 0, "\"type\":\""+sneaky+"\"")
 	})
 }

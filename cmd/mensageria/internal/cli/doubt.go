@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
@@ -119,14 +118,14 @@ func (a *app) doubtListCommand() *cobra.Command {
 				fmt.Fprintf(a.io.Out, "no messages in doubt of app %s\n", c.App)
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tATTEMPTED\tLAST ROUTE\tLAST ERROR")
+			tw, rows := newTable(a.io.Out, 0)
+			fmt.Fprintln(rows, "ID\tTYPE\tKEY\tATTEMPTS\tATTEMPTED\tLAST ROUTE\tLAST ERROR")
 			for _, j := range jobs {
 				at := "-"
 				if j.AttemptedAt != nil {
 					at = j.AttemptedAt.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
 			o.nextPage(a.io.Out, jobs)
@@ -210,7 +209,7 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	w := a.io.Out
+	w := visibleWriter{a.io.Out}
 	state := "gone from the outbox (resolved delivered)"
 	if len(jobs) == 1 {
 		state = string(jobs[0].State)

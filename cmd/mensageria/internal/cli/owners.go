@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -294,8 +293,8 @@ every entry of the schema.`,
 }
 
 func writeOwners(a *app, list []driver.Ownership) {
-	tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tNAME\tAPP\tWINDOW\tSINCE")
+	tw, rows := newTable(a.io.Out, 0)
+	fmt.Fprintln(rows, "KIND\tNAME\tAPP\tWINDOW\tSINCE")
 	for _, o := range list {
 		window := "-"
 		if o.Kind == driver.ResourceConsumer {
@@ -304,7 +303,7 @@ func writeOwners(a *app, list []driver.Ownership) {
 				window = humanDuration(o.Window)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.Kind, o.Name, appName(o.App), window, o.Since.UTC().Format(time.RFC3339))
+		fmt.Fprintf(rows, "%s\t%s\t%s\t%s\t%s\n", o.Kind, o.Name, appName(o.App), window, o.Since.UTC().Format(time.RFC3339))
 	}
 	_ = tw.Flush()
 }

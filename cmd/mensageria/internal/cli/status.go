@@ -170,7 +170,8 @@ func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *Status
 	return nil
 }
 
-func writeStatus(w io.Writer, st *Status) {
+func writeStatus(out io.Writer, st *Status) {
+	w := visibleWriter{out}
 	fmt.Fprintf(w, "app %s  schema %s  at %s\n", st.App, st.Schema, st.At.Format(time.RFC3339))
 	switch {
 	case st.Election.Mode == "none":
@@ -184,8 +185,8 @@ func writeStatus(w io.Writer, st *Status) {
 		}
 		fmt.Fprintf(w, "election: leader, held by %s (epoch %d%s)\n", st.Election.Holder, st.Election.Epoch, since)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
+	tw, rows := newTable(out, tabwriter.AlignRight)
+	fmt.Fprintln(rows, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
 	var unowned []string
 	for _, t := range st.Types {
 		owner := t.Owner
@@ -202,7 +203,7 @@ func writeStatus(w io.Writer, st *Status) {
 		if t.Pending > 0 {
 			oldest = (time.Duration(t.OldestPendingSec * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
+		fmt.Fprintf(rows, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
 	}
 	_ = tw.Flush()
 	for _, t := range st.Types {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"unicode"
 	"unicode/utf8"
 )
@@ -46,8 +47,31 @@ func visible(s string) string {
 }
 
 // hidden reports the runes visible spells out: format characters (Cf,
-// the bidi controls and zero-width ones among them), controls (Cc) and
-// the line and paragraph separators.
+// the bidi controls and zero-width ones among them), controls (Cc) but
+// the newline and the tab that text output is made of, and the line and
+// paragraph separators.
 func hidden(r rune) bool {
+	if r == '\n' || r == '\t' {
+		return false
+	}
 	return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Cc, r) || r == '\u2028' || r == '\u2029'
+}
+
+// visibleWriter passes what is written through visible: an operator
+// command's text output goes through one (a table's rows before its
+// tabwriter, so that the columns are measured on what is shown). Each
+// Write must hold whole runes, as one fmt call's output does.
+type visibleWriter struct{ w io.Writer }
+
+func (v visibleWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(v.w, visible(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// newTable is a tabwriter on out and the writer its rows go through.
+func newTable(out io.Writer, flags uint) (*tabwriter.Writer, io.Writer) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', flags)
+	return tw, visibleWriter{tw}
 }
