@@ -165,19 +165,48 @@ type listOptions struct {
 	all   bool
 }
 
+// maxListLimit is the largest page a list command prints; more is paged
+// with --after.
+const maxListLimit = 10000
+
 func (o *listOptions) bind(list *cobra.Command, allAppsHelp string) {
 	list.Flags().StringSliceVarP(&o.types, "type", "t", nil, "only these types (repeatable)")
-	list.Flags().IntVar(&o.limit, "limit", 100, "at most this many")
+	list.Flags().IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many (1 to %d; page on with --after)", maxListLimit))
 	list.Flags().Int64Var(&o.after, "after", 0, "only ids after this one (paging)")
 	list.Flags().BoolVar(&o.json, "json", false, "print JSON")
 	list.Flags().BoolVar(&o.all, "all-apps", false, allAppsHelp)
 }
 
-// nextPage tells how to ask for the next page when jobs filled this one.
-func (o *listOptions) nextPage(out io.Writer, jobs []driver.Job) {
-	if len(jobs) == o.limit {
-		fmt.Fprintf(out, "(first %d; next page: --after %d)\n", o.limit, jobs[len(jobs)-1].ID)
+// check refuses a --limit out of range: the driver would quietly list
+// 100 instead.
+func (o *listOptions) check() error {
+	if o.limit < 1 || o.limit > maxListLimit {
+		return usageErr("--limit must be between 1 and %d, got %d (page on with --after ID)", maxListLimit, o.limit)
 	}
+	return nil
+}
+
+// listPage is one page of a list command: its rows, and whether more
+// follow (asked for as the row after the page).
+type listPage struct {
+	jobs      []driver.Job
+	truncated bool
+	nextAfter int64 // the --after of the next page when truncated
+}
+
+// nextPage tells how to ask for the next page when more rows follow.
+func (o *listOptions) nextPage(out io.Writer, p listPage) {
+	if p.truncated {
+		fmt.Fprintf(out, "(first %d; more follow: next page with --after %d)\n", o.limit, p.nextAfter)
+	}
+}
+
+// DeadPage is what `dead list --json` prints: a page of dead letters, and
+// whether more follow (then NextAfter is the --after of the next page).
+type DeadPage struct {
+	Messages  []DeadMessage `json:"messages"`
+	Truncated bool          `json:"truncated"`
+	NextAfter int64         `json:"next_after,omitempty"`
 }
 
 // listInScope lists the rows in state of the types o.types that the
@@ -185,18 +214,31 @@ func (o *listOptions) nextPage(out io.Writer, jobs []driver.Job) {
 // o.after, as 'dead list' and 'doubt list' do: a type of another app is
 // refused with its owner's name, and an app that owns nothing lists
 // nothing.
-func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, deadScope, []driver.Job, error) {
+func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, deadScope, listPage, error) {
+	if err := o.check(); err != nil {
+		return nil, deadScope{}, listPage{}, err
+	}
 	c, b, scope, err := a.connectInScope(ctx, o.all)
 	if err != nil {
-		return nil, deadScope{}, nil, err
+		return nil, deadScope{}, listPage{}, err
 	}
 	defer b.Close()
 	types, err := scope.filter(ctx, b.drv, o.types)
 	if err != nil || scope.none() {
-		return c, scope, nil, err
+		return c, scope, listPage{}, err
 	}
-	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: o.after, Limit: o.limit})
-	return c, scope, jobs, err
+	// One row more than the page says whether more follow.
+	limit := o.limit + 1
+	if o.limit == maxListLimit {
+		limit = o.limit // the driver's own bound; the next page tells
+	}
+	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: o.after, Limit: limit})
+	p := listPage{jobs: jobs}
+	if len(jobs) > o.limit || (len(jobs) == maxListLimit && o.limit == maxListLimit) {
+		p.jobs, p.truncated = jobs[:o.limit], true
+		p.nextAfter = p.jobs[len(p.jobs)-1].ID
+	}
+	return c, scope, p, err
 }
 
 const deadLong = `dead operates the messages the relay parked as dead (refused permanently by
@@ -237,14 +279,15 @@ func (a *app) deadListCommand() *cobra.Command {
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, scope, jobs, err := a.listInScope(cmd.Context(), driver.StateDead, o)
+			c, scope, page, err := a.listInScope(cmd.Context(), driver.StateDead, o)
 			if err != nil {
 				return err
 			}
+			jobs := page.jobs
 			if o.json {
-				out := make([]DeadMessage, len(jobs))
+				out := DeadPage{Messages: make([]DeadMessage, len(jobs)), Truncated: page.truncated, NextAfter: page.nextAfter}
 				for i, j := range jobs {
-					out[i] = deadOf(j, false)
+					out.Messages[i] = deadOf(j, false)
 				}
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
@@ -266,7 +309,7 @@ func (a *app) deadListCommand() *cobra.Command {
 					cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
-			o.nextPage(a.io.Out, jobs)
+			o.nextPage(a.io.Out, page)
 			return nil
 		}),
 	}

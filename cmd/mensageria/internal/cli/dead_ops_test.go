@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -165,5 +166,45 @@ func TestTextOutputSpellsOutInvisibleCharacters(t *testing.T) {
 		}
 		must(t, "dead show key", app("", "dead", "show", id), 0, "k<U+200B><U+001B>[2J")
 		must(t, "dead list --json keeps the value", app("", "dead", "list", "--json"), 0, "\"type\":\""+sneaky+"\"")
+	})
+}
+
+// --limit out of 1..10000 used to list 100 silently, and --json never
+// said that more followed; it is now refused, and a page says whether it
+// is cut short and where the next one starts.
+func TestListLimitAndTruncation(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		app := s.app("pedidos", "pedido.criado")
+		drv := s.open()
+		must(t, "migrate up", app("", "migrate", "up"), 0)
+		must(t, "register", app("", "owners", "register"), 0)
+		for i := range 3 {
+			must(t, "enqueue", app("", "enqueue", "-t", "pedido.criado", "-k", fmt.Sprint("p-", i)), 0)
+		}
+		kill(t, drv, "pedido.criado", "pedidos → http https://faturamento/m2m")
+		for _, cmd := range []string{"dead", "doubt"} {
+			for _, l := range []string{"0", "-5", "10001"} {
+				must(t, cmd+" list --limit "+l, app("", cmd, "list", "--limit", l), ExitUsage, "--limit must be between 1 and 10000, got "+l)
+			}
+		}
+		var page DeadPage
+		r := app("", "dead", "list", "--json", "--limit", "2")
+		if err := json.Unmarshal([]byte(r.out), &page); err != nil || len(page.Messages) != 2 || !page.Truncated || page.NextAfter != page.Messages[1].ID {
+			t.Fatalf("first page: %v %+v", err, r)
+		}
+		r = app("", "dead", "list", "--json", "--limit", "2", "--after", fmt.Sprint(page.NextAfter))
+		page = DeadPage{}
+		if err := json.Unmarshal([]byte(r.out), &page); err != nil || len(page.Messages) != 1 || page.Truncated || page.NextAfter != 0 {
+			t.Fatalf("last page: %v %+v", err, r)
+		}
+		must(t, "text page", app("", "dead", "list", "--limit", "2"), 0, "more follow: next page with --after")
+		if r := app("", "dead", "list", "--limit", "3"); strings.Contains(r.out, "more follow") {
+			t.Fatalf("a page that holds every row says more follow:\n%s", r.out)
+		}
+		var doubts DoubtPage
+		r = app("", "doubt", "list", "--json")
+		if err := json.Unmarshal([]byte(r.out), &doubts); err != nil || doubts.Messages == nil || len(doubts.Messages) != 0 || doubts.Truncated {
+			t.Fatalf("doubt list: %v %+v", err, r)
+		}
 	})
 }

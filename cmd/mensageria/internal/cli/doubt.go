@@ -26,6 +26,15 @@ type DoubtMessage struct {
 	Resolutions []DoubtResolution `json:"resolutions,omitempty"`
 }
 
+// DoubtPage is what `doubt list --json` prints: a page of messages in
+// doubt, and whether more follow (then NextAfter is the --after of the
+// next page).
+type DoubtPage struct {
+	Messages  []DoubtMessage `json:"messages"`
+	Truncated bool           `json:"truncated"`
+	NextAfter int64          `json:"next_after,omitempty"`
+}
+
 // DoubtResolution is one recorded decision about a message in doubt.
 type DoubtResolution struct {
 	Outcome string    `json:"outcome"`
@@ -103,14 +112,15 @@ func (a *app) doubtListCommand() *cobra.Command {
 		Short: "List messages in doubt",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, _, jobs, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
+			c, _, page, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
 			if err != nil {
 				return err
 			}
+			jobs := page.jobs
 			if o.json {
-				out := make([]DoubtMessage, len(jobs))
+				out := DoubtPage{Messages: make([]DoubtMessage, len(jobs)), Truncated: page.truncated, NextAfter: page.nextAfter}
 				for i, j := range jobs {
-					out[i] = doubtOf(j, false)
+					out.Messages[i] = doubtOf(j, false)
 				}
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
@@ -128,7 +138,7 @@ func (a *app) doubtListCommand() *cobra.Command {
 				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
-			o.nextPage(a.io.Out, jobs)
+			o.nextPage(a.io.Out, page)
 			return nil
 		}),
 	}
