@@ -178,7 +178,7 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		// Another app's ownership, or a type no app owns, is a mistake of
 		// configuration or of the operator, never a passing failure: a
 		// retry would meet the same catalog.
-		if errors.Is(err, driver.ErrOwnerConflict) || errors.Is(err, driver.ErrUnownedType) {
+		if errors.Is(err, driver.ErrOwnerConflict) || errors.Is(err, driver.ErrUnownedType) || errors.Is(err, driver.ErrInvalidApp) {
 			return &exitError{code: ExitUsage, err: err}
 		}
 		return &exitError{code: ExitFailure, err: err}

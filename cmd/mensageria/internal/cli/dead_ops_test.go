@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -206,5 +207,35 @@ func TestListLimitAndTruncation(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.out), &doubts); err != nil || doubts.Messages == nil || len(doubts.Messages) != 0 || doubts.Truncated {
 			t.Fatalf("doubt list: %v %+v", err, r)
 		}
+	})
+}
+
+// owners transfer --to "   " used to be accepted, and the migrations
+// moved to a blank app locked every app out of migrate up. Every app name
+// is now checked by one function: the configs, register and transfer
+// (command and drivers alike); --from only has to match the entry.
+func TestAppNamesAreChecked(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *shared) {
+		app := s.app("pedidos", "pedido.criado")
+		drv := s.open()
+		must(t, "migrate up", app("", "migrate", "up"), 0)
+		must(t, "register", app("", "owners", "register"), 0)
+		for _, bad := range []string{"   ", " pedidos", "ped\u202eidos", "ped\x00idos", "ped idos", strings.Repeat("a", 101), "-pedidos"} {
+			must(t, fmt.Sprintf("transfer type to %q", bad), app("", "owners", "transfer", "type", "pedido.criado", "--from", "pedidos", "--to", bad), ExitUsage,
+				"owners transfer --to:", "must be 1-100 letters, digits or ._:-", "nothing changed")
+			must(t, fmt.Sprintf("transfer migrations to %q", bad), app("", "owners", "transfer", "migrations", "schema", "--from", "pedidos", "--to", bad), ExitUsage,
+				"nothing changed")
+			ctx := context.Background()
+			if err := drv.Transfer(ctx, driver.TransferParams{Kind: driver.ResourceMigrations, Name: driver.MigrationsName, From: "pedidos", To: bad}); !errors.Is(err, driver.ErrInvalidApp) {
+				t.Fatalf("driver Transfer to %q: %v, want ErrInvalidApp", bad, err)
+			}
+			if _, err := drv.Register(ctx, driver.RegisterParams{App: bad, Resources: []driver.Resource{{Kind: driver.ResourceType, Name: "x.y"}}}); !errors.Is(err, driver.ErrInvalidApp) {
+				t.Fatalf("driver Register of %q: %v, want ErrInvalidApp", bad, err)
+			}
+			p := writeFile(t, fmt.Sprintf("database: %s\nschema: %s\napp: %q\nroutes:\n  - type: x.y\n    http: {url: http://127.0.0.1:1/m2m, token: tok}\n", s.db, s.schema, bad))
+			must(t, fmt.Sprintf("a config with app %q", bad), run(t, "", nil, "migrate", "check", "--config", p), ExitUsage, "app")
+		}
+		must(t, "the migrations still pedidos's", app("", "migrate", "up"), 0)
+		must(t, "a good name moves", app("", "owners", "transfer", "type", "pedido.criado", "--from", "pedidos", "--to", "faturamento-2"), 0, "moved")
 	})
 }

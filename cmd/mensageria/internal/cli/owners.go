@@ -395,6 +395,14 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			case !release && to == from:
 				return usageErr("owners transfer: --from and --to are both %q", from)
 			}
+			// --to is checked as every app name is; --from only has to
+			// match the entry, so that one stored under a name no path
+			// accepts any more can still be moved away.
+			if !release {
+				if err := driver.CheckApp(to); err != nil {
+					return usageErr("owners transfer --to: %v; nothing changed", strings.TrimPrefix(err.Error(), driver.ErrInvalidApp.Error()+": "))
+				}
+			}
 			c, b, err := a.connectCurrent(cmd.Context())
 			if err != nil {
 				return err
