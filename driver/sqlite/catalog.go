@@ -182,7 +182,9 @@ func (d *Driver) register(ctx context.Context, w writer, now int64, p driver.Reg
 		return res, err
 	}
 	for _, o := range mine {
-		if _, ok := listed[resourceKey{o.Kind, o.Name}]; !ok {
+		// The migrations entry is not registered at start but by Migrate;
+		// it is no forgotten route.
+		if _, ok := listed[resourceKey{o.Kind, o.Name}]; !ok && o.Kind != driver.ResourceMigrations {
 			res.Unlisted = append(res.Unlisted, o)
 		}
 	}
