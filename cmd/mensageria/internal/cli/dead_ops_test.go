@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -238,4 +240,25 @@ func TestAppNamesAreChecked(t *testing.T) {
 		must(t, "the migrations still pedidos's", app("", "migrate", "up"), 0)
 		must(t, "a good name moves", app("", "owners", "transfer", "type", "pedido.criado", "--from", "pedidos", "--to", "faturamento-2"), 0, "moved")
 	})
+}
+
+// status, dead list, migrate check and every other command that reads or
+// acts on an existing database used to create an empty SQLite file at a
+// mistyped path; they now say the file does not exist and leave none.
+// migrate up still creates it.
+func TestOperatorCommandsNeverCreateASQLiteFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tpyo.db")
+	p := writeFile(t, fmt.Sprintf("database: sqlite:%s\napp: pedidos\nroutes:\n  - type: pedido.criado\n    http: {url: http://127.0.0.1:1/m2m, token: tok}\n", path))
+	for _, args := range [][]string{
+		{"status"}, {"dead", "list"}, {"dead", "show", "1"}, {"dead", "retry", "1"}, {"doubt", "list"},
+		{"migrate", "check"}, {"owners", "list"}, {"owners", "register"},
+	} {
+		r := run(t, "", nil, append(args, "--config", p)...)
+		must(t, strings.Join(args, " "), r, ExitFailure, "sqlite:"+path+": the file does not exist", "never creates it")
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left a file at %s: %v", strings.Join(args, " "), path, err)
+		}
+	}
+	must(t, "migrate up creates it", run(t, "", nil, "migrate", "up", "--config", p), 0, "migrated")
+	must(t, "then status reads it", run(t, "", nil, "status", "--config", p), 0)
 }

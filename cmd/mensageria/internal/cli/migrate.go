@@ -50,7 +50,11 @@ func (a *app) migrateCommand() *cobra.Command {
 // runMigrate applies (MigrateUp) or checks (MigrateCheck) the schema and
 // says where it stands; a schema behind exits 1.
 func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON bool) error {
-	c, b, err := a.connect(cmd.Context())
+	connect := a.connect // check never creates a SQLite file
+	if mode == driver.MigrateUp {
+		connect = a.connectCreating
+	}
+	c, b, err := connect(cmd.Context())
 	if err != nil {
 		return err
 	}
