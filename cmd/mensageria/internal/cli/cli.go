@@ -84,9 +84,14 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if cmd != nil {
+		if pe := privilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
+			err = &exitError{code: ExitFailure, err: pe}
+		}
 	}
 	var s silentExit
 	if errors.As(err, &s) {
@@ -113,6 +118,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 type app struct {
 	io         IO
 	configPath string
+	schema     string // the loaded config's, to name objects in errors
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -194,6 +200,7 @@ func (a *app) loadConfig() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.schema = c.Schema
 	for _, w := range c.Warnings {
 		fmt.Fprintln(a.io.Err, "warning: "+w)
 	}
