@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria/driver"
 )
@@ -198,6 +199,9 @@ func (a *app) loadConfig() (*Config, error) {
 	}
 	c, err := LoadConfig(a.configPath, a.io.Env)
 	if err != nil {
+		if isReceiveConfig(a.configPath) {
+			return nil, usageErr("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
+		}
 		return nil, err
 	}
 	a.schema = c.Schema
@@ -205,6 +209,41 @@ func (a *app) loadConfig() (*Config, error) {
 		fmt.Fprintln(a.io.Err, "warning: "+w)
 	}
 	return c, nil
+}
+
+// loadOperatorConfig reads the --config file of an operator command
+// (status, migrate, owners, dead, doubt), which may be a relay's config or
+// a receive daemon's: one file serves every command of a receive-only
+// app. A receive config gives the database, schema and app, and no
+// routes (Config.Receive holds the rest).
+func (a *app) loadOperatorConfig() (*Config, error) {
+	if !isReceiveConfig(a.configPath) {
+		return a.loadConfig()
+	}
+	rc, err := LoadReceiveConfig(a.configPath, a.io.Env)
+	if err != nil {
+		return nil, err
+	}
+	a.schema = rc.Schema
+	return &Config{File: a.configPath, Database: rc.Database, Schema: rc.Schema, App: rc.App, Receive: rc}, nil
+}
+
+// isReceiveConfig tells a receive daemon's config from a relay's by its
+// top-level keys: consumers: or receive:, and no routes:. A file it cannot
+// read or parse is left to the relay config's loader, which says why.
+func isReceiveConfig(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]yaml.Node
+	if yaml.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, routes := top["routes"]
+	_, consumers := top["consumers"]
+	_, receive := top["receive"]
+	return !routes && (consumers || receive)
 }
 
 // exactArgs is cobra.ExactArgs with a usage exit code.

@@ -102,7 +102,7 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 		Short: "Print the DDL of the migrations, for your own migration tool",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.loadConfig()
+			c, err := a.loadOperatorConfig()
 			if err != nil {
 				return err
 			}

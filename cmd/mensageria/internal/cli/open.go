@@ -350,7 +350,7 @@ func (a *app) connectCreating(ctx context.Context) (*Config, *backend, error) {
 }
 
 func (a *app) connectOpening(ctx context.Context, create bool) (*Config, *backend, error) {
-	c, err := a.loadConfig()
+	c, err := a.loadOperatorConfig()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -327,6 +327,9 @@ nothing.`,
 				return err
 			}
 			defer b.Close()
+			if c.Receive != nil {
+				return a.registerConsumers(cmd.Context(), b.drv, c, asJSON)
+			}
 			res := make([]driver.Resource, len(c.Routes))
 			for i, r := range c.Routes {
 				res[i] = driver.Resource{Kind: driver.ResourceType, Name: r.Type}
@@ -362,6 +365,37 @@ nothing.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// registerConsumers is owners register with a receive daemon's config:
+// it records the config's consumers, with their windows, as its app's,
+// as the daemon does when it starts.
+func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *Config, asJSON bool) error {
+	res := make([]driver.Resource, len(c.Receive.Consumers))
+	names := make([]string, len(res))
+	for i, k := range c.Receive.Consumers {
+		res[i] = driver.Resource{Kind: driver.ResourceConsumer, Name: k.Name, Window: k.Window}
+		names[i] = k.Name
+	}
+	rr, err := drv.Register(ctx, driver.RegisterParams{App: c.App, Resources: res})
+	var oce *driver.OwnerConflictError
+	if errors.As(err, &oce) {
+		return conflictErr(oce, "register its consumers", a.configPath)
+	}
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	if asJSON {
+		return json.NewEncoder(a.io.Out).Encode(map[string]any{"app": c.App, "schema": c.Schema, "consumers": names})
+	}
+	fmt.Fprintf(a.io.Out, "app %s owns %d inbox consumer(s) in schema %s: %s\n", c.App, len(res), c.Schema, visible(strings.Join(names, ", ")))
+	for _, o := range rr.Unlisted {
+		if o.Kind == driver.ResourceConsumer {
+			fmt.Fprintf(a.io.Err, "note: app %s also owns inbox consumer %q, which the config does not list; release it with 'mensageria owners release consumer %s --from %s'\n",
+				c.App, o.Name, shellArg(o.Name), shellArg(c.App))
+		}
+	}
+	return nil
 }
 
 // ownersTransferCommand builds `owners transfer` and `owners release`.

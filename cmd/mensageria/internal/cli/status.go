@@ -151,6 +151,11 @@ func addIdleRoutedTypes(ctx context.Context, c *Config, drv driver.Driver, st *S
 // statusElection fills e with the app's election holder, when the config
 // elects one.
 func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *StatusElection) error {
+	if c.Receive != nil {
+		// A receive daemon's config: this app runs no relay here.
+		e.Mode = "receive"
+		return nil
+	}
 	if c.Relay.Election == mensageria.ElectionNone {
 		return nil
 	}
@@ -176,6 +181,8 @@ func writeStatus(out io.Writer, st *Status) {
 	switch {
 	case st.Election.Mode == "none":
 		fmt.Fprintln(w, "election: none (every replica relays)")
+	case st.Election.Mode == "receive":
+		fmt.Fprintln(w, "election: none (a receive daemon's config: this app relays nothing; its consumers: 'mensageria owners list')")
 	case st.Election.Holder == "":
 		fmt.Fprintln(w, "election: leader, no holder (no relay of this app is running)")
 	default:
