@@ -255,7 +255,13 @@ another app is refused (exit 2) with its owner's name. --all-apps is the
 explicit flag for a DBA to act across every app of the schema.
 
 Retrying or discarding more than one message asks for confirmation on
-standard input unless --yes is given.`
+standard input unless --yes is given. An id that is not a dead letter is
+named with why, and the command exits 1 (the others are acted on).
+
+A dead letter of an at_most_once route whose last attempt may have
+reached the receiver keeps its mark: retrying it is refused (exit 2)
+unless --allow-duplicate, which sends it again although the receiver may
+apply its effect twice (ADR 0015). Check the receiver first.`
 
 func (a *app) deadCommand() *cobra.Command {
 	cmd := &cobra.Command{
