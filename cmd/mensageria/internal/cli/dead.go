@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
 )
 
@@ -566,17 +567,7 @@ func cellOr(s string) string {
 	return s
 }
 
-func joinIDs(ids []int64) string {
-	s := make([]string, 0, len(ids))
-	for i, id := range ids {
-		if i == 10 {
-			s = append(s, "…")
-			break
-		}
-		s = append(s, strconv.FormatInt(id, 10))
-	}
-	return strings.Join(s, ", ")
-}
+func joinIDs(ids []int64) string { return console.IDList(ids) }
 
 func countDead(cmd *cobra.Command, drv driver.Driver, types []string) (int64, error) {
 	stats, err := drv.Stats(cmd.Context())

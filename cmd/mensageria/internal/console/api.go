@@ -681,7 +681,7 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			if len(marked) > 0 && !p.ClearMark {
 				problem(w, r, http.StatusConflict, "at_most_once", fmt.Sprintf("%d dead letter(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
 					"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, retry with allow_duplicate: true; if it does, discard them",
-					len(marked), idList(marked)))
+					len(marked), IDList(marked)))
 				return
 			}
 		}
@@ -703,8 +703,9 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 	}
 }
 
-// idList names up to ten ids, as the CLI's dead commands do.
-func idList(ids []int64) string {
+// IDList names up to ten ids, in the console's messages and the
+// command's.
+func IDList(ids []int64) string {
 	s := make([]string, 0, len(ids))
 	for i, id := range ids {
 		if i == 10 {

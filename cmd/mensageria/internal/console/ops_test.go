@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
@@ -49,28 +48,14 @@ func eachDriver(t *testing.T, f func(t *testing.T, d driver.Driver)) {
 	})
 }
 
-// killMarked claims every due row of typ, marks it as an at-most-once
-// attempt does, and settles it dead: a refusal after the request left.
+// killMarked leaves every due row of typ in doubt and resolves it dead:
+// a dead letter that keeps its at-most-once mark.
 func killMarked(t *testing.T, d driver.Driver, typ string) []int64 {
 	t.Helper()
-	ctx := context.Background()
-	jobs, err := d.Claim(ctx, driver.ClaimParams{Types: []string{typ}, Limit: 1000, Lease: time.Minute, Token: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, j := range jobs {
-		ids = append(ids, j.ID)
-	}
-	if _, err := d.(driver.AtMostOnce).Mark(ctx, driver.MarkParams{Token: 9, IDs: ids}); err != nil {
-		t.Fatal(err)
-	}
-	p := driver.SettleParams{Token: 9}
-	for _, id := range ids {
-		p.Dead = append(p.Dead, driver.Failure{ID: id, Error: "permanent: http 409", Route: "shop → http https://ledger/m2m"})
-	}
-	if _, err := d.Settle(ctx, p); err != nil {
-		t.Fatal(err)
+	ids := leaveInDoubt(t, d, typ, "no answer in 10s")
+	res, err := d.(driver.AtMostOnce).Resolve(context.Background(), driver.ResolveParams{IDs: ids, Outcome: driver.ResolveDead, By: "test", Reason: "the ledger is down"})
+	if err != nil || len(res.Resolved) != len(ids) {
+		t.Fatalf("resolve dead: %+v %v", res, err)
 	}
 	return ids
 }
