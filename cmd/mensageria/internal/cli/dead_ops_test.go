@@ -97,6 +97,11 @@ func TestDeadRetryOfAtMostOnceRow(t *testing.T) {
 				t.Fatalf("row %d is %s, marked %v", j.ID, j.State, j.AttemptedAt != nil)
 			}
 		}
+		// Really sent again: the relay's claim takes both.
+		jobs, err := drv.Claim(context.Background(), driver.ClaimParams{Types: []string{"lancamento.criado"}, Limit: 10, Lease: time.Minute, Token: 77})
+		if err != nil || len(jobs) != 2 {
+			t.Fatalf("claim after --allow-duplicate: %d rows, %v; want both", len(jobs), err)
+		}
 	})
 }
 
