@@ -3,8 +3,10 @@ package mensageria
 import (
 	"fmt"
 	"log/slog"
-	"regexp"
+	"strings"
 	"time"
+
+	"github.com/xadm/mensageria/driver"
 )
 
 // Election selects how replicas of one app share the relay.
@@ -133,8 +135,6 @@ type Config struct {
 	Hooks []Hook
 }
 
-var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
-
 // withDefaults returns a copy with every zero field set, or the first
 // invalid field.
 func (c *Config) withDefaults() (Config, error) {
@@ -142,8 +142,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return Config{}, &ConfigError{Field: "Config", Reason: "nil config"}
 	}
 	out := *c
-	if !appName.MatchString(out.App) {
-		return out, &ConfigError{Field: "App", Reason: fmt.Sprintf("%q must be 1-100 letters, digits or ._:- and start with a letter or digit", out.App)}
+	if err := driver.CheckApp(out.App); err != nil {
+		return out, &ConfigError{Field: "App", Reason: strings.TrimPrefix(err.Error(), driver.ErrInvalidApp.Error()+": ")}
 	}
 	if out.Registry == nil {
 		out.Registry = NewRegistry()

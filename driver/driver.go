@@ -127,7 +127,10 @@ type Driver interface {
 	// ListMessages pages through outbox rows, for operators.
 	ListMessages(ctx context.Context, f ListFilter) ([]Job, error)
 	// Revive moves dead rows back to pending (retry) or deletes them
-	// (discard) and returns how many it changed.
+	// (discard) and returns how many it changed. A retry leaves a row
+	// an at-most-once attempt marked (AttemptedAt set) dead unless
+	// p.ClearMark: back to pending with its mark it would only read as in
+	// doubt, never be sent (ADR 0015).
 	Revive(ctx context.Context, p ReviveParams) (int, error)
 
 	// SetRouteStates records the state of routes, one row per type,
@@ -533,6 +536,41 @@ type ReviveParams struct {
 	IDs     []int64
 	Types   []string
 	Discard bool
+	// ClearMark retries the selected rows an at-most-once attempt marked
+	// too, clearing the mark so that the relay sends them again: the
+	// receiver may already have applied such a row's effect, so only an
+	// operator who checked asks for it. Without it a retry leaves them
+	// dead. Discard ignores it.
+	ClearMark bool
+}
+
+// MarkedDead returns the ids of the dead rows p selects (by IDs, or else
+// by Types) that an at-most-once attempt marked: the ones a Revive
+// retries only with ClearMark. It pages through ListMessages.
+func MarkedDead(ctx context.Context, d Driver, p ReviveParams) ([]int64, error) {
+	f := ListFilter{State: StateDead, IDs: p.IDs, Limit: 10000}
+	if len(p.IDs) == 0 {
+		if len(p.Types) == 0 {
+			return nil, nil
+		}
+		f.Types = p.Types
+	}
+	var marked []int64
+	for {
+		jobs, err := d.ListMessages(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range jobs {
+			if j.AttemptedAt != nil {
+				marked = append(marked, j.ID)
+			}
+		}
+		if len(jobs) < f.Limit || len(p.IDs) > 0 {
+			return marked, nil
+		}
+		f.AfterID = jobs[len(jobs)-1].ID
+	}
 }
 
 // RouteState is what the active relay last recorded of one type's route

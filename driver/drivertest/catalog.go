@@ -178,6 +178,21 @@ func (s *suite) catalogTests() []test {
 				t.Fatalf("a type no longer listed was dropped: %v (moving it is an operator step)", got)
 			}
 		}},
+		{"MigrationsAreNeverUnlisted", func(t *testing.T, h *Harness) {
+			// The migrations entry is recorded by Migrate, never listed by
+			// a registration: reporting it as unlisted made every start of
+			// the owner's relay warn to release or transfer it.
+			d := h.Driver
+			if _, err := d.Migrate(ctxOf(t), driver.MigrateParams{Mode: driver.MigrateUp, App: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := owners(t, d, "a"); got["migrations/"+driver.MigrationsName].App != "a" {
+				t.Fatalf("the migrations are not a's: %v", got)
+			}
+			if res := register(t, d, "a", typeRes("x")); len(res.Unlisted) != 0 {
+				t.Fatalf("Unlisted = %+v, want none: the migrations entry is no forgotten route", res.Unlisted)
+			}
+		}},
 		{"Transfer", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			register(t, d, "a", typeRes("x"))

@@ -20,6 +20,9 @@ func (d *Driver) Register(ctx context.Context, p driver.RegisterParams) (driver.
 	if p.App == "" {
 		return driver.RegisterResult{}, errors.New("mensageria/postgres: register: the app name is required")
 	}
+	if err := driver.CheckApp(p.App); err != nil {
+		return driver.RegisterResult{}, fmt.Errorf("mensageria/postgres: register: %w", err)
+	}
 	rs, err := normalize(p.Resources)
 	if err != nil {
 		return driver.RegisterResult{}, err
@@ -212,6 +215,11 @@ func scanOwnership(withWindow bool) pgx.RowToFunc[driver.Ownership] {
 func (d *Driver) Transfer(ctx context.Context, p driver.TransferParams) error {
 	if err := checkResource(p.Kind, p.Name); err != nil {
 		return err
+	}
+	if p.To != "" {
+		if err := driver.CheckApp(p.To); err != nil {
+			return fmt.Errorf("mensageria/postgres: transfer: %w", err)
+		}
 	}
 	err := retryDeadlock(ctx, func() error {
 		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {

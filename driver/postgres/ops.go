@@ -75,7 +75,13 @@ func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error)
 	default:
 		return 0, nil // selecting nothing changes nothing
 	}
-	q := "UPDATE " + d.table("outbox") + " SET state = 'pending', attempts = 0, available_at = now(), lease_token = NULL, lease_until = NULL WHERE state = 'dead' AND " + cond
+	// A row an at-most-once attempt marked stays dead unless the mark is
+	// cleared with it: pending and marked it would read as in doubt and
+	// never be sent (ADR 0015).
+	q := "UPDATE " + d.table("outbox") + " SET state = 'pending', attempts = 0, available_at = now(), lease_token = NULL, lease_until = NULL, attempted_at = NULL WHERE state = 'dead' AND " + cond
+	if !p.ClearMark {
+		q += " AND attempted_at IS NULL"
+	}
 	if p.Discard {
 		q = "DELETE FROM " + d.table("outbox") + " WHERE state = 'dead' AND " + cond
 	}

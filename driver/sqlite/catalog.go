@@ -120,6 +120,9 @@ func checkRegistration(p driver.RegisterParams) ([]driver.Resource, map[resource
 	if p.App == "" {
 		return nil, nil, &ConfigError{Field: "app", Reason: "empty app name: every catalog entry names the app that owns it"}
 	}
+	if err := driver.CheckApp(p.App); err != nil {
+		return nil, nil, fmt.Errorf("mensageria/sqlite: register: %w", err)
+	}
 	listed := map[resourceKey]driver.Resource{}
 	var want []driver.Resource
 	for _, r := range p.Resources {
@@ -179,7 +182,9 @@ func (d *Driver) register(ctx context.Context, w writer, now int64, p driver.Reg
 		return res, err
 	}
 	for _, o := range mine {
-		if _, ok := listed[resourceKey{o.Kind, o.Name}]; !ok {
+		// The migrations entry is not registered at start but by Migrate;
+		// it is no forgotten route.
+		if _, ok := listed[resourceKey{o.Kind, o.Name}]; !ok && o.Kind != driver.ResourceMigrations {
 			res.Unlisted = append(res.Unlisted, o)
 		}
 	}
@@ -252,6 +257,11 @@ func (d *Driver) owners(ctx context.Context, q interface {
 func (d *Driver) Transfer(ctx context.Context, p driver.TransferParams) error {
 	if err := checkResource(p.Kind, p.Name); err != nil {
 		return err
+	}
+	if p.To != "" {
+		if err := driver.CheckApp(p.To); err != nil {
+			return fmt.Errorf("mensageria/sqlite: transfer: %w", err)
+		}
 	}
 	owners := d.prefix + "owners"
 	return d.write(ctx, func(w writer, now int64) error {

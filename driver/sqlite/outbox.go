@@ -1034,6 +1034,13 @@ func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error)
 		where += " AND type IN (SELECT value FROM json_each(?))"
 		args = append(args, stringsJSON(p.Types))
 	}
+	// A row an at-most-once attempt marked stays dead unless its mark is
+	// cleared with it: pending and marked it would read as in doubt and
+	// never be sent (ADR 0015).
+	retryWhere := where
+	if !p.ClearMark {
+		retryWhere += " AND attempted_at IS NULL"
+	}
 	o := d.prefix + "outbox"
 	var n int64
 	err := d.write(ctx, func(w writer, now int64) error {
@@ -1044,7 +1051,7 @@ func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error)
 		} else {
 			// The count restarts so the relay's attempt limit applies
 			// afresh; last_error stays as the reason it had died.
-			res, err = w.ExecContext(ctx, "UPDATE "+o+" SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL WHERE "+where,
+			res, err = w.ExecContext(ctx, "UPDATE "+o+" SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL, attempted_at = NULL WHERE "+retryWhere,
 				append([]any{now}, args...)...)
 		}
 		if err != nil {

@@ -56,6 +56,12 @@ type Config struct {
 	// Schema prefixes every table name: "<Schema>_outbox" and so on.
 	// Default "mensageria". Letters, digits and underscores only.
 	Schema string
+	// MustExist opens an existing database file only: a missing one is
+	// an error wrapping fs.ErrNotExist, never created empty (SQLite's
+	// mode=rw). For the commands that only read or act on a database
+	// someone else created: a mistyped path fails instead of leaving an
+	// empty file behind.
+	MustExist bool
 }
 
 // ConfigError names the setting that is wrong.
@@ -116,6 +122,16 @@ func Open(path string, cfg *Config) (*Driver, error) {
 		}
 	}
 	q := url.Values{}
+	if cfg != nil && cfg.MustExist {
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("mensageria/sqlite: open %s: the database file does not exist: %w", path, err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("mensageria/sqlite: open %s: not a database file", path)
+		}
+		q.Set("mode", "rw")
+	}
 	q.Set("_txlock", "immediate")
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
 	q.Add("_pragma", "journal_mode(WAL)")

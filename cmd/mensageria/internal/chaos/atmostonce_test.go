@@ -597,9 +597,12 @@ func (r *amoRun) doubtList() (int, error) {
 	if code != 0 {
 		return 0, fmt.Errorf("exit %d: %s", code, errb.String())
 	}
-	var listed []cli.DoubtMessage
+	var listed cli.DoubtPage
 	if err := json.Unmarshal([]byte(out.String()), &listed); err != nil {
 		return 0, err
 	}
-	return len(listed), nil
+	if listed.Truncated {
+		return 0, fmt.Errorf("doubt list: more than one page in doubt")
+	}
+	return len(listed.Messages), nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria/driver"
 )
@@ -84,9 +85,14 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if cmd != nil {
+		if pe := privilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
+			err = &exitError{code: ExitFailure, err: pe}
+		}
 	}
 	var s silentExit
 	if errors.As(err, &s) {
@@ -102,7 +108,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
-	fmt.Fprintln(stdio.Err, "mensageria: "+err.Error())
+	fmt.Fprintln(stdio.Err, "mensageria: "+visible(err.Error()))
 	if code == ExitUsage && ee == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}
@@ -113,6 +119,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 type app struct {
 	io         IO
 	configPath string
+	schema     string // the loaded config's, to name objects in errors
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -178,7 +185,7 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		// Another app's ownership, or a type no app owns, is a mistake of
 		// configuration or of the operator, never a passing failure: a
 		// retry would meet the same catalog.
-		if errors.Is(err, driver.ErrOwnerConflict) || errors.Is(err, driver.ErrUnownedType) {
+		if errors.Is(err, driver.ErrOwnerConflict) || errors.Is(err, driver.ErrUnownedType) || errors.Is(err, driver.ErrInvalidApp) {
 			return &exitError{code: ExitUsage, err: err}
 		}
 		return &exitError{code: ExitFailure, err: err}
@@ -192,12 +199,51 @@ func (a *app) loadConfig() (*Config, error) {
 	}
 	c, err := LoadConfig(a.configPath, a.io.Env)
 	if err != nil {
+		if isReceiveConfig(a.configPath) {
+			return nil, usageErr("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
+		}
 		return nil, err
 	}
+	a.schema = c.Schema
 	for _, w := range c.Warnings {
 		fmt.Fprintln(a.io.Err, "warning: "+w)
 	}
 	return c, nil
+}
+
+// loadOperatorConfig reads the --config file of an operator command
+// (status, migrate, owners, dead, doubt), which may be a relay's config or
+// a receive daemon's: one file serves every command of a receive-only
+// app. A receive config gives the database, schema and app, and no
+// routes (Config.Receive holds the rest).
+func (a *app) loadOperatorConfig() (*Config, error) {
+	if !isReceiveConfig(a.configPath) {
+		return a.loadConfig()
+	}
+	rc, err := LoadReceiveConfig(a.configPath, a.io.Env)
+	if err != nil {
+		return nil, err
+	}
+	a.schema = rc.Schema
+	return &Config{File: a.configPath, Database: rc.Database, Schema: rc.Schema, App: rc.App, Receive: rc}, nil
+}
+
+// isReceiveConfig tells a receive daemon's config from a relay's by its
+// top-level keys: consumers: or receive:, and no routes:. A file it cannot
+// read or parse is left to the relay config's loader, which says why.
+func isReceiveConfig(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]yaml.Node
+	if yaml.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, routes := top["routes"]
+	_, consumers := top["consumers"]
+	_, receive := top["receive"]
+	return !routes && (consumers || receive)
 }
 
 // exactArgs is cobra.ExactArgs with a usage exit code.

@@ -40,6 +40,10 @@ type Config struct {
 	// Warnings are the deprecated spellings the file still uses, each
 	// located as an error would be; the command prints them and goes on.
 	Warnings []string
+	// Receive is the receive daemon's config this one was read from, when
+	// an operator command was given one (loadOperatorConfig): its
+	// database, schema and app, no routes. Nil for a relay's config.
+	Receive *ReceiveConfig
 }
 
 // Route is one message type this app sends, and how.

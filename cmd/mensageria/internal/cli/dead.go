@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
 )
 
@@ -66,10 +66,11 @@ func parseIDs(args []string) ([]int64, error) {
 	return ids, nil
 }
 
+// oneLine fits s on one line of at most n runes.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n-1] + "…"
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
 	}
 	return s
 }
@@ -165,19 +166,48 @@ type listOptions struct {
 	all   bool
 }
 
+// maxListLimit is the largest page a list command prints; more is paged
+// with --after.
+const maxListLimit = 10000
+
 func (o *listOptions) bind(list *cobra.Command, allAppsHelp string) {
 	list.Flags().StringSliceVarP(&o.types, "type", "t", nil, "only these types (repeatable)")
-	list.Flags().IntVar(&o.limit, "limit", 100, "at most this many")
+	list.Flags().IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many (1 to %d; page on with --after)", maxListLimit))
 	list.Flags().Int64Var(&o.after, "after", 0, "only ids after this one (paging)")
 	list.Flags().BoolVar(&o.json, "json", false, "print JSON")
 	list.Flags().BoolVar(&o.all, "all-apps", false, allAppsHelp)
 }
 
-// nextPage tells how to ask for the next page when jobs filled this one.
-func (o *listOptions) nextPage(out io.Writer, jobs []driver.Job) {
-	if len(jobs) == o.limit {
-		fmt.Fprintf(out, "(first %d; next page: --after %d)\n", o.limit, jobs[len(jobs)-1].ID)
+// check refuses a --limit out of range: the driver would quietly list
+// 100 instead.
+func (o *listOptions) check() error {
+	if o.limit < 1 || o.limit > maxListLimit {
+		return usageErr("--limit must be between 1 and %d, got %d (page on with --after ID)", maxListLimit, o.limit)
 	}
+	return nil
+}
+
+// listPage is one page of a list command: its rows, and whether more
+// follow (asked for as the row after the page).
+type listPage struct {
+	jobs      []driver.Job
+	truncated bool
+	nextAfter int64 // the --after of the next page when truncated
+}
+
+// nextPage tells how to ask for the next page when more rows follow.
+func (o *listOptions) nextPage(out io.Writer, p listPage) {
+	if p.truncated {
+		fmt.Fprintf(out, "(first %d; more follow: next page with --after %d)\n", o.limit, p.nextAfter)
+	}
+}
+
+// DeadPage is what `dead list --json` prints: a page of dead letters, and
+// whether more follow (then NextAfter is the --after of the next page).
+type DeadPage struct {
+	Messages  []DeadMessage `json:"messages"`
+	Truncated bool          `json:"truncated"`
+	NextAfter int64         `json:"next_after,omitempty"`
 }
 
 // listInScope lists the rows in state of the types o.types that the
@@ -185,18 +215,31 @@ func (o *listOptions) nextPage(out io.Writer, jobs []driver.Job) {
 // o.after, as 'dead list' and 'doubt list' do: a type of another app is
 // refused with its owner's name, and an app that owns nothing lists
 // nothing.
-func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, deadScope, []driver.Job, error) {
+func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, deadScope, listPage, error) {
+	if err := o.check(); err != nil {
+		return nil, deadScope{}, listPage{}, err
+	}
 	c, b, scope, err := a.connectInScope(ctx, o.all)
 	if err != nil {
-		return nil, deadScope{}, nil, err
+		return nil, deadScope{}, listPage{}, err
 	}
 	defer b.Close()
 	types, err := scope.filter(ctx, b.drv, o.types)
 	if err != nil || scope.none() {
-		return c, scope, nil, err
+		return c, scope, listPage{}, err
 	}
-	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: o.after, Limit: o.limit})
-	return c, scope, jobs, err
+	// One row more than the page says whether more follow.
+	limit := o.limit + 1
+	if o.limit == maxListLimit {
+		limit = o.limit // the driver's own bound; the next page tells
+	}
+	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: o.after, Limit: limit})
+	p := listPage{jobs: jobs}
+	if len(jobs) > o.limit || (len(jobs) == maxListLimit && o.limit == maxListLimit) {
+		p.jobs, p.truncated = jobs[:o.limit], true
+		p.nextAfter = p.jobs[len(p.jobs)-1].ID
+	}
+	return c, scope, p, err
 }
 
 const deadLong = `dead operates the messages the relay parked as dead (refused permanently by
@@ -213,7 +256,13 @@ another app is refused (exit 2) with its owner's name. --all-apps is the
 explicit flag for a DBA to act across every app of the schema.
 
 Retrying or discarding more than one message asks for confirmation on
-standard input unless --yes is given.`
+standard input unless --yes is given. An id that is not a dead letter is
+named with why, and the command exits 1 (the others are acted on).
+
+A dead letter of an at_most_once route whose last attempt may have
+reached the receiver keeps its mark: retrying it is refused (exit 2)
+unless --allow-duplicate, which sends it again although the receiver may
+apply its effect twice (ADR 0015). Check the receiver first.`
 
 func (a *app) deadCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -237,14 +286,15 @@ func (a *app) deadListCommand() *cobra.Command {
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, scope, jobs, err := a.listInScope(cmd.Context(), driver.StateDead, o)
+			c, scope, page, err := a.listInScope(cmd.Context(), driver.StateDead, o)
 			if err != nil {
 				return err
 			}
+			jobs := page.jobs
 			if o.json {
-				out := make([]DeadMessage, len(jobs))
+				out := DeadPage{Messages: make([]DeadMessage, len(jobs)), Truncated: page.truncated, NextAfter: page.nextAfter}
 				for i, j := range jobs {
-					out[i] = deadOf(j, false)
+					out.Messages[i] = deadOf(j, false)
 				}
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
@@ -259,14 +309,14 @@ func (a *app) deadListCommand() *cobra.Command {
 				}
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
+			tw, rows := newTable(a.io.Out, 0)
+			fmt.Fprintln(rows, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
 			for _, j := range jobs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
 					cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
-			o.nextPage(a.io.Out, jobs)
+			o.nextPage(a.io.Out, page)
 			return nil
 		}),
 	}
@@ -320,7 +370,7 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	w := a.io.Out
+	w := visibleWriter{a.io.Out}
 	fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nowner       %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
 		d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
 	hk := make([]string, 0, len(d.Headers))
@@ -337,14 +387,14 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 
 // reviveCommand builds `dead retry` and `dead discard`.
 func (a *app) reviveCommand(discard bool) *cobra.Command {
-	verb, done := "retry", "back to pending"
+	verb := "retry"
 	short := "Move dead messages back to pending, attempts from zero"
 	if discard {
-		verb, done = "discard", "deleted"
+		verb = "discard"
 		short = "Delete dead messages"
 	}
 	var types []string
-	var yes, asJSON, allApps bool
+	var yes, asJSON, allApps, allowDuplicate bool
 	cmd := &cobra.Command{
 		Use:   verb + " ID... | --type T",
 		Short: short,
@@ -365,13 +415,16 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				return err
 			}
 			defer b.Close()
+			p := driver.ReviveParams{IDs: ids, Types: types, Discard: discard, ClearMark: allowDuplicate}
+			var left []string // the ids named that are not dead letters, and why
 			if len(types) > 0 {
 				if _, err := scope.filter(ctx, b.drv, types); err != nil {
 					return err
 				}
-			} else if !allApps {
+			} else {
 				// Every id is checked before anything changes: one row of
-				// another app refuses the whole call.
+				// another app refuses the whole call; ids that are not
+				// dead letters are named, and the others acted on.
 				jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: len(ids)})
 				if err != nil {
 					return err
@@ -379,29 +432,97 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				if err := scope.check(jobs); err != nil {
 					return err
 				}
+				p.IDs, left = deadAmong(ids, jobs)
+				if len(p.IDs) == 0 {
+					return failErr("nothing to %s in schema %s: %s; nothing changed", verb, c.Schema, strings.Join(left, ", "))
+				}
 			}
-			if err := a.confirmRevive(cmd, b.drv, verb, c.Schema, ids, types, yes); err != nil {
+			if !discard {
+				if err := a.checkMarked(ctx, b.drv, p, verb); err != nil {
+					return err
+				}
+			}
+			if err := a.confirmRevive(cmd, b.drv, verb, c.Schema, p.IDs, types, yes); err != nil {
 				return err
 			}
-			n, err := b.drv.Revive(ctx, driver.ReviveParams{IDs: ids, Types: types, Discard: discard})
+			n, err := b.drv.Revive(ctx, p)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "changed": n})
-			}
-			fmt.Fprintf(a.io.Out, "%d dead message(s) %s\n", n, done)
-			if len(ids) > 0 && n < len(ids) {
-				fmt.Fprintf(a.io.Err, "note: %d of the ids were not dead messages and were left alone\n", len(ids)-n)
-			}
-			return nil
+			return a.printRevived(verb, n, left, asJSON)
 		}),
 	}
 	cmd.Flags().StringSliceVarP(&types, "type", "t", nil, "every dead message of these types")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&allApps, "all-apps", false, "act on dead letters of any app (for a DBA)")
+	if !discard {
+		cmd.Flags().BoolVar(&allowDuplicate, "allow-duplicate", false,
+			"also send again dead letters of at_most_once routes whose last attempt may have reached the receiver (its effect may apply twice)")
+	}
 	return cmd
+}
+
+// deadAmong splits the ids asked for into the dead letters among jobs
+// (the rows found) and the others, each named with why it is left alone.
+func deadAmong(ids []int64, jobs []driver.Job) (dead []int64, left []string) {
+	byID := make(map[int64]driver.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	for _, id := range ids {
+		j, ok := byID[id]
+		switch {
+		case !ok:
+			left = append(left, fmt.Sprintf("%d (no such message)", id))
+		case j.State != driver.StateDead:
+			left = append(left, fmt.Sprintf("%d (%s, not dead)", id, strings.ReplaceAll(string(j.State), "_", " ")))
+		default:
+			dead = append(dead, id)
+		}
+	}
+	return dead, left
+}
+
+// checkMarked refuses a retry that selects dead letters an at-most-once
+// attempt marked, unless p.ClearMark (--allow-duplicate): their last
+// request may have reached the receiver, so sending again may apply the
+// effect twice (ADR 0015). With the flag it warns, naming them.
+func (a *app) checkMarked(ctx context.Context, drv driver.Driver, p driver.ReviveParams, verb string) error {
+	marked, err := driver.MarkedDead(ctx, drv, p)
+	if err != nil || len(marked) == 0 {
+		return err
+	}
+	if p.ClearMark {
+		fmt.Fprintf(a.io.Err, "warning: %d dead message(s) of at_most_once routes (%s) will be sent again although their last attempt may have reached the receiver: an effect it applied will apply twice\n",
+			len(marked), joinIDs(marked))
+		return nil
+	}
+	return usageErr("%d dead message(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
+		"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, run 'mensageria dead %s --allow-duplicate' "+
+		"with the same selection; if it does, 'mensageria dead discard' them (messages still in doubt are decided with 'mensageria doubt resolve')",
+		len(marked), joinIDs(marked), verb)
+}
+
+// printRevived says what dead retry or discard changed; ids named that
+// were not dead letters (left) make the exit code a failure.
+func (a *app) printRevived(verb string, n int, left []string, asJSON bool) error {
+	done := "back to pending"
+	if verb == "discard" {
+		done = "deleted"
+	}
+	if asJSON {
+		if err := json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "changed": n, "left_alone": nonNil(left)}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.io.Out, "%d dead message(s) %s\n", n, done)
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(a.io.Err, "note: left alone: %s\n", strings.Join(left, ", "))
+		return silentExit(ExitFailure)
+	}
+	return nil
 }
 
 // confirmRevive asks before a dead retry or discard of several messages
@@ -446,17 +567,7 @@ func cellOr(s string) string {
 	return s
 }
 
-func joinIDs(ids []int64) string {
-	s := make([]string, 0, len(ids))
-	for i, id := range ids {
-		if i == 10 {
-			s = append(s, "…")
-			break
-		}
-		s = append(s, strconv.FormatInt(id, 10))
-	}
-	return strings.Join(s, ", ")
-}
+func joinIDs(ids []int64) string { return console.IDList(ids) }
 
 func countDead(cmd *cobra.Command, drv driver.Driver, types []string) (int64, error) {
 	stats, err := drv.Stats(cmd.Context())

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +24,15 @@ type DoubtMessage struct {
 	// Resolutions are the decisions recorded about this message, newest
 	// first (show only).
 	Resolutions []DoubtResolution `json:"resolutions,omitempty"`
+}
+
+// DoubtPage is what `doubt list --json` prints: a page of messages in
+// doubt, and whether more follow (then NextAfter is the --after of the
+// next page).
+type DoubtPage struct {
+	Messages  []DoubtMessage `json:"messages"`
+	Truncated bool           `json:"truncated"`
+	NextAfter int64          `json:"next_after,omitempty"`
 }
 
 // DoubtResolution is one recorded decision about a message in doubt.
@@ -104,14 +112,15 @@ func (a *app) doubtListCommand() *cobra.Command {
 		Short: "List messages in doubt",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, _, jobs, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
+			c, _, page, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
 			if err != nil {
 				return err
 			}
+			jobs := page.jobs
 			if o.json {
-				out := make([]DoubtMessage, len(jobs))
+				out := DoubtPage{Messages: make([]DoubtMessage, len(jobs)), Truncated: page.truncated, NextAfter: page.nextAfter}
 				for i, j := range jobs {
-					out[i] = doubtOf(j, false)
+					out.Messages[i] = doubtOf(j, false)
 				}
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
@@ -119,17 +128,17 @@ func (a *app) doubtListCommand() *cobra.Command {
 				fmt.Fprintf(a.io.Out, "no messages in doubt of app %s\n", c.App)
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tATTEMPTED\tLAST ROUTE\tLAST ERROR")
+			tw, rows := newTable(a.io.Out, 0)
+			fmt.Fprintln(rows, "ID\tTYPE\tKEY\tATTEMPTS\tATTEMPTED\tLAST ROUTE\tLAST ERROR")
 			for _, j := range jobs {
 				at := "-"
 				if j.AttemptedAt != nil {
 					at = j.AttemptedAt.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
 			}
 			_ = tw.Flush()
-			o.nextPage(a.io.Out, jobs)
+			o.nextPage(a.io.Out, page)
 			return nil
 		}),
 	}
@@ -210,7 +219,7 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	w := a.io.Out
+	w := visibleWriter{a.io.Out}
 	state := "gone from the outbox (resolved delivered)"
 	if len(jobs) == 1 {
 		state = string(jobs[0].State)

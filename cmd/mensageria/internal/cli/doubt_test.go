@@ -141,8 +141,10 @@ relay: {lease: 2s, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms}
 		}
 	}
 	r := c("", "doubt", "list", "--json")
-	var doubts []DoubtMessage
-	if err := json.Unmarshal([]byte(r.out), &doubts); err != nil || len(doubts) != 2 || doubts[0].AttemptedAt == nil || !strings.Contains(doubts[0].LastError, "in doubt") {
+	var page DoubtPage
+	err = json.Unmarshal([]byte(r.out), &page)
+	doubts := page.Messages
+	if err != nil || len(doubts) != 2 || doubts[0].AttemptedAt == nil || !strings.Contains(doubts[0].LastError, "in doubt") {
 		t.Fatalf("doubt list: %v %+v", err, r)
 	}
 	byKey := map[string]int64{}

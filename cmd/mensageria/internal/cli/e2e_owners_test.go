@@ -163,11 +163,11 @@ func TestEndToEndOwnershipAcrossApps(t *testing.T) {
 	deadOf := func(cfg string, args ...string) []DeadMessage {
 		t.Helper()
 		r := as(cfg, "", append([]string{"dead", "list", "--json"}, args...)...)
-		var out []DeadMessage
+		var out DeadPage
 		if err := json.Unmarshal([]byte(r.out), &out); err != nil || r.code != 0 {
 			t.Fatalf("dead list: %v %+v", err, r)
 		}
-		return out
+		return out.Messages
 	}
 	ours, theirs := deadOf(pedidos), deadOf(faturamento)
 	if len(ours) != 2 || len(theirs) != 2 {

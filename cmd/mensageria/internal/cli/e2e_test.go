@@ -203,8 +203,10 @@ func TestEndToEndPostgres(t *testing.T) {
 	}
 	waitFor(t, "a dead letter", 20*time.Second, func() bool { return count("state = 'dead'") == 1 })
 	r := c("", "dead", "list", "--json")
-	var dead []DeadMessage
-	if err := json.Unmarshal([]byte(r.out), &dead); err != nil || len(dead) != 1 || dead[0].Key != "refuse-1" || !strings.Contains(dead[0].LastError, "test refusal") {
+	var page DeadPage
+	err := json.Unmarshal([]byte(r.out), &page)
+	dead := page.Messages
+	if err != nil || len(dead) != 1 || dead[0].Key != "refuse-1" || !strings.Contains(dead[0].LastError, "test refusal") {
 		t.Fatalf("dead list: %v %+v", err, r)
 	}
 	rcv.mu.Lock()

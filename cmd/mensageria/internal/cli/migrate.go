@@ -54,7 +54,11 @@ func (a *app) migrateCommand() *cobra.Command {
 // runMigrate applies (MigrateUp) or checks (MigrateCheck) the schema and
 // says where it stands; a schema behind exits 1.
 func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON bool) error {
-	c, b, err := a.connect(cmd.Context())
+	connect := a.connect // check never creates a SQLite file
+	if mode == driver.MigrateUp {
+		connect = a.connectCreating
+	}
+	c, b, err := connect(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -104,7 +108,7 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 		Short: "Print the DDL of the migrations, for your own migration tool",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.loadConfig()
+			c, err := a.loadOperatorConfig()
 			if err != nil {
 				return err
 			}

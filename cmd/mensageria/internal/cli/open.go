@@ -35,12 +35,19 @@ func (b *backend) Close() {
 	}
 }
 
-// openBackend opens the database of a config. It does not connect eagerly
-// on PostgreSQL (the pool dials on first use), so commands that only print
-// SQL work with the server down.
+// openBackend opens the database of a config, creating a SQLite file
+// that does not exist yet. It does not connect eagerly on PostgreSQL (the
+// pool dials on first use), so commands that only print SQL work with the
+// server down.
 func openBackend(ctx context.Context, database, schema string) (*backend, error) {
+	return openDatabase(ctx, database, schema, true)
+}
+
+// openDatabase is openBackend; with create false a SQLite file that does
+// not exist is an error, never created.
+func openDatabase(ctx context.Context, database, schema string, create bool) (*backend, error) {
 	if len(database) > len("sqlite:") && database[:len("sqlite:")] == "sqlite:" {
-		return openSQLite(database[len("sqlite:"):], schema)
+		return openSQLiteFile(database[len("sqlite:"):], schema, create)
 	}
 	pcfg, err := pgxpool.ParseConfig(database)
 	if err != nil {
@@ -330,13 +337,24 @@ func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*
 type nopDriver struct{ driver.Driver }
 
 // connect loads the config and opens its database, checked reachable; the
-// caller closes the backend.
+// caller closes the backend. A SQLite file must exist: only 'migrate up'
+// (connectCreating) and the daemons create one.
 func (a *app) connect(ctx context.Context) (*Config, *backend, error) {
-	c, err := a.loadConfig()
+	return a.connectOpening(ctx, false)
+}
+
+// connectCreating is connect for 'migrate up', which creates a SQLite
+// database that does not exist yet.
+func (a *app) connectCreating(ctx context.Context) (*Config, *backend, error) {
+	return a.connectOpening(ctx, true)
+}
+
+func (a *app) connectOpening(ctx context.Context, create bool) (*Config, *backend, error) {
+	c, err := a.loadOperatorConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := openPinged(ctx, c.Database, c.Schema)
+	b, err := openPingedDatabase(ctx, c.Database, c.Schema, create)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -346,7 +364,11 @@ func (a *app) connect(ctx context.Context) (*Config, *backend, error) {
 // openPinged opens the database and checks that it answers; the caller
 // closes the backend.
 func openPinged(ctx context.Context, database, schema string) (*backend, error) {
-	b, err := openBackend(ctx, database, schema)
+	return openPingedDatabase(ctx, database, schema, true)
+}
+
+func openPingedDatabase(ctx context.Context, database, schema string, create bool) (*backend, error) {
+	b, err := openDatabase(ctx, database, schema, create)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -294,8 +293,8 @@ every entry of the schema.`,
 }
 
 func writeOwners(a *app, list []driver.Ownership) {
-	tw := tabwriter.NewWriter(a.io.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tNAME\tAPP\tWINDOW\tSINCE")
+	tw, rows := newTable(a.io.Out, 0)
+	fmt.Fprintln(rows, "KIND\tNAME\tAPP\tWINDOW\tSINCE")
 	for _, o := range list {
 		window := "-"
 		if o.Kind == driver.ResourceConsumer {
@@ -304,7 +303,7 @@ func writeOwners(a *app, list []driver.Ownership) {
 				window = humanDuration(o.Window)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.Kind, o.Name, appName(o.App), window, o.Since.UTC().Format(time.RFC3339))
+		fmt.Fprintf(rows, "%s\t%s\t%s\t%s\t%s\n", o.Kind, o.Name, appName(o.App), window, o.Since.UTC().Format(time.RFC3339))
 	}
 	_ = tw.Flush()
 }
@@ -328,6 +327,9 @@ nothing.`,
 				return err
 			}
 			defer b.Close()
+			if c.Receive != nil {
+				return a.registerConsumers(cmd.Context(), b.drv, c, asJSON)
+			}
 			res := make([]driver.Resource, len(c.Routes))
 			for i, r := range c.Routes {
 				res[i] = driver.Resource{Kind: driver.ResourceType, Name: r.Type}
@@ -365,6 +367,37 @@ nothing.`,
 	return cmd
 }
 
+// registerConsumers is owners register with a receive daemon's config:
+// it records the config's consumers, with their windows, as its app's,
+// as the daemon does when it starts.
+func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *Config, asJSON bool) error {
+	res := make([]driver.Resource, len(c.Receive.Consumers))
+	names := make([]string, len(res))
+	for i, k := range c.Receive.Consumers {
+		res[i] = driver.Resource{Kind: driver.ResourceConsumer, Name: k.Name, Window: k.Window}
+		names[i] = k.Name
+	}
+	rr, err := drv.Register(ctx, driver.RegisterParams{App: c.App, Resources: res})
+	var oce *driver.OwnerConflictError
+	if errors.As(err, &oce) {
+		return conflictErr(oce, "register its consumers", a.configPath)
+	}
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	if asJSON {
+		return json.NewEncoder(a.io.Out).Encode(map[string]any{"app": c.App, "schema": c.Schema, "consumers": names})
+	}
+	fmt.Fprintf(a.io.Out, "app %s owns %d inbox consumer(s) in schema %s: %s\n", c.App, len(res), c.Schema, visible(strings.Join(names, ", ")))
+	for _, o := range rr.Unlisted {
+		if o.Kind == driver.ResourceConsumer {
+			fmt.Fprintf(a.io.Err, "note: app %s also owns inbox consumer %q, which the config does not list; release it with 'mensageria owners release consumer %s --from %s'\n",
+				c.App, o.Name, shellArg(o.Name), shellArg(c.App))
+		}
+	}
+	return nil
+}
+
 // ownersTransferCommand builds `owners transfer` and `owners release`.
 func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 	var from, to string
@@ -395,6 +428,14 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 				return usageErr("owners transfer needs --to APP (to delete the entry, use 'owners release')")
 			case !release && to == from:
 				return usageErr("owners transfer: --from and --to are both %q", from)
+			}
+			// --to is checked as every app name is; --from only has to
+			// match the entry, so that one stored under a name no path
+			// accepts any more can still be moved away.
+			if !release {
+				if err := driver.CheckApp(to); err != nil {
+					return usageErr("owners transfer --to: %v; nothing changed", strings.TrimPrefix(err.Error(), driver.ErrInvalidApp.Error()+": "))
+				}
 			}
 			c, b, err := a.connectCurrent(cmd.Context())
 			if err != nil {

@@ -320,8 +320,10 @@ func TestDeadScopedToApp(t *testing.T) {
 		ours, theirs := s.rows(drv, "pedido.criado"), s.rows(drv, "fatura.emitida")
 
 		r := pedidos("", "dead", "list", "--json")
-		var dead []DeadMessage
-		if err := json.Unmarshal([]byte(r.out), &dead); err != nil || len(dead) != 3 {
+		var page DeadPage
+		err := json.Unmarshal([]byte(r.out), &page)
+		dead := page.Messages
+		if err != nil || len(dead) != 3 {
 			t.Fatalf("dead list: %v %+v", err, r)
 		}
 		for _, d := range dead {
@@ -353,8 +355,10 @@ func TestDeadScopedToApp(t *testing.T) {
 
 		// A DBA acts across apps, explicitly.
 		r = pedidos("", "dead", "list", "--all-apps", "--json")
-		dead = nil
-		if err := json.Unmarshal([]byte(r.out), &dead); err != nil || len(dead) != 6 {
+		page = DeadPage{}
+		err = json.Unmarshal([]byte(r.out), &page)
+		dead = page.Messages
+		if err != nil || len(dead) != 6 {
 			t.Fatalf("dead list --all-apps: %v %+v", err, r)
 		}
 		must(t, "dead show --all-apps", pedidos("", "dead", "show", "--all-apps", id), 0, "owner       faturamento")

@@ -184,6 +184,11 @@ func addIdleRoutedTypes(ctx context.Context, c *Config, drv driver.Driver, st *S
 // statusElection fills e with the app's election holder, when the config
 // elects one.
 func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *StatusElection) error {
+	if c.Receive != nil {
+		// A receive daemon's config: this app runs no relay here.
+		e.Mode = "receive"
+		return nil
+	}
 	if c.Relay.Election == mensageria.ElectionNone {
 		return nil
 	}
@@ -239,16 +244,19 @@ func writeElection(w io.Writer, e *StatusElection) {
 	}
 }
 
-func writeStatus(w io.Writer, st *Status) {
+func writeStatus(out io.Writer, st *Status) {
+	w := visibleWriter{out}
 	fmt.Fprintf(w, "app %s  schema %s  at %s\n", st.App, st.Schema, st.At.Format(time.RFC3339))
 	switch {
 	case st.Election.Mode == "none":
 		fmt.Fprintln(w, "election: none (every replica relays)")
+	case st.Election.Mode == "receive":
+		fmt.Fprintln(w, "election: none (a receive daemon's config: this app relays nothing; its consumers: 'mensageria owners list')")
 	default:
 		writeElection(w, &st.Election)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
+	tw, rows := newTable(out, tabwriter.AlignRight)
+	fmt.Fprintln(rows, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
 	var unowned []string
 	for _, t := range st.Types {
 		owner := t.Owner
@@ -265,7 +273,7 @@ func writeStatus(w io.Writer, st *Status) {
 		if t.Pending > 0 {
 			oldest = (time.Duration(t.OldestPendingSec * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
+		fmt.Fprintf(rows, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
 	}
 	_ = tw.Flush()
 	for _, t := range st.Types {

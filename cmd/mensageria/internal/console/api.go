@@ -109,6 +109,11 @@ type Action struct {
 	IDs  []int64 `json:"ids,omitempty"`
 	Type string  `json:"type,omitempty"`
 	All  bool    `json:"all,omitempty"`
+	// AllowDuplicate retries dead letters of at_most_once routes whose
+	// last attempt may have reached the receiver too (their mark cleared,
+	// sent again: an effect applied may apply twice). Without it such a
+	// retry is refused, 409 at_most_once. Retry only.
+	AllowDuplicate bool `json:"allow_duplicate,omitempty"`
 }
 
 // maxActionIDs bounds one action by ids; bulk beyond it is "all of a type".
@@ -122,6 +127,9 @@ func DecodeAction(body io.Reader, discard bool) (driver.ReviveParams, error) {
 	var a Action
 	if err := decodeJSON(body, &a); err != nil {
 		return driver.ReviveParams{}, err
+	}
+	if a.AllowDuplicate && discard {
+		return driver.ReviveParams{}, badRequest("allow_duplicate is for a retry, not a discard")
 	}
 	switch {
 	case len(a.IDs) > 0 && (a.Type != "" || a.All):
@@ -140,12 +148,12 @@ func DecodeAction(body io.Reader, discard bool) (driver.ReviveParams, error) {
 			}
 			seen[id] = true
 		}
-		return driver.ReviveParams{IDs: slices.Clone(a.IDs), Discard: discard}, nil
+		return driver.ReviveParams{IDs: slices.Clone(a.IDs), Discard: discard, ClearMark: a.AllowDuplicate}, nil
 	case a.Type != "" && a.All:
 		if len(a.Type) > 200 {
 			return driver.ReviveParams{}, badRequest("type is longer than 200 characters")
 		}
-		return driver.ReviveParams{Types: []string{a.Type}, Discard: discard}, nil
+		return driver.ReviveParams{Types: []string{a.Type}, Discard: discard, ClearMark: a.AllowDuplicate}, nil
 	case a.Type != "":
 		return driver.ReviveParams{}, badRequest("acting on every dead letter of a type needs all: true")
 	}
@@ -194,13 +202,18 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		c.guard.Failed("")
+		// Who tried, as far as the request says: the user name sent (a
+		// token names nobody), never the password or the token.
+		tried := "token"
+		if l.Token == "" {
+			tried = "user " + strconv.Quote(l.User)
+		}
+		c.opt.Logger.Warn("console: login refused: wrong credentials", "with", tried, "remote", r.RemoteAddr)
 		problem(w, r, http.StatusUnauthorized, "unauthorized", "wrong credentials")
 		return
 	}
-	by := tokenOperator
-	if l.Token == "" {
-		by = l.User
-	}
+	c.opt.Logger.Info("console: login", "by", byOf(l), "remote", r.RemoteAddr)
+	by := byOf(l)
 	id, err := c.newSession(by)
 	if err != nil {
 		problem(w, r, http.StatusInternalServerError, "internal", "cannot make a session")
@@ -212,6 +225,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		MaxAge: int(c.opt.SessionTTL / time.Second),
 	})
 	writeJSON(w, SessionInfo{CSRF: c.csrfToken(principal{id: "s:" + id, session: id}), ReadOnly: c.opt.ReadOnly, Operator: by})
+}
+
+// byOf is the operator a login names: its user, or the token's holder.
+func byOf(l Login) string {
+	if l.Token == "" {
+		return l.User
+	}
+	return tokenOperator
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, p principal) {
@@ -630,7 +651,11 @@ type ActionResult struct {
 }
 
 func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, principal) {
-	return func(w http.ResponseWriter, r *http.Request, _ principal) {
+	verb := "retried"
+	if discard {
+		verb = "discarded"
+	}
+	return func(w http.ResponseWriter, r *http.Request, who principal) {
 		if !jsonBody(r) {
 			problem(w, r, http.StatusUnsupportedMediaType, "unsupported_media_type", "send the action as application/json")
 			return
@@ -647,19 +672,49 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			problem(w, r, http.StatusForbidden, "other_app", refusal)
 			return
 		}
+		var marked []int64
+		if !discard {
+			if marked, err = driver.MarkedDead(r.Context(), c.opt.Driver, p); err != nil {
+				problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+				return
+			}
+			if len(marked) > 0 && !p.ClearMark {
+				problem(w, r, http.StatusConflict, "at_most_once", fmt.Sprintf("%d dead letter(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
+					"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, retry with allow_duplicate: true; if it does, discard them",
+					len(marked), IDList(marked)))
+				return
+			}
+		}
 		n, err := c.opt.Driver.Revive(r.Context(), p)
 		if err != nil {
 			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
 			return
 		}
 		c.counts.invalidate()
-		verb := "retried"
-		if discard {
-			verb = "discarded"
+		// The operator is who the console knows: the user of a login or
+		// of basic auth, or the token's holder; never a credential.
+		attrs := []any{"by", who.by, "changed", n, "ids", p.IDs, "types", p.Types}
+		if len(marked) > 0 {
+			attrs = append(attrs, "allow_duplicate", marked)
+			c.opt.Logger.Warn("console: dead letters of at_most_once routes sent again; an effect their receiver applied will apply twice", attrs...)
 		}
-		c.opt.Logger.Info("console: dead letters "+verb, "changed", n, "ids", p.IDs, "types", p.Types)
+		c.opt.Logger.Info("console: dead letters "+verb, attrs...)
 		writeJSON(w, ActionResult{Changed: n})
 	}
+}
+
+// IDList names up to ten ids, in the console's messages and the
+// command's.
+func IDList(ids []int64) string {
+	s := make([]string, 0, len(ids))
+	for i, id := range ids {
+		if i == 10 {
+			s = append(s, "…")
+			break
+		}
+		s = append(s, strconv.FormatInt(id, 10))
+	}
+	return strings.Join(s, ", ")
 }
 
 // mayAct reports whether the console acts on dead letters of a type owner

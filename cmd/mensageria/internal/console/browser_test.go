@@ -295,3 +295,66 @@ func TestBrowserOperatorJourney(t *testing.T) {
 		t.Fatalf("overview after logging out: %s", got)
 	}
 }
+
+// What the server sends is shown as it is: a type or a key holding a
+// bidi override (U+202E), a zero-width space or another invisible
+// character is rendered with the code point spelled out, in the table,
+// the detail and the confirmation dialog, so "order.<U+202E>decalp"
+// cannot read as another type's name. And a retry of a dead letter an
+// at-most-once attempt marked asks a second time, saying why, before it
+// is sent again.
+func TestBrowserShowsInvisibleCharactersAndAsksBeforeADuplicate(t *testing.T) {
+	d := pgDriver(t)
+	const sneaky = "order.\u202edecalp" // reads "order.placed" when rendered live
+	own(t, d, "shop", sneaky, "payment.captured")
+	insert(t, d, sneaky, "k\u200b-1")
+	kill(t, d, sneaky, "refused")
+	insert(t, d, "payment.captured", "pay-9")
+	pay := killMarked(t, d, "payment.captured")
+
+	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(func() { srv.Close(); _ = c.Close() })
+	b := browser(t, 1280, 900)
+	run(t, b, "open the console", chromedp.Navigate(srv.URL), chromedp.WaitVisible(chromedp.CSS("#login-form")))
+	run(t, b, "log in", chromedp.SetValue(chromedp.CSS("#token"), testToken), chromedp.Click(chromedp.CSS("#login-submit")))
+	waitFor(t, b, "the main page", `!document.getElementById("main").hidden`)
+
+	shown := "order.⟨U+202E⟩decalp"
+	// The selector names the type by a JavaScript string built from its
+	// code points, as the attribute holds it.
+	row := `[...document.querySelectorAll("#types tr")].find((r) => r.dataset.type === "order.\u202edecalp")`
+	waitFor(t, b, "the type spelled out", `(() => { const r = `+row+`; return !!r && r.querySelector("td.type").textContent === "`+shown+`"; })()`)
+	waitFor(t, b, "its dead letter", `(() => { const r = `+row+`; const e = r && r.querySelector("button.open-dead"); if (e) e.click(); return !!e; })()`)
+	waitFor(t, b, "the key spelled out", `document.getElementById("letters").textContent.includes("k⟨U+200B⟩-1")`)
+	if got := text(t, b, "#dead-type"); got != shown {
+		t.Fatalf("dead letters header shows %q, want %q", got, shown)
+	}
+	run(t, b, "retry every dead letter of the type", chromedp.Click(chromedp.CSS("#retry-all")), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")))
+	if got := text(t, b, "#confirm-text"); !strings.Contains(got, shown) || strings.ContainsRune(got, '\u202e') {
+		t.Fatalf("the confirmation shows %q, want the type spelled out as %q", got, shown)
+	}
+	run(t, b, "cancel", chromedp.Click(chromedp.CSS("#confirm-cancel")))
+
+	// The at-most-once dead letter: the first confirmation, the refusal's
+	// reason in a second one, and only then sent again.
+	run(t, b, "close the list", chromedp.Click(chromedp.CSS("#dead-close")))
+	waitFor(t, b, "the payment's dead letter", cellIs("payment.captured", "dead", "1"))
+	run(t, b, "open the payment's dead letters", chromedp.Click(chromedp.CSS(`tr[data-type="payment.captured"] button.open-dead`)))
+	payRow := fmt.Sprintf(`#letters tr[data-id="%d"]`, pay[0])
+	run(t, b, "open it", chromedp.WaitVisible(chromedp.CSS(payRow)), chromedp.Click(chromedp.CSS(payRow+" button.open")))
+	waitFor(t, b, "its detail", `document.getElementById("detail-key").textContent === "pay-9"`)
+	run(t, b, "retry it", chromedp.Click(chromedp.CSS("#retry-one")), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	waitFor(t, b, "the second confirmation", `document.getElementById("confirm").open && document.getElementById("confirm-text").textContent.includes("may apply the effect twice")`)
+	if j := one(t, d, pay[0]); j.State != driver.StateDead {
+		t.Fatalf("before the second confirmation the row is %s", j.State)
+	}
+	run(t, b, "confirm the duplicate risk", chromedp.Click(chromedp.CSS("#confirm-ok")))
+	waitFor(t, b, "the retry done", `document.getElementById("notice").textContent.includes("retried 1 dead letter")`)
+	if j := one(t, d, pay[0]); j.State != driver.StatePending || j.AttemptedAt != nil {
+		t.Fatalf("after the second confirmation the row is %s, marked %v", j.State, j.AttemptedAt != nil)
+	}
+}

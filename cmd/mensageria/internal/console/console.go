@@ -284,6 +284,7 @@ func (c *Console) authed(next func(http.ResponseWriter, *http.Request, principal
 		if !ok {
 			if r.Header.Get("Authorization") != "" {
 				c.guard.Failed("")
+				c.opt.Logger.Warn("console: credentials refused: wrong credentials", "with", triedWith(r), "remote", r.RemoteAddr)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mensageria console"`)
 			problem(w, r, http.StatusUnauthorized, "unauthorized", "log in with the console's token or user and password")
@@ -303,6 +304,19 @@ func (c *Console) refuseGuessing(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
 	problem(w, r, http.StatusTooManyRequests, "too_many_attempts", "too many wrong credentials: the console refuses credentials for a while")
 	return true
+}
+
+// triedWith names what a refused Authorization header tried, for the
+// log: the basic auth user, or the scheme; never the secret.
+func triedWith(r *http.Request) string {
+	if u, _, ok := r.BasicAuth(); ok {
+		return "user " + strconv.Quote(u)
+	}
+	scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if len(scheme) > 20 {
+		scheme = scheme[:20]
+	}
+	return strconv.QuoteToASCII(strings.ToLower(scheme))
 }
 
 func (c *Console) identify(r *http.Request) (principal, bool) {

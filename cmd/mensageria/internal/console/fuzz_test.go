@@ -14,7 +14,7 @@ import (
 // is not a message id, and never a whole type without all: true; anything
 // refused is an ErrBadRequest.
 func FuzzDecodeAction(f *testing.F) {
-	for _, s := range []string{`{"ids":[1,2]}`, `{"type":"t","all":true}`, `{"type":"t"}`, `{}`, `{"ids":[0]}`, `{"ids":[1,1]}`, `{"ids":[1],"all":true}`, `null`, `[1]`, `{"ids":[1]} {}`, `{"ids":[9223372036854775807]}`} {
+	for _, s := range []string{`{"ids":[1,2]}`, `{"type":"t","all":true}`, `{"type":"t"}`, `{}`, `{"ids":[0]}`, `{"ids":[1,1]}`, `{"ids":[1],"all":true}`, `null`, `[1]`, `{"ids":[1]} {}`, `{"ids":[9223372036854775807]}`, `{"ids":[1],"allow_duplicate":true}`, `{"type":"t","all":true,"allow_duplicate":false}`} {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, discard bool) {
@@ -27,6 +27,14 @@ func FuzzDecodeAction(f *testing.F) {
 		}
 		if p.Discard != discard {
 			t.Fatalf("%q: discard %v, want %v", body, p.Discard, discard)
+		}
+		// Sending a marked dead letter again is asked for in so many
+		// words, and only by a retry.
+		if p.ClearMark {
+			var a Action
+			if discard || json.Unmarshal(body, &a) != nil || !a.AllowDuplicate {
+				t.Fatalf("%q: ClearMark without allow_duplicate in a retry: %+v", body, p)
+			}
 		}
 		switch {
 		case len(p.IDs) > 0 && len(p.Types) > 0, len(p.IDs) == 0 && len(p.Types) != 1:

@@ -5,10 +5,21 @@
 const state = { csrf: "", readOnly: false, operator: "", deadType: "", deadAfter: 0, doubtType: "", doubtAfter: 0, detail: null, timer: 0, types: {} };
 const $ = (id) => document.getElementById(id);
 
+// visible shows what a string holds: a bidi override (U+202E), an
+// isolate, a zero-width or other invisible format character, a control
+// character or a line separator from the server would otherwise act on
+// the rendering (a type could read as another name in the confirmation
+// dialog), so each is shown as its code point, e.g. ⟨U+202E⟩. Newlines
+// and tabs, which the payload's pretty-printing uses, stay.
+const invisible = /[\p{Cf}\p{Zl}\p{Zp}\u0000-\u0008\u000B-\u001F\u007F-\u009F]/gu;
+function visible(s) {
+  return String(s).replace(invisible, (c) => "⟨U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "⟩");
+}
+
 function el(tag, attrs, text) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
+  if (text !== undefined) e.textContent = visible(text);
   return e;
 }
 
@@ -33,7 +44,7 @@ async function api(method, path, body) {
 
 function notice(text, cls) {
   const n = $("notice");
-  n.textContent = text;
+  n.textContent = visible(text);
   n.className = cls || "";
 }
 
@@ -56,7 +67,7 @@ function spark(values) {
   line.setAttribute("points", pts.join(" "));
   svg.appendChild(line);
   const title = document.createElementNS(ns, "title");
-  title.textContent = "last minute " + values[values.length - 1] + ", peak " + Math.max(...values) + " per minute";
+  title.textContent = visible("last minute " + values[values.length - 1] + ", peak " + Math.max(...values) + " per minute");
   svg.appendChild(title);
   return svg;
 }
@@ -66,7 +77,7 @@ function showLogin(message) {
   $("main").hidden = true;
   $("logout").hidden = true;
   $("login").hidden = false;
-  $("login-error").textContent = message || "";
+  $("login-error").textContent = visible(message || "");
 }
 
 async function start() {
@@ -83,7 +94,7 @@ function enter(s) {
   state.readOnly = s.read_only;
   state.operator = s.operator || "";
   document.body.classList.toggle("read-only", s.read_only);
-  $("mode").textContent = s.read_only ? "read-only" : "";
+  $("mode").textContent = visible(s.read_only ? "read-only" : "");
   $("login").hidden = true;
   $("main").hidden = false;
   $("logout").hidden = false;
@@ -101,7 +112,7 @@ async function refresh() {
     return notice(e.message, "error");
   }
   const counted = new Date(ov.counted_at);
-  $("counted").textContent = "counted " + counted.toLocaleTimeString() + (ov.count_error ? " (last recount failed: " + ov.count_error + ")" : "");
+  $("counted").textContent = visible("counted " + counted.toLocaleTimeString() + (ov.count_error ? " (last recount failed: " + ov.count_error + ")" : ""));
   renderApps(ov.apps || []);
   renderTypes(ov.types || []);
   renderInbox(ov.inbox || []);
@@ -143,7 +154,7 @@ function renderTypes(types) {
       const b = el("button", { class: "open-dead" }, String(t.dead));
       b.addEventListener("click", () => openDead(t.type));
       dead.append(b);
-    } else dead.textContent = "0";
+    } else dead.textContent = visible("0");
     // Messages in doubt wait for an operator: marked, and one click away.
     const doubt = el("td", { class: "n in-doubt" });
     if (t.in_doubt > 0) {
@@ -151,14 +162,14 @@ function renderTypes(types) {
       const b = el("button", { class: "open-doubt", title: "oldest in doubt " + age(t.oldest_in_doubt_seconds) }, String(t.in_doubt));
       b.addEventListener("click", () => openDoubt(t.type));
       doubt.append(b, " ", el("span", { class: "oldest-doubt" }, age(t.oldest_in_doubt_seconds)));
-    } else doubt.textContent = "0";
+    } else doubt.textContent = visible("0");
     const route = el("td", { class: "route" });
     if (t.route) {
       route.append(el("span", { class: t.route.state === "flowing" ? "ok" : "bad" }, t.route.state));
-      route.title = t.route.name + (t.route.last_error ? "\n" + t.route.last_error : "") +
+      route.title = visible(t.route.name) + (t.route.last_error ? "\n" + visible(t.route.last_error) : "") +
         (t.route.until ? "\nnext probe " + new Date(t.route.until).toLocaleTimeString() : "");
       if (t.route.state !== "flowing") route.append(" (" + t.route.failures + " failures)");
-    } else route.textContent = "-";
+    } else route.textContent = visible("-");
     tr.append(el("td", { class: "type" }, t.type),
       el("td", { class: t.owner ? "owner" : "owner warn" }, t.owner || "no owner"),
       el("td", { class: "n pending" }, String(t.pending)),
@@ -191,7 +202,7 @@ async function openDead(type, more) {
     $("letters").tBodies[0].replaceChildren();
     $("select-all").checked = false;
   }
-  $("dead-type").textContent = type;
+  $("dead-type").textContent = visible(type);
   $("dead").classList.toggle("no-act", !actionable(type));
   $("dead").hidden = false;
   let page;
@@ -225,7 +236,7 @@ async function openDoubt(type, more) {
     $("doubts").tBodies[0].replaceChildren();
     $("doubt-select-all").checked = false;
   }
-  $("doubt-type").textContent = type;
+  $("doubt-type").textContent = visible(type);
   $("doubt").classList.toggle("no-act", !actionable(type));
   $("doubt").hidden = false;
   let page;
@@ -258,23 +269,23 @@ async function openDetail(id, quiet) {
     m = await api("GET", "/api/messages/" + id);
   } catch (e) {
     if (quiet && e.status === 404) {
-      $("detail-state").textContent = "gone (delivered and deleted, or discarded)";
+      $("detail-state").textContent = visible("gone (delivered and deleted, or discarded)");
       for (const b of document.querySelectorAll("#detail .actions button.act")) b.disabled = true;
     }
     return quiet ? undefined : notice(e.message, "error");
   }
   state.detail = m;
-  $("detail-id").textContent = String(m.id);
-  $("detail-message-id").textContent = m.message_id;
-  $("detail-type").textContent = m.type;
-  $("detail-key").textContent = m.key;
-  $("detail-state").textContent = m.state;
-  $("detail-attempts").textContent = String(m.attempts);
-  $("detail-reason").textContent = m.reason || "-";
-  $("detail-route").textContent = m.route || "-";
-  $("detail-payload").textContent = JSON.stringify(m.payload, null, 2);
-  $("detail-headers").textContent = JSON.stringify(m.headers, null, 2);
-  $("detail-attempted").textContent = m.attempted_at ? new Date(m.attempted_at).toLocaleString() : "-";
+  $("detail-id").textContent = visible(String(m.id));
+  $("detail-message-id").textContent = visible(m.message_id);
+  $("detail-type").textContent = visible(m.type);
+  $("detail-key").textContent = visible(m.key);
+  $("detail-state").textContent = visible(m.state);
+  $("detail-attempts").textContent = visible(String(m.attempts));
+  $("detail-reason").textContent = visible(m.reason || "-");
+  $("detail-route").textContent = visible(m.route || "-");
+  $("detail-payload").textContent = visible(JSON.stringify(m.payload, null, 2));
+  $("detail-headers").textContent = visible(JSON.stringify(m.headers, null, 2));
+  $("detail-attempted").textContent = visible(m.attempted_at ? new Date(m.attempted_at).toLocaleString() : "-");
   const recs = m.resolutions || [];
   $("detail-resolutions-box").hidden = recs.length === 0;
   $("detail-resolutions").tBodies[0].replaceChildren(...recs.map((r) => {
@@ -303,7 +314,7 @@ function confirmAction(text, needReason) {
   return new Promise((resolve) => {
     const d = $("confirm");
     const reason = $("confirm-reason");
-    $("confirm-text").textContent = text;
+    $("confirm-text").textContent = visible(text);
     $("confirm-reason-box").hidden = !needReason;
     reason.value = "";
     const ok = $("confirm-ok");
@@ -326,7 +337,17 @@ function confirmAction(text, needReason) {
 async function act(verb, body, what) {
   if (!(await confirmAction(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?"))) return;
   try {
-    const r = await api("POST", "/api/dead/" + verb, body);
+    let r;
+    try {
+      r = await api("POST", "/api/dead/" + verb, body);
+    } catch (e) {
+      // Dead letters of an at_most_once route whose last attempt may
+      // have reached the receiver are sent again only when the operator
+      // says so, having read why (ADR 0015).
+      if (!(e.problem && e.problem.code === "at_most_once")) throw e;
+      if (!(await confirmAction(e.message + "\n\nSend again anyway? The receiver may apply the effect twice."))) return notice("nothing changed", "warn");
+      r = await api("POST", "/api/dead/" + verb, Object.assign({}, body, { allow_duplicate: true }));
+    }
     notice((verb === "retry" ? "retried " : "discarded ") + r.changed + " dead letter" + (r.changed === 1 ? "" : "s"), "ok");
   } catch (e) {
     notice(verb + " refused: " + e.message, "error");
@@ -365,7 +386,7 @@ function wire() {
       enter(await api("POST", "/api/login", body));
       $("token").value = $("password").value = "";
     } catch (e) {
-      $("login-error").textContent = e.message;
+      $("login-error").textContent = visible(e.message);
     }
   });
   $("logout").addEventListener("click", async () => {
