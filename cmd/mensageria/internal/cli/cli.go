@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // Exit codes.
@@ -102,7 +103,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
-	fmt.Fprintln(stdio.Err, "mensageria: "+err.Error())
+	fmt.Fprintln(stdio.Err, "mensageria: "+redact.Text(err.Error()))
 	if code == ExitUsage && ee == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}
