@@ -93,7 +93,7 @@ func TestNoSecretAnywhere(t *testing.T) {
 
 func noSecretAnywhere(t *testing.T, database func(password string) (db string, dump func() string)) {
 	n := rand.Uint32()
-	key := fmt.Sprintf("gwK3y%08x", n)   // in every route URL's query string
+	key := fmt.Sprintf("gwK3y%08x", n)  // in every route URL's query string
 	dbPW := fmt.Sprintf("dbPw%08xq", n) // in the database URL's user-info
 	secrets := []string{key, dbPW}
 
