@@ -249,7 +249,7 @@ func delivery(r Route) string {
 			if len(not) == 0 {
 				not = []int{404}
 			}
-			s += fmt.Sprintf("; messages in doubt are probed with GET %s (applied %v: delivered; not applied %v: one more attempt; anything else: still in doubt)", strings.SplitN(p.URL, "?", 2)[0], applied, not)
+			s += fmt.Sprintf("; messages in doubt are probed with GET %s (applied %v: delivered; not applied %v: one more attempt; anything else: still in doubt)", redact.URL(p.URL), applied, not)
 		} else {
 			s += "; no reconcile probe: an operator resolves messages in doubt"
 		}
