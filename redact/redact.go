@@ -39,7 +39,10 @@ const (
 // everything up to its last '@' is taken for the user-info, everything
 // from its first '?' or '#' for the query or fragment. A URL broken by an
 // unescaped character in its password (postgres://u:pa/ss@host) then
-// shows less, never the password.
+// shows less, never the password; the one exception is a password that
+// starts with digits and an unescaped '?' or '#' (http://u:12?34@host
+// reads as host u, port 12 and a query, and shows "u:12"). A URL must
+// escape such characters anyway (net/url refuses most of them).
 func URL(u string) string {
 	if p, err := url.Parse(u); err == nil && trustParse(u, p) {
 		return parsed(u, p)
@@ -95,6 +98,8 @@ func userinfo(ui string) string {
 	return Mask + "@"
 }
 
+// byShape masks u by its characters alone, for a u that net/url cannot
+// parse or whose parse trustParse doubts.
 func byShape(u string) string {
 	var b strings.Builder
 	rest := u
