@@ -212,7 +212,7 @@ console:
 	// Every failure has been met and recorded: the refusals are dead,
 	// the destinations that failed are paused with their last error, the
 	// at-most-once message is in doubt and its probe failed.
-	waitFor(t, "every failure recorded", 30*time.Second, func() bool {
+	waitFor(t, "every failure recorded", 60*time.Second, func() bool {
 		st := status(t, c)
 		for _, ty := range []string{"s.refused", "s.redirect"} {
 			if st.typ(ty).Dead != 1 {
