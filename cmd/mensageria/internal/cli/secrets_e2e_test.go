@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -336,6 +339,58 @@ console:
 		text := map[string]string{"the relay's log": relayLog.String(), "the commands' outputs": seen.String(), "the database": dump()}[where]
 		if !strings.Contains(text, want) {
 			t.Errorf("%s lacks %q", where, want)
+		}
+	}
+}
+
+// TestOlderRowsShowNoSecret: a reason stored before the relay masked its
+// reasons (written here by SQL) still quotes a route URL's key and a
+// password; `dead list`, `dead show` and `status` show neither.
+func TestOlderRowsShowNoSecret(t *testing.T) {
+	const secret = "0ldS3cr3tK3y"
+	path := filepath.Join(t.TempDir(), "m.db")
+	p := writeConfig(t, "sqlite:"+path, "mensageria", "http://127.0.0.1:1/m2m")
+	c := func(args ...string) result {
+		t.Helper()
+		return run(t, "", tokEnv, append(args, "--config", p)...)
+	}
+	must(t, "migrate up", c("migrate", "up"), 0)
+	must(t, "owners register", c("owners", "register"), 0)
+	must(t, "enqueue", c("enqueue", "-t", "pedido.criado", "-k", "k-1"), 0)
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	var outbox string
+	if err := db.QueryRowContext(ctx, "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%outbox'").Scan(&outbox); err != nil {
+		t.Fatal(err)
+	}
+	leaky := `Post "https://gw.example/m2m?api_key=` + secret + `": connection refused`
+	route := "pedidos → http https://u:" + secret + "@gw.example/m2m?k=" + secret
+	if _, err := db.ExecContext(ctx, "UPDATE "+outbox+" SET state = 'dead', last_error = ?, last_route = ?", leaky, route); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := sqlite.Open(path, &sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	if err := drv.SetRouteStates(ctx, driver.RouteStatesParams{App: "pedidos", Replace: true, States: []driver.RouteState{
+		{Type: "pedido.criado", App: "pedidos", Route: route, State: "paused", Since: time.Now(), Until: time.Now().Add(time.Minute), Failures: 3, LastError: leaky},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r := c("dead", "list", "--json")
+	var dead []DeadMessage
+	if err := json.Unmarshal([]byte(r.out), &dead); err != nil || len(dead) != 1 {
+		t.Fatalf("dead list: %v %+v", err, r)
+	}
+	outs := []result{r, c("dead", "list"), c("dead", "show", fmt.Sprint(dead[0].ID)), c("status"), c("status", "--json")}
+	for _, r := range outs {
+		if r.code != 0 || strings.Contains(r.out+r.err, secret) || !strings.Contains(r.out, "gw.example/m2m?…") {
+			t.Errorf("shows the secret, or not the masked URL: %+v", r)
 		}
 	}
 }
