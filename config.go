@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // Election selects how replicas of one app share the relay.
@@ -124,7 +125,9 @@ type Config struct {
 	// after each probe that got no answer, one ReconcileInterval later).
 	// Default DefaultReconcileInterval (10s).
 	ReconcileInterval time.Duration
-	// Logger receives the relay's logs. Default slog.Default().
+	// Logger receives the relay's logs. Default slog.Default(). Its
+	// handler is wrapped in redact.Handler: no line shows the user-info,
+	// query string or fragment of a URL it quotes.
 	Logger *slog.Logger
 	// Hooks are optional observers (see Hook); a value that implements
 	// none of OnDelivery, OnClaim, OnElection, OnRouteState, OnAttempt and
@@ -185,6 +188,9 @@ func (c *Config) fillDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	// No relay log line shows a secret of a URL it quotes, whatever
+	// Sender's error it carries.
+	c.Logger = slog.New(redact.Handler(c.Logger.Handler()))
 }
 
 // validate returns the first invalid field. It refuses rather than

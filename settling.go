@@ -12,6 +12,7 @@ import (
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/testsignal"
+	"github.com/xadm/mensageria/redact"
 )
 
 // settleDriver is what settling needs of the driver.
@@ -258,9 +259,11 @@ func errText(err error) string { return storable(err.Error(), maxErrorLen) }
 
 // storable is s as a row can keep it whatever bytes it holds: PostgreSQL
 // text refuses NUL and invalid UTF-8, and one refused value would fail the
-// settle of the whole batch.
+// settle of the whole batch. A URL it quotes loses its user-info, query
+// string and fragment (redact.Text), whichever Sender wrote it: the rows,
+// 'mensageria status' and the console show no secret of a destination.
 func storable(s string, limit int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = redact.Text(strings.ToValidUTF8(s, "\uFFFD"))
 	s = strings.ReplaceAll(s, "\x00", " ")
 	if len(s) > limit {
 		cut := limit

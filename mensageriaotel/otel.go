@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/redact"
 )
 
 // ScopeName is the instrumentation scope of the spans this package makes.
@@ -149,8 +150,11 @@ func (t *Tracer) OnAttempt(ctx context.Context, a mensageria.Attempt) (context.C
 		default:
 			span.SetAttributes(semconv.ErrorTypeKey.String(string(ev.Outcome)))
 			if ev.Err != nil {
-				span.RecordError(ev.Err)
-				span.SetStatus(codes.Error, ev.Err.Error())
+				// A span leaves the process: no secret of a URL the
+				// error quotes goes with it.
+				err := redact.Error(ev.Err)
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
 			} else {
 				span.SetStatus(codes.Error, string(ev.Outcome))
 			}
@@ -196,8 +200,9 @@ func (t *Tracer) Process(ctx context.Context, r Received, fn func(ctx context.Co
 	defer span.End()
 	err := fn(ctx)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		shown := redact.Error(err)
+		span.RecordError(shown)
+		span.SetStatus(codes.Error, shown.Error())
 		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
 	}
 	return err

@@ -102,6 +102,9 @@ func (s *BatchSender) SendBatch(ctx context.Context, ds []*mensageria.Delivery) 
 		})
 	}
 	wg.Wait()
+	for i, err := range errs {
+		errs[i] = s.secrets.Error(err)
+	}
 	return errs
 }
 
@@ -136,7 +139,7 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.url, cap(s.sem), ctx.Err()))
+		return nil, mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.shown, cap(s.sem), ctx.Err()))
 	}
 	defer func() { <-s.sem }()
 
@@ -172,17 +175,17 @@ func (s *BatchSender) exchange(ctx context.Context, ds []*mensageria.Delivery, b
 	limit := int64(maxProblemBodyBytes) + int64(len(ds))*(maxProblemBodyBytes/4)
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("POST %s: reading the batch answer: %w", s.url, err)
+		return nil, fmt.Errorf("POST %s: reading the batch answer: %w", s.shown, err)
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get(headerContentType)); mt != ContentTypeBatch {
-		return nil, fmt.Errorf("POST %s: http %d answer to a batch is %q, not %s", s.url, resp.StatusCode, truncate(mt), ContentTypeBatch)
+		return nil, fmt.Errorf("POST %s: http %d answer to a batch is %q, not %s", s.shown, resp.StatusCode, truncate(mt), ContentTypeBatch)
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("POST %s: batch answer larger than %d bytes", s.url, limit)
+		return nil, fmt.Errorf("POST %s: batch answer larger than %d bytes", s.shown, limit)
 	}
 	errs, err := decodeBatchAnswer(b, ds)
 	if err != nil {
-		return nil, fmt.Errorf("POST %s: %w", s.url, err)
+		return nil, fmt.Errorf("POST %s: %w", s.shown, err)
 	}
 	return errs, nil
 }

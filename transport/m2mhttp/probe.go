@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/redact"
 )
 
 // ProbeConfig configures a reconcile probe: how an at-most-once route asks
@@ -52,19 +53,20 @@ type Probe struct {
 	timeout    *requestTimeout
 	client     *http.Client
 	dest       string
+	secrets    *redact.Secrets
 }
 
 // NewProbe validates cfg and returns its Probe.
 func NewProbe(cfg ProbeConfig) (*Probe, error) {
 	if !strings.Contains(cfg.URL, "{key}") && !strings.Contains(cfg.URL, "{id}") {
-		return nil, &mensageria.ConfigError{Field: "Probe.URL", Reason: fmt.Sprintf("%q names no message: put {key} (the natural key) or {id} (the message id) in it", cfg.URL)}
+		return nil, &mensageria.ConfigError{Field: "Probe.URL", Reason: fmt.Sprintf("%q names no message: put {key} (the natural key) or {id} (the message id) in it", redact.URL(cfg.URL))}
 	}
 	sample := expandProbeURL(cfg.URL, "k", "0190a0a0-0000-7000-8000-000000000000", "t")
 	u, err := url.Parse(sample)
 	_, rest, _ := strings.Cut(cfg.URL, "://")
 	host, _, _ := strings.Cut(rest, "/")
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(host, "{}") {
-		return nil, &mensageria.ConfigError{Field: "Probe.URL", Reason: fmt.Sprintf("%q is not an absolute http(s) URL template (the host cannot be a placeholder)", cfg.URL)}
+		return nil, &mensageria.ConfigError{Field: "Probe.URL", Reason: fmt.Sprintf("%q is not an absolute http(s) URL template (the host cannot be a placeholder)", redact.URL(cfg.URL))}
 	}
 	if u.User != nil {
 		return nil, &mensageria.ConfigError{Field: "Probe.URL", Reason: "must not carry credentials; use Token"}
@@ -103,7 +105,7 @@ func NewProbe(cfg ProbeConfig) (*Probe, error) {
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	p := &Probe{tmpl: cfg.URL, applied: cfg.Applied, notApplied: cfg.NotApplied, timeout: newRequestTimeout("Probe.Timeout", cfg.Timeout, explicit), client: &c,
-		dest: "probe " + strings.SplitN(cfg.URL, "?", 2)[0]}
+		dest: "probe " + redact.URL(cfg.URL), secrets: redact.SecretsOf(cfg.URL)}
 	if cfg.Token != "" {
 		p.auth = "Bearer " + cfg.Token
 	}
@@ -120,8 +122,14 @@ func (p *Probe) UseRelaySettings(rs mensageria.RelaySettings) error {
 	return p.timeout.fit(rs)
 }
 
-// Reconcile implements mensageria.Reconciler.
+// Reconcile implements mensageria.Reconciler. Its errors show the URL as
+// redact.URL does, never what its query string carries.
 func (p *Probe) Reconcile(ctx context.Context, d *mensageria.Delivery) (mensageria.Reconciliation, error) {
+	r, err := p.reconcile(ctx, d)
+	return r, p.secrets.Error(err)
+}
+
+func (p *Probe) reconcile(ctx context.Context, d *mensageria.Delivery) (mensageria.Reconciliation, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout.get())
 	defer cancel()
 	u := expandProbeURL(p.tmpl, d.Key, d.ID.String(), d.Type)

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/redact"
 )
 
 // SenderConfig configures one destination.
@@ -91,11 +92,16 @@ const HeaderMessageType = "X-Mensageria-Type"
 // redelivery, absorbed by the receiver's inbox, and the relay does not
 // count it as an attempt.
 type Sender struct {
-	url    string
-	dest   string
-	auth   string
-	client *http.Client
-	sem    chan struct{}
+	url string
+	// shown is url as errors quote it (redact.URL), and secrets what it
+	// carries, masked wherever the answer repeats it: a receiver's or a
+	// gateway's error page may echo the query string it was sent.
+	shown   string
+	secrets *redact.Secrets
+	dest    string
+	auth    string
+	client  *http.Client
+	sem     chan struct{}
 	// timeout bounds one request; kept off http.Client.Timeout so that a
 	// caller's Client with its own Timeout keeps it. UseRelaySettings may
 	// shorten a default one to the relay's delivery window.
@@ -108,7 +114,7 @@ type Sender struct {
 func NewSender(cfg SenderConfig) (*Sender, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, &mensageria.ConfigError{Field: "URL", Reason: fmt.Sprintf("%q is not an absolute http(s) URL", cfg.URL)}
+		return nil, &mensageria.ConfigError{Field: "URL", Reason: fmt.Sprintf("%q is not an absolute http(s) URL", redact.URL(cfg.URL))}
 	}
 	if u.User != nil {
 		return nil, &mensageria.ConfigError{Field: "URL", Reason: "must not carry credentials; use Token"}
@@ -145,7 +151,9 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Sender{
 		url:     cfg.URL,
-		dest:    destination(u),
+		shown:   redact.URL(cfg.URL),
+		secrets: redact.SecretsOf(cfg.URL),
+		dest:    "http " + redact.URL(cfg.URL),
 		auth:    "Bearer " + cfg.Token,
 		client:  &c,
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
@@ -156,20 +164,9 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	}, nil
 }
 
-// destination names the receiver for a dead letter's route without what
-// may be a secret: the token travels in a header, and a query string
-// (some gateways take a key there) is left out.
-func destination(u *url.URL) string {
-	d := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-	s := "http " + d.String()
-	if u.RawQuery != "" || u.ForceQuery {
-		s += "?…"
-	}
-	return s
-}
-
-// Destination implements mensageria.DestinationNamer: "http " and the URL,
-// without its query string. A BatchSender names the same receiver.
+// Destination implements mensageria.DestinationNamer: "http " and the URL
+// as redact.URL shows it (its query string, which some gateways take a
+// key in, is "?…"). A BatchSender names the same receiver.
 func (s *Sender) Destination() string { return s.dest }
 
 // newTransport keeps as many idle connections as requests may be in
@@ -201,7 +198,14 @@ func newTransport(maxConns int) *http.Transport {
 // was never written (HTTP/1.1) or that the server refused unprocessed
 // (HTTP/2 REFUSED_STREAM and GOAWAY); see docs/adr/0015 for HTTP/2's
 // retry after a peer's PROTOCOL_ERROR, the one window left.
+//
+// No error shows a secret of the URL: it is quoted as redact.URL shows it,
+// and what the URL carries is masked in the receiver's answer too.
 func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
+	return s.secrets.Error(s.send(ctx, d))
+}
+
+func (s *Sender) send(ctx context.Context, d *mensageria.Delivery) error {
 	body, err := s.body(d)
 	if err != nil {
 		return mensageria.Permanent(err)
@@ -210,7 +214,7 @@ func (s *Sender) Send(ctx context.Context, d *mensageria.Delivery) error {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
 		// Every request slot to this destination stayed busy: it is slow.
-		return notSentIf(d.AtMostOnce, mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.url, cap(s.sem), ctx.Err())))
+		return notSentIf(d.AtMostOnce, mensageria.Unavailable(fmt.Errorf("POST %s: waiting for one of the %d requests in flight to it: %w", s.shown, cap(s.sem), ctx.Err())))
 	}
 	defer func() { <-s.sem }()
 
@@ -301,9 +305,9 @@ func headerSafe(v string) string {
 // limit says which deadline a timeout is (requestTimeout.limit).
 func (s *Sender) transportError(ctx context.Context, limit string, err error) error {
 	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-		return mensageria.Unavailable(fmt.Errorf("POST %s: no answer %s: %w", s.url, limit, err))
+		return mensageria.Unavailable(fmt.Errorf("POST %s: no answer %s: %w", s.shown, limit, err))
 	}
-	return mensageria.Unavailable(fmt.Errorf("POST %s: %w", s.url, unwrapURLError(err)))
+	return mensageria.Unavailable(fmt.Errorf("POST %s: %w", s.shown, unwrapURLError(err)))
 }
 
 func unwrapURLError(err error) error {
@@ -391,7 +395,7 @@ func classify(resp *http.Response, now time.Time) error {
 	}
 	se := &StatusError{StatusCode: st}
 	if st >= 300 && st < 400 {
-		se.Location = truncate(resp.Header.Get("Location"))
+		se.Location = truncate(redact.URL(resp.Header.Get("Location")))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxProblemBodyBytes))
 		return mensageria.Permanent(se)
 	}

@@ -336,7 +336,7 @@ func TestSenderDestination(t *testing.T) {
 	for url, want := range map[string]string{
 		"https://billing.internal/m2m":                  "http https://billing.internal/m2m",
 		"http://10.0.0.7:8080/hooks/orders":             "http http://10.0.0.7:8080/hooks/orders",
-		"https://gw.example/api/in?code=s3cr3t&x=1#top": "http https://gw.example/api/in?…",
+		"https://gw.example/api/in?code=s3cr3t&x=1#top": "http https://gw.example/api/in?…#…",
 	} {
 		cfg := SenderConfig{URL: url, Token: "tok-s3cr3t"}
 		s, err := NewSender(cfg)

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // Exit codes.
@@ -108,7 +109,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
-	fmt.Fprintln(stdio.Err, "mensageria: "+visible(err.Error()))
+	fmt.Fprintln(stdio.Err, "mensageria: "+visible(redact.Text(err.Error())))
 	if code == ExitUsage && ee == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}

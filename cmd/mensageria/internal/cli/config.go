@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -880,7 +881,7 @@ func (p *parser) database(raw *rawConfig, c *Config) error {
 			return p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
 		}
 	default:
-		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact(c.Database))
+		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact.Text(redact.URL(c.Database)))
 	}
 	if c.Schema == "" {
 		c.Schema = "mensageria"
@@ -946,18 +947,6 @@ func libFieldPath(f string) []any {
 		return []any{"relay", "reconcile_interval"}
 	}
 	return []any{"relay"}
-}
-
-// redact hides a password in a URL shown in a message.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 func (p *parser) route(i int, rr rawRoute) (Route, error) {
@@ -1035,7 +1024,7 @@ func (p *parser) httpRoute(i int, r Route, rh *rawHTTP) (Route, error) {
 	}
 	u, perr := url.Parse(h.URL)
 	if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return r, p.errAt(at("url"), "%q is not an absolute http:// or https:// URL", redact(h.URL))
+		return r, p.errAt(at("url"), "%q is not an absolute http:// or https:// URL", redact.URL(h.URL))
 	}
 	if u.User != nil {
 		return r, p.errAt(at("url"), "must not carry credentials (user:password@): the receiver authenticates the token")
@@ -1219,7 +1208,7 @@ func (p *parser) natsRoute(i int, r Route, rn *rawNATS) (Route, error) {
 	}
 	u, perr := url.Parse(n.URL)
 	if perr != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-		return r, p.errAt(at("url"), "%q is not a nats:// or tls:// URL", redact(n.URL))
+		return r, p.errAt(at("url"), "%q is not a nats:// or tls:// URL", redact.URL(n.URL))
 	}
 	if u.User != nil {
 		return r, p.errAt(at("url"), "must not carry credentials (user:password@): use user and password, so that the URL can be shown")

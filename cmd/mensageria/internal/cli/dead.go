@@ -16,6 +16,7 @@ import (
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // DeadMessage is one dead letter as `dead list|show --json` print it.
@@ -36,8 +37,10 @@ type DeadMessage struct {
 }
 
 func deadOf(j driver.Job, full bool) DeadMessage {
-	d := DeadMessage{ID: j.ID, MessageID: uuid.UUID(j.MessageID).String(), Type: j.Type, Key: j.Key, Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), LastError: j.LastError,
-		LastRoute: j.LastRoute, Owner: j.Owner}
+	// redact: a row written before the relay masked its reasons may
+	// still quote a secret of a URL.
+	d := DeadMessage{ID: j.ID, MessageID: uuid.UUID(j.MessageID).String(), Type: j.Type, Key: j.Key, Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), LastError: redact.Text(j.LastError),
+		LastRoute: redact.Text(j.LastRoute), Owner: j.Owner}
 	if full {
 		if json.Valid(j.Payload) {
 			d.Payload = j.Payload
@@ -313,7 +316,7 @@ func (a *app) deadListCommand() *cobra.Command {
 			fmt.Fprintln(rows, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
 			for _, j := range jobs {
 				fmt.Fprintf(rows, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
-					cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
+					cellOr(oneLine(redact.Text(j.LastRoute), 50)), oneLine(redact.Text(j.LastError), 100))
 			}
 			_ = tw.Flush()
 			o.nextPage(a.io.Out, page)

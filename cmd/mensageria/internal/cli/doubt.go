@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // DoubtMessage is one message in doubt as `doubt list|show --json` print it.
@@ -135,7 +136,7 @@ func (a *app) doubtListCommand() *cobra.Command {
 				if j.AttemptedAt != nil {
 					at = j.AttemptedAt.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(j.LastRoute, 50)), oneLine(j.LastError, 100))
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(redact.Text(j.LastRoute), 50)), oneLine(redact.Text(j.LastError), 100))
 			}
 			_ = tw.Flush()
 			o.nextPage(a.io.Out, page)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/guarantee"
+	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -248,16 +248,7 @@ func destination(r Route) string {
 	switch r.Transport {
 	case "http":
 		// A query string may carry a gateway's key: it is not shown.
-		u, err := url.Parse(r.HTTP.URL)
-		if err != nil {
-			return "POST (unparsable URL)"
-		}
-		d := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-		s := "POST " + d.String()
-		if u.RawQuery != "" || u.ForceQuery {
-			s += "?…"
-		}
-		return s
+		return "POST " + redact.URL(r.HTTP.URL)
 	case "kafka":
 		d := "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
 		if r.Kafka.TransactionalID != "" {
@@ -265,7 +256,7 @@ func destination(r Route) string {
 		}
 		return d
 	case "nats":
-		d := "subject " + r.NATS.Subject + " on " + r.NATS.URL
+		d := "subject " + r.NATS.Subject + " on " + redact.URL(r.NATS.URL)
 		if r.NATS.Stream != "" {
 			d += " (stream " + r.NATS.Stream + ")"
 		}
@@ -323,7 +314,7 @@ func delivery(r Route) string {
 			if len(not) == 0 {
 				not = []int{404}
 			}
-			s += fmt.Sprintf("; messages in doubt are probed with GET %s (applied %v: delivered; not applied %v: one more attempt; anything else: still in doubt)", strings.SplitN(p.URL, "?", 2)[0], applied, not)
+			s += fmt.Sprintf("; messages in doubt are probed with GET %s (applied %v: delivered; not applied %v: one more attempt; anything else: still in doubt)", redact.URL(p.URL), applied, not)
 		} else {
 			s += "; no reconcile probe: an operator resolves messages in doubt"
 		}

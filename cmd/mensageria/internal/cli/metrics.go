@@ -16,6 +16,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/kafka"
 )
 
@@ -275,15 +276,16 @@ func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
+		// The body is unauthenticated: no secret of a URL it quotes.
 		if err := ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, redact.Text("not ready: "+err.Error()), http.StatusServiceUnavailable)
 			return
 		}
 		detail := ""
 		if m.routes != nil {
 			detail = routeDetail(m.routes(), time.Now())
 		}
-		_, _ = w.Write([]byte("ready\n" + detail))
+		_, _ = w.Write([]byte(redact.Text("ready\n" + detail)))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	return mux

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/mensageriaotel"
+	"github.com/xadm/mensageria/redact"
 )
 
 // ReceiveConfig is a validated config file of `mensageria receive`
@@ -235,7 +236,7 @@ func (p *parser) checkDatabase(db string) error {
 			return p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
 		}
 	default:
-		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact(db))
+		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact.Text(redact.URL(db)))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/kafka"
 	natssender "github.com/xadm/mensageria/transport/nats"
 )
@@ -25,11 +26,14 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return nil, usageErr("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	// Every line passes through redact: no user-info password, query
+	// string or fragment of a URL it quotes (a database URL, a route's, an
+	// OTLP endpoint's) reaches the log.
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
 	}
 	return nil, usageErr("--log-format %q: use text or json", format)
 }

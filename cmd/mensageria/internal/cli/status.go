@@ -15,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // StatusType is one type's line of `status --json`.
@@ -123,7 +124,7 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		t := &st.Types[i]
 		for _, r := range routes {
 			if r.Type == t.Type && (t.Owner == "" || r.App == t.Owner) {
-				sr := &StatusRoute{Name: r.Route, State: r.State, Since: r.Since.UTC(), Failures: r.Failures, LastError: r.LastError, Recorded: r.UpdatedAt.UTC()}
+				sr := &StatusRoute{Name: redact.Text(r.Route), State: r.State, Since: r.Since.UTC(), Failures: r.Failures, LastError: redact.Text(r.LastError), Recorded: r.UpdatedAt.UTC()}
 				if !r.Until.IsZero() {
 					u := r.Until.UTC()
 					sr.Until = &u

@@ -10,13 +10,13 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // Problem is an RFC 9457 problem document, the body of every refusal.
@@ -44,12 +44,6 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
 }
-
-// userinfo matches the credentials part of a URL: a route name or an error
-// may quote a destination URL, and the console never shows a secret.
-var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@`)
-
-func redact(s string) string { return userinfo.ReplaceAllString(s, "${1}xxxxx@") }
 
 // maxBody bounds every request body the console reads.
 const maxBody = 64 << 10
@@ -329,7 +323,7 @@ const electionLease = 30 * time.Second
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ principal) {
 	ov, err := c.Overview(r.Context())
 	if err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	}
 	writeJSON(w, ov)
@@ -350,7 +344,7 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	}
 	step("counts", began)
 	if snap.err != nil {
-		ov.CountError = redact(snap.err.Error())
+		ov.CountError = redact.Text(snap.err.Error())
 		if snap.stats == nil {
 			return nil, snap.err
 		}
@@ -428,7 +422,7 @@ func newTypeViews(stats []driver.TypeStats, catalog []driver.Ownership, routes [
 		if v.Owner != "" && rs.App != v.Owner {
 			continue // a former owner's record
 		}
-		rv := &RouteView{Name: redact(rs.Route), State: rs.State, Since: rs.Since.UTC(), Failures: rs.Failures, LastError: redact(rs.LastError), Recorded: rs.UpdatedAt.UTC()}
+		rv := &RouteView{Name: redact.Text(rs.Route), State: rs.State, Since: rs.Since.UTC(), Failures: rs.Failures, LastError: redact.Text(rs.LastError), Recorded: rs.UpdatedAt.UTC()}
 		if !rs.Until.IsZero() {
 			u := rs.Until.UTC()
 			rv.Until = &u
@@ -464,7 +458,7 @@ func (c *Console) perMinute(ctx context.Context, ov *Overview, types *typeViews)
 	}
 	mins, err := h.DeliveredPerMinute(ctx, types.order, chartMinutes*time.Minute)
 	if err != nil {
-		ov.Errors = append(ov.Errors, "deliveries per minute: "+redact(err.Error()))
+		ov.Errors = append(ov.Errors, "deliveries per minute: "+redact.Text(err.Error()))
 	}
 	for _, m := range mins {
 		i := chartMinutes - 1 - int(now.Sub(m.Minute.UTC().Truncate(time.Minute))/time.Minute)
@@ -496,7 +490,7 @@ func (c *Console) elections(ctx context.Context, ov *Overview, apps map[string]b
 			}
 		}
 		if err != nil {
-			ov.Errors = append(ov.Errors, "election of "+a+": "+redact(err.Error()))
+			ov.Errors = append(ov.Errors, "election of "+a+": "+redact.Text(err.Error()))
 		}
 		ov.Apps = append(ov.Apps, av)
 	}
@@ -542,7 +536,7 @@ func uuidString(b [16]byte) string {
 func letterOf(j driver.Job, detail bool) Letter {
 	l := Letter{
 		ID: j.ID, MessageID: uuidString(j.MessageID), Type: j.Type, Key: j.Key, State: string(j.State),
-		Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), Reason: redact(j.LastError), Route: redact(j.LastRoute), Owner: j.Owner,
+		Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), Reason: redact.Text(j.LastError), Route: redact.Text(j.LastRoute), Owner: j.Owner,
 	}
 	if j.AttemptedAt != nil {
 		at := j.AttemptedAt.UTC()
@@ -595,7 +589,7 @@ func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state driver.St
 	}
 	jobs, err := c.opt.Driver.ListMessages(r.Context(), driver.ListFilter{State: state, Types: []string{typ}, AfterID: after, Limit: int(limit) + 1})
 	if err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	}
 	page := DeadPage{Type: typ, Letters: []Letter{}}
@@ -624,7 +618,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, _ principal) {
 	}
 	jobs, err := c.opt.Driver.ListMessages(r.Context(), driver.ListFilter{IDs: []int64{id}, Limit: 1})
 	if err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	}
 	if len(jobs) == 0 {
@@ -635,7 +629,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, _ principal) {
 	if amo, ok := c.opt.Driver.(driver.AtMostOnce); ok {
 		recs, err := amo.Resolutions(r.Context(), [][16]byte{jobs[0].MessageID}, 20)
 		if err != nil {
-			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 			return
 		}
 		l.Resolutions = resolutionViews(recs)
@@ -666,7 +660,7 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			return
 		}
 		if refusal, err := c.outOfScope(r.Context(), p); err != nil {
-			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 			return
 		} else if refusal != "" {
 			problem(w, r, http.StatusForbidden, "other_app", refusal)
@@ -675,7 +669,7 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 		var marked []int64
 		if !discard {
 			if marked, err = driver.MarkedDead(r.Context(), c.opt.Driver, p); err != nil {
-				problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+				problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 				return
 			}
 			if len(marked) > 0 && !p.ClearMark {
@@ -687,7 +681,7 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 		}
 		n, err := c.opt.Driver.Revive(r.Context(), p)
 		if err != nil {
-			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 			return
 		}
 		c.counts.invalidate()

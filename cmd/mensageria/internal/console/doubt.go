@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/redact"
 )
 
 // Messages in doubt (docs/adr/0015-at-most-once.md): rows of an
@@ -29,7 +30,7 @@ type ResolutionView struct {
 func resolutionViews(recs []driver.ResolutionRecord) []ResolutionView {
 	out := make([]ResolutionView, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, ResolutionView{Outcome: string(r.Outcome), By: r.By, Reason: redact(r.Reason), At: r.At.UTC()})
+		out = append(out, ResolutionView{Outcome: string(r.Outcome), By: r.By, Reason: redact.Text(r.Reason), At: r.At.UTC()})
 	}
 	return out
 }
@@ -127,7 +128,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	rp.By = p.by
 	if refusal, err := c.outOfScope(r.Context(), driver.ReviveParams{IDs: rp.IDs}); err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	} else if refusal != "" {
 		problem(w, r, http.StatusForbidden, "other_app", refusal)
@@ -139,7 +140,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	if err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact(err.Error()))
+		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	}
 	c.counts.invalidate()
