@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/wire"
+	"github.com/xadm/mensageria/m2mwire"
 )
 
 // Headers come from the outbox, where any language's plain INSERT may have
@@ -62,7 +62,7 @@ func FuzzUnreadable(f *testing.F) {
 					t.Fatalf("headers %q passed but do not decode: %v", headers, err)
 				}
 			}
-			back, err := wire.ParseTime(string(wire.AppendTime(nil, j.CreatedAt)))
+			back, err := m2mwire.ParseTime(string(m2mwire.AppendTime(nil, j.CreatedAt)))
 			if err != nil || !back.Equal(j.CreatedAt) {
 				t.Fatalf("created_at %v passed but does not travel: %v", j.CreatedAt, err)
 			}

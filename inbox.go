@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/batch"
+	"github.com/xadm/mensageria/m2mbatch"
 )
 
 // Tx is the transaction an inbox effect runs in. Raw returns the backend's
@@ -133,7 +133,7 @@ func (in *Inbox) Apply(ctx context.Context, d *Delivery, effect Effect) (ApplyRe
 // what bounds a receiver's throughput. A failing effect rolls that
 // transaction back; the deliveries before it are applied again in one of
 // their own, the failing one alone (failing again, it keeps its error),
-// and the rest go on the same way: the rule of internal/batch, in
+// and the rest go on the same way: the rule of m2mbatch, in
 // docs/guarantees.md "Poison messages in a batch". So one bad message
 // costs its neighbours a retry of their effect, never a lost or doubled
 // one. A conflict (see Apply) writes nothing, so it is that
@@ -158,7 +158,7 @@ func (in *Inbox) ApplyBatch(ctx context.Context, ds []*Delivery, effect Effect) 
 		indexes[i] = i
 	}
 	settled := make([]bool, len(ds))
-	err := batch.Apply(ctx, indexes, batch.Policy[int]{
+	err := m2mbatch.Apply(ctx, indexes, m2mbatch.Policy[int]{
 		Commit: func(ctx context.Context, idx []int) error {
 			return in.applyAll(ctx, ds, idx, effect, results, errs)
 		},
@@ -195,7 +195,7 @@ func (in *Inbox) applyAll(ctx context.Context, ds []*Delivery, idx []int, effect
 			case errors.As(err, &conflict):
 				results[i], errs[i] = ApplyResult{}, err
 			case err != nil:
-				return &batch.ItemError{Index: k, Err: err}
+				return &m2mbatch.ItemError{Index: k, Err: err}
 			default:
 				results[i], errs[i] = r, nil
 			}

@@ -2,13 +2,11 @@ package mensageriaotel_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,40 +305,4 @@ func names(ss tracetest.SpanStubs) []string {
 		out = append(out, s.Name)
 	}
 	return out
-}
-
-// failFirst fails every first attempt before it reaches the destination,
-// so the message's delivery is retried.
-type failFirst struct{ failed atomic.Int64 }
-
-var errFirstAttempt = errors.New("first attempts fail in this test")
-
-func (f *failFirst) errs(ds []*mensageria.Delivery) ([]error, []*mensageria.Delivery, []int) {
-	errs := make([]error, len(ds))
-	var pass []*mensageria.Delivery
-	var at []int
-	for i, d := range ds {
-		if d.Attempt == 1 {
-			f.failed.Add(1)
-			errs[i] = errFirstAttempt
-			continue
-		}
-		pass, at = append(pass, d), append(at, i)
-	}
-	return errs, pass, at
-}
-
-// batchThrough sends what failFirst lets pass through next, merging the
-// answers.
-func (f *failFirst) batchThrough(ctx context.Context, ds []*mensageria.Delivery, next func(context.Context, []*mensageria.Delivery) []error) []error {
-	errs, pass, at := f.errs(ds)
-	if len(pass) == 0 {
-		return errs
-	}
-	if got := next(ctx, pass); got != nil {
-		for k, i := range at {
-			errs[i] = got[k]
-		}
-	}
-	return errs
 }

@@ -14,10 +14,11 @@
 //     the creation context and linked to it, with the type, key, attempt,
 //     route and the settled outcome; its context replaces the traceparent
 //     the Sender carries, so the destination continues from the attempt.
-//   - A receiver's effect wrapped with Effect, KafkaEffect or NATSEffect
-//     runs in a "process <type>" span (CONSUMER), a child of the attempt
-//     that carried the message and linked to it; the effect's own spans
-//     hang under it.
+//   - A receiver's effect wrapped with Effect (a Kafka or NATS sink's
+//     with kafkaotel.Effect or natsotel.Effect, modules of their own
+//     beside each transport) runs in a "process <type>" span (CONSUMER),
+//     a child of the attempt that carried the message and linked to it;
+//     the effect's own spans hang under it.
 package mensageriaotel
 
 import (

@@ -14,8 +14,8 @@ import (
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/pgserver"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
 // crashServer is a private server to crash and a schema on it, migrated

@@ -20,7 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/xadm/mensageria/internal/pgserver"
+	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
 // EnvURL names the variable that points tests at PostgreSQL.

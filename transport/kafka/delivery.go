@@ -5,7 +5,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/internal/wire"
+	"github.com/xadm/mensageria/m2mwire"
 )
 
 // DeliveryOf rebuilds the delivery a Sender produced, so that a consumer
@@ -37,7 +37,7 @@ func DeliveryOf(r *kgo.Record) (*mensageria.Delivery, error) {
 			if !d.CreatedAt.IsZero() {
 				continue
 			}
-			t, err := wire.ParseTime(string(h.Value))
+			t, err := m2mwire.ParseTime(string(h.Value))
 			if err != nil {
 				return nil, decodeErr(HeaderCreatedAt, err.Error())
 			}

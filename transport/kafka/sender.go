@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/internal/wire"
+	"github.com/xadm/mensageria/m2mwire"
 )
 
 // Record header names set by the Senders. The message id is the identity a
@@ -442,7 +442,7 @@ func toRecord(topic string, d *mensageria.Delivery) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderType, Value: []byte(d.Type)},
 	)
 	if !d.CreatedAt.IsZero() {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderCreatedAt, Value: wire.AppendTime(nil, d.CreatedAt)})
+		hs = append(hs, kgo.RecordHeader{Key: HeaderCreatedAt, Value: m2mwire.AppendTime(nil, d.CreatedAt)})
 	}
 	for k, v := range d.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})

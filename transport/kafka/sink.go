@@ -13,7 +13,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/batch"
+	"github.com/xadm/mensageria/m2mbatch"
 )
 
 // Effect applies one record inside the sink's database transaction, the
@@ -205,11 +205,11 @@ func (s *Sink) Run(ctx context.Context) error {
 }
 
 // applyPartition commits the records of one partition in one transaction;
-// when an effect fails, the rule of internal/batch isolates the record:
+// when an effect fails, the rule of m2mbatch isolates the record:
 // the records before it commit on their own, it is retried alone with
 // backoff, or skipped when its failure is permanent.
 func (s *Sink) applyPartition(ctx context.Context, topic string, part int32, recs []*kgo.Record) error {
-	return batch.Apply(ctx, recs, batch.Policy[*kgo.Record]{
+	return m2mbatch.Apply(ctx, recs, m2mbatch.Policy[*kgo.Record]{
 		Commit: func(ctx context.Context, recs []*kgo.Record) error {
 			return s.apply(ctx, topic, part, recs)
 		},
@@ -242,7 +242,7 @@ func (s *Sink) apply(ctx context.Context, topic string, part int32, recs []*kgo.
 				continue
 			}
 			if err := s.cfg.Effect(ctx, tx, r); err != nil {
-				return &batch.ItemError{Index: i, Err: fmt.Errorf("offset %d: %w", r.Offset, err)}
+				return &m2mbatch.ItemError{Index: i, Err: fmt.Errorf("offset %d: %w", r.Offset, err)}
 			}
 			applied++
 			last = r.Offset

@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/internal/wire"
+	"github.com/xadm/mensageria/m2mwire"
 )
 
 // Envelope is the JSON body of one delivery.
@@ -151,7 +151,7 @@ func envelopeFrom(raw map[string]json.RawMessage) (*Envelope, error) {
 	if s, err = jsonString(raw["created_at"]); err != nil {
 		return nil, bad("created_at", "%v", err)
 	}
-	if e.CreatedAt, err = wire.ParseTime(s); err != nil {
+	if e.CreatedAt, err = m2mwire.ParseTime(s); err != nil {
 		return nil, bad("created_at", "%v", err)
 	}
 	if e.CreatedAt.Before(MinCreatedAt) {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/internal/httpguard"
+	"github.com/xadm/mensageria/httpguard"
 )
 
 // Handler applies the messages of one type: Effect runs through Inbox, in

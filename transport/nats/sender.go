@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/internal/wire"
+	"github.com/xadm/mensageria/m2mwire"
 )
 
 // Header names set by the Sender besides Nats-Msg-Id.
@@ -334,7 +334,7 @@ func (s *Sender) toMsg(d *mensageria.Delivery) *natsgo.Msg {
 	m.Header.Set(HeaderType, d.Type)
 	m.Header.Set(HeaderKey, d.Key)
 	if !d.CreatedAt.IsZero() {
-		m.Header.Set(HeaderCreatedAt, string(wire.AppendTime(nil, d.CreatedAt)))
+		m.Header.Set(HeaderCreatedAt, string(m2mwire.AppendTime(nil, d.CreatedAt)))
 	}
 	return m
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/batch"
-	"github.com/xadm/mensageria/internal/wire"
+	"github.com/xadm/mensageria/m2mbatch"
+	"github.com/xadm/mensageria/m2mwire"
 )
 
 // Effect applies one message inside the sink's database transaction, the
@@ -243,14 +243,14 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 }
 
-// applyBatch commits msgs by the rule of internal/batch: in one
+// applyBatch commits msgs by the rule of m2mbatch: in one
 // transaction, or, when an effect fails, the messages before it in one of
 // their own and the failing one alone, retried with backoff or skipped
 // when its failure is permanent. Messages are acknowledged only after the
 // commit that applied or skipped them, and kept in progress while a retry
 // waits, so the server does not redeliver them to no one.
 func (s *Sink) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
-	return batch.Apply(ctx, msgs, batch.Policy[jetstream.Msg]{
+	return m2mbatch.Apply(ctx, msgs, m2mbatch.Policy[jetstream.Msg]{
 		Commit: s.apply,
 		Committed: func(msgs []jetstream.Msg) {
 			if s.afterCommit != nil {
@@ -301,7 +301,7 @@ func (s *Sink) apply(ctx context.Context, msgs []jetstream.Msg) error {
 				continue
 			}
 			if err := s.cfg.Effect(ctx, tx, m); err != nil {
-				return &batch.ItemError{Index: i, Err: fmt.Errorf("stream sequence %d: %w", seq, err)}
+				return &m2mbatch.ItemError{Index: i, Err: fmt.Errorf("stream sequence %d: %w", seq, err)}
 			}
 			applied++
 			last = seq
@@ -376,7 +376,7 @@ func deliveryFrom(h natsgo.Header, data []byte) (*mensageria.Delivery, error) {
 		return nil, bad(HeaderType, "missing or empty")
 	}
 	if v := h.Get(HeaderCreatedAt); v != "" {
-		if d.CreatedAt, err = wire.ParseTime(v); err != nil {
+		if d.CreatedAt, err = m2mwire.ParseTime(v); err != nil {
 			return nil, bad(HeaderCreatedAt, err.Error())
 		}
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/pgserver"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
 // failures counts the OnFailure events of a relay by kind.

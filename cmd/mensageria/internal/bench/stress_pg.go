@@ -33,7 +33,7 @@ var stressSettings = []string{
 // phase of cfg.Phases in one run. The figures only mean production when the
 // server runs with production settings (autovacuum on): the result's notes
 // name the server's settings, and say so when autovacuum is off.
-// internal/pgserver starts such a server (mensageria bench --private-server).
+// mensageriatest/pgserver starts such a server (mensageria bench --private-server).
 func Stress(ctx context.Context, e Env, cfg StressConfig) (Result, error) {
 	r := Result{Scenario: "stress"}
 	cfg, err := cfg.withDefaults()

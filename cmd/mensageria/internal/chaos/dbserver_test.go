@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/xadm/mensageria/internal/pgserver"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
 // The run's database: a private PostgreSQL server the harness starts, so

@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
-	"github.com/xadm/mensageria/internal/pgserver"
+	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
 // benchScenarios are the scenarios `bench` knows, in run order.

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/guarantee"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/guarantee"
 	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )

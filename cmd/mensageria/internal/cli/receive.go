@@ -22,7 +22,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
-	"github.com/xadm/mensageria/internal/httpguard"
+	"github.com/xadm/mensageria/httpguard"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 

@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/internal/httpguard"
+	"github.com/xadm/mensageria/httpguard"
 )
 
 //go:embed assets

@@ -1,4 +1,4 @@
-package wire
+package m2mwire
 
 import (
 	"testing"

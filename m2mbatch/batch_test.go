@@ -1,4 +1,4 @@
-package batch
+package m2mbatch
 
 import (
 	"context"

@@ -3,7 +3,9 @@
 // web console) share to guard their door: the throttle of wrong
 // credentials, its rate-limited log, and a router that answers the
 // refusals Go's ServeMux would make itself (404, 405, the redirect of an
-// unclean path) in the endpoint's own problem form.
+// unclean path) in the endpoint's own problem form. It is public, and
+// versioned with the core module, because the daemon and the console
+// live in the command's module.
 package httpguard
 
 import (

@@ -1,6 +1,10 @@
-// Package wire holds the encodings the transports share, so that a message
-// reads back the same whichever way it travelled.
-package wire
+// Package m2mwire holds the encodings every transport of mensageria
+// shares (m2mhttp's envelope, the Kafka record's and the NATS message's
+// headers), so that a message reads back the same whichever way it
+// travelled. It is public, and versioned with the core module, because the
+// Kafka and NATS transports are modules of their own: a transport written
+// outside this repository can use it to read and write the same times.
+package m2mwire
 
 import (
 	"fmt"

@@ -9,6 +9,10 @@
 // The server keeps its data directory and port across Crash, Shutdown and
 // Start, so clients reconnect to the same address: a crash is what a crash
 // of the database host's PostgreSQL looks like to them.
+//
+// It is public, beside mensageriatest, because the command's benchmarks
+// and chaos suite (a module of their own) start such servers, and an app's
+// tests can crash one the same way.
 package pgserver
 
 import (

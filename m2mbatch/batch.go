@@ -1,9 +1,12 @@
-// Package batch is the one rule by which a batch of messages is applied in
+// Package m2mbatch is the one rule by which a batch of messages is applied in
 // one database transaction and a message that fails in it (a poison
 // message) is told apart from its neighbours. Inbox.ApplyBatch and the
 // Kafka and NATS sinks apply their batches through Apply; docs/guarantees.md
-// ("Poison messages in a batch") states the rule for their users.
-package batch
+// ("Poison messages in a batch") states the rule for their users. It is
+// public, and versioned with the core module, because the Kafka and NATS
+// transports are modules of their own; a sink written outside this
+// repository can apply its batches by the same rule.
+package m2mbatch
 
 import (
 	"context"

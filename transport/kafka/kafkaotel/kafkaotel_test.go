@@ -1,0 +1,164 @@
+package kafkaotel_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriaotel"
+	"github.com/xadm/mensageria/transport/kafka"
+	"github.com/xadm/mensageria/transport/kafka/kafkaotel"
+)
+
+// ended hands each span to the test as it ends: the signal the test waits
+// on, and the span to check.
+type ended chan sdktrace.ReadOnlySpan
+
+func (e ended) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (e ended) OnEnd(s sdktrace.ReadOnlySpan)                   { e <- s }
+func (e ended) Shutdown(context.Context) error                  { return nil }
+func (e ended) ForceFlush(context.Context) error                { return nil }
+
+func (e ended) next(t *testing.T, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case s := <-e:
+			if s.Name() == name {
+				return s
+			}
+		case <-timeout:
+			t.Fatalf("no span %q ended within 30s", name)
+		}
+	}
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
+	out := map[attribute.Key]string{}
+	for _, kv := range s.Attributes() {
+		out[kv.Key] = kv.Value.Emit()
+	}
+	return out
+}
+
+// TestTraceAcrossKafka: a delivery sent in an attempt's span through
+// kfake reaches a kafka.Sink whose effect, wrapped by Effect, fails once
+// and is applied again: each try is a "process" span, a child of the
+// attempt and linked to it, with the message's type, id, key and
+// transport; the failed try records its error. A record that is no
+// mensageria delivery gets a span named after its topic.
+func TestTraceAcrossKafka(t *testing.T) {
+	spans := make(ended, 64)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracer := mensageriaotel.New(mensageriaotel.Config{TracerProvider: tp})
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	sender, err := kafka.NewSender(kafka.SenderConfig{Brokers: cluster.ListenAddrs(), Topic: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sender.Close)
+
+	pool := testdb.Pool(t)
+	drv, err := postgres.New(pool, &postgres.Config{Schema: testdb.Schema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.Migrate(context.Background(), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+		t.Fatal(err)
+	}
+	var tries atomic.Int64
+	sink, err := kafka.NewSink(kafka.SinkConfig{
+		Brokers: cluster.ListenAddrs(), Group: "billing", Topics: []string{"orders"}, Driver: drv,
+		Opts:         []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+		RetryBackoff: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Effect: kafkaotel.Effect(tracer, func(ctx context.Context, tx mensageria.Tx, r *kgo.Record) error {
+			if !trace.SpanContextFromContext(ctx).IsValid() {
+				return mensageria.Permanent(errors.New("the effect ran outside its span"))
+			}
+			if r.Topic == "orders" && string(r.Key) == "order-k" && tries.Add(1) == 1 {
+				return errors.New("the billing database blinked")
+			}
+			return nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sink.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sink: %v", err)
+		}
+	})
+
+	// The attempt, as the relay's hook makes it: its context in the
+	// delivery's traceparent.
+	actx, attempt := tp.Tracer("relay").Start(context.Background(), "send order.placed")
+	d := &mensageria.Delivery{ID: uuid.New(), Type: "order.placed", Key: "order-k", Payload: []byte(`{}`), CreatedAt: time.Now(), Headers: map[string]string{}}
+	propagation.TraceContext{}.Inject(actx, propagation.MapCarrier(d.Headers))
+	if err := sender.Send(actx, d); err != nil {
+		t.Fatal(err)
+	}
+	attempt.End()
+	spans.next(t, "send order.placed")
+
+	for i, wantErr := range []bool{true, false} {
+		s := spans.next(t, "process order.placed")
+		if s.Parent().SpanID() != attempt.SpanContext().SpanID() || s.SpanContext().TraceID() != attempt.SpanContext().TraceID() || s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("process span %d: parent %s in trace %s, kind %s; want the attempt %s, consumer", i, s.Parent().SpanID(), s.SpanContext().TraceID(), s.SpanKind(), attempt.SpanContext().SpanID())
+		}
+		if l := s.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != attempt.SpanContext().SpanID() {
+			t.Errorf("process span %d links %v, want one, to the attempt", i, l)
+		}
+		a := attrs(s)
+		for k, v := range map[attribute.Key]string{"messaging.destination.name": "order.placed", "messaging.message.id": d.ID.String(), mensageriaotel.AttrKey: "order-k", mensageriaotel.AttrTransport: "kafka"} {
+			if a[k] != v {
+				t.Errorf("process span %d: %s = %q, want %q", i, k, a[k], v)
+			}
+		}
+		if failed := s.Status().Code == codes.Error; failed != wantErr {
+			t.Errorf("process span %d: status %v, want an error %v", i, s.Status(), wantErr)
+		}
+	}
+
+	// A record produced by something else: no mensageria headers.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "orders", Key: []byte("foreign"), Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := spans.next(t, "process orders")
+	if s.Parent().IsValid() || s.Status().Code == codes.Error {
+		t.Errorf("a foreign record's span: parent %s, status %v; want a root span, no error", s.Parent().SpanID(), s.Status())
+	}
+}
