@@ -156,6 +156,7 @@ type with no route, or a type, consumer or id another app owns).`,
 		a.explainCommand(),
 		a.benchCommand(),
 		a.demoCommand(),
+		a.versionCommand(),
 	)
 	return root
 }
