@@ -157,6 +157,7 @@ type with no route, or a type, consumer or id another app owns).`,
 		a.benchCommand(),
 		a.demoCommand(),
 		a.versionCommand(),
+		a.healthcheckCommand(),
 	)
 	return root
 }

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -53,5 +55,32 @@ func TestVersionCommandRuns(t *testing.T) {
 	}
 	if code := Run(context.Background(), []string{"version", "extra"}, IO{Out: &out, Err: &errOut}); code != ExitUsage {
 		t.Fatalf("version with an argument: exit %d, want %d", code, ExitUsage)
+	}
+}
+
+func TestHealthcheckCommand(t *testing.T) {
+	ready := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && !ready {
+			http.Error(w, "route pedido.criado paused", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"healthcheck", srv.URL + "/healthz", srv.URL + "/readyz"}, IO{Out: &out, Err: &errOut}); code != ExitOK {
+		t.Fatalf("both answer 200: exit %d: %s", code, errOut.String())
+	}
+	ready = false
+	errOut.Reset()
+	if code := Run(context.Background(), []string{"healthcheck", srv.URL + "/healthz", srv.URL + "/readyz"}, IO{Out: &out, Err: &errOut}); code != ExitFailure {
+		t.Fatalf("/readyz answers 503: exit %d, want %d", code, ExitFailure)
+	}
+	if !strings.Contains(errOut.String(), "503") || !strings.Contains(errOut.String(), "paused") {
+		t.Fatalf("the refusal does not say why: %s", errOut.String())
+	}
+	if code := Run(context.Background(), []string{"healthcheck"}, IO{Out: &out, Err: &errOut}); code != ExitUsage {
+		t.Fatalf("no URL: exit %d, want %d", code, ExitUsage)
 	}
 }
