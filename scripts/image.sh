@@ -4,8 +4,8 @@
 #
 #   scripts/image.sh VERSION        # e.g. v0.1.0, at the release's tag
 #
-# 1. `go install …/cmd/mensageria@VERSION` with CGO_ENABLED=0 and
-#    -trimpath, from the module proxy of this tree at VERSION
+# 1. `go install …/cmd/mensageria@VERSION` with CGO_ENABLED=0, -trimpath
+#    and -ldflags="-s -w" (the build information stays), from the module proxy of this tree at VERSION
 #    (scripts/gowork-off.sh --once): the binary a user's `go install`
 #    builds, static;
 # 2. tools/ociimage packs it as an OCI image layout (no base image, user
@@ -25,7 +25,7 @@ out=dist
 mkdir -p "$out/bin"
 gobin=$(cd "$out/bin" && pwd)
 CGO_ENABLED=0 GOBIN=$gobin GOFLAGS="${GOFLAGS:-} -trimpath" MODULE_VERSION=$version \
-  bash scripts/gowork-off.sh --once $go install "github.com/xadm/mensageria/cmd/mensageria@$version"
+  bash scripts/gowork-off.sh --once $go install -ldflags="-s -w" "github.com/xadm/mensageria/cmd/mensageria@$version"
 revision=$(git rev-parse HEAD)
 if [ -n "$(git status --porcelain)" ]; then revision="$revision-modified"; fi
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}

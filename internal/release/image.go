@@ -115,7 +115,7 @@ func WriteImage(dir string, im Image) (string, error) {
 		return "", err
 	}
 	var gz bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
 	if err != nil {
 		return "", err
 	}

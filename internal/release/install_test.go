@@ -127,7 +127,9 @@ func installFromProxy(t *testing.T) (bin, version string, env []string) {
 				"CGO_ENABLED=0",
 			)
 			installed.env = env
-			cmd := exec.Command("go", "install", ModulePrefix+"/cmd/mensageria@"+installed.version)
+			// As scripts/image.sh installs it: no symbol table, no DWARF
+			// (the build information stays).
+			cmd := exec.Command("go", "install", "-ldflags=-s -w", ModulePrefix+"/cmd/mensageria@"+installed.version)
 			cmd.Dir = dir // no go.mod there: what a user types anywhere
 			cmd.Env = env
 			if out, err := cmd.CombinedOutput(); err != nil {
