@@ -44,7 +44,8 @@ if ! grep -q "^## \[$plain\]" CHANGELOG.md; then
 fi
 
 # The modules: directory and path, the core first.
-mapfile -t dirs < <(GOWORK= $go list -m -f '{{.Dir}}')
+dirs_out=$(GOWORK= $go list -m -f '{{.Dir}}')
+mapfile -t dirs <<<"$dirs_out"
 declare -A path_of
 tags=()
 for d in "${dirs[@]}"; do
