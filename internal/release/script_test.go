@@ -17,12 +17,15 @@ import (
 func TestReleaseScriptTagsEveryModule(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
+	// The clone's commits and tags need an author, whatever the machine's
+	// git config says.
+	gitEnv := append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@test",
+		"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@test")
 	git := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("git", args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@test",
-			"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@test")
+		cmd.Env = gitEnv
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -35,8 +38,7 @@ func TestReleaseScriptTagsEveryModule(t *testing.T) {
 	release := func(version string) (string, error) {
 		cmd := exec.Command("bash", "scripts/release.sh", "--no-build", version)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@test",
-			"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@test", "GOWORK=")
+		cmd.Env = append(gitEnv, "GOWORK=")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
