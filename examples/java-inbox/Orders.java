@@ -38,7 +38,6 @@ import org.postgresql.PGConnection;
 
 public class Orders {
     static final String TYPE = "pedido.criado";
-    static final ObjectMapper JSON = new ObjectMapper();
 
     public static void main(String[] args) throws Exception {
         if (args.length == 0) {
@@ -92,6 +91,8 @@ public class Orders {
     }
 
     // README:begin java-enqueue
+    static final ObjectMapper JSON = new ObjectMapper(); // Jackson, for the JSON in and out
+
     // One business transaction: the order and its message, or neither.
     // JDBC sends a String as varchar, which PostgreSQL does not turn into
     // json by itself: hence ?::json (or a PGobject of type json, or the
@@ -114,6 +115,16 @@ public class Orders {
         } catch (SQLException | RuntimeException e) {
             rollback(c, e);                                          // whatever failed, nothing stays
             throw e;
+        }
+    }
+
+    // rollback undoes the transaction after e, keeping e the error thrown
+    // when the rollback fails too (a broken connection).
+    static void rollback(Connection c, Exception e) {
+        try {
+            c.rollback();
+        } catch (SQLException r) {
+            e.addSuppressed(r);
         }
     }
     // README:end java-enqueue
@@ -179,13 +190,13 @@ public class Orders {
         System.out.println("applied " + applied + " failed " + failed);
     }
 
+    // README:begin java-apply
     // Business is the app's write for one inbox row, in the row's
-    // transaction: here, an invoice.
+    // transaction (the example's: an invoice).
     interface Business {
         void apply(Connection c, ResultSet row, JsonNode payload) throws Exception;
     }
 
-    // README:begin java-apply
     // One round: claim up to 100 rows (row locks, SKIP LOCKED), apply each
     // under a savepoint with its business write, mark it applied, commit.
     // A row whose write fails is rolled back alone and recorded as failed
@@ -238,16 +249,6 @@ public class Orders {
         fail.execute();
     }
     // README:end java-apply
-
-    // rollback undoes the transaction after e, keeping e the error thrown
-    // when the rollback fails too (a broken connection).
-    static void rollback(Connection c, Exception e) {
-        try {
-            c.rollback();
-        } catch (SQLException r) {
-            e.addSuppressed(r);
-        }
-    }
 
     // refusals shows what the database answers to enqueues that break its
     // rules, one SQLSTATE each: branch on the code, never on the message.
