@@ -9,6 +9,9 @@
 #   scripts/gowork-off.sh go build ./...      # what scripts/release.sh runs
 #   scripts/gowork-off.sh --once go install github.com/xadm/mensageria/cmd/mensageria@v0.1.0
 #                                             # once, outside any module (scripts/image.sh)
+#   scripts/gowork-off.sh --tidy              # go mod tidy in every module, on the
+#                                             # committed go.mod and go.sum (after a
+#                                             # dependency is added or dropped)
 #
 # Why the detours (docs/development.md, "Releases"):
 # - The siblings' content is the moving tree, not the tagged one, so their
@@ -24,8 +27,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 once=0
-if [ "${1:-}" = --once ]; then once=1; shift; fi
-[ $# -gt 0 ] || { echo "usage: $0 [--once] COMMAND [ARG...]" >&2; exit 2; }
+tidy=0
+case "${1:-}" in
+  --once) once=1; shift ;;
+  --tidy) tidy=1; shift; set -- "${GO:-go}" mod tidy ;;
+esac
+[ $# -gt 0 ] || { echo "usage: $0 [--once] COMMAND [ARG...] | $0 --tidy" >&2; exit 2; }
 
 go=${GO:-go}
 shared_cache=$($go env GOMODCACHE)
@@ -70,5 +77,15 @@ for m in $(GOWORK= $go list -m -f '{{.Dir}}'); do
   # content; this run serves the tree, so it uses the lines of the tree.
   { grep -v '^github.com/xadm/mensageria[ /]' "$m/go.sum" 2>/dev/null || true; cat "$work/siblings.sum"; } >"$mf/go.sum"
   echo "${*} in ${m#"$root"/} (GOWORK=off, siblings at $version from the tree)"
+  if [ "$tidy" = 1 ]; then
+    # Tidy the committed files, then take the siblings' lines out of go.sum
+    # again: they are the lines of this tree, not of a release.
+    (cd "$m" && "$@")
+    if [ -f "$m/go.sum" ]; then
+      grep -v '^github.com/xadm/mensageria[ /]' "$m/go.sum" >"$mf/go.sum.tidy" || true
+      cat "$mf/go.sum.tidy" >"$m/go.sum"
+    fi
+    continue
+  fi
   (cd "$m" && GOFLAGS="$GOFLAGS -modfile=$mf/go.mod" "$@")
 done
