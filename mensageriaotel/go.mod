@@ -2,7 +2,7 @@ module github.com/xadm/mensageria/mensageriaotel
 
 go 1.26.0
 
-require github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
+require github.com/xadm/mensageria v0.1.0
 
 require (
 	github.com/google/uuid v1.6.0
@@ -25,11 +25,4 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-)
-
-replace (
-	github.com/xadm/mensageria => ..
-	github.com/xadm/mensageria/driver/sqlite => ../driver/sqlite
-	github.com/xadm/mensageria/transport/kafka => ../transport/kafka
-	github.com/xadm/mensageria/transport/nats => ../transport/nats
 )

@@ -3,11 +3,11 @@ module github.com/xadm/mensageria/cmd/mensageria
 go 1.26.0
 
 require (
-	github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/driver/sqlite v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/mensageriaotel v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/transport/kafka v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/transport/nats v0.0.0-00010101000000-000000000000
+	github.com/xadm/mensageria v0.1.0
+	github.com/xadm/mensageria/driver/sqlite v0.1.0
+	github.com/xadm/mensageria/mensageriaotel v0.1.0
+	github.com/xadm/mensageria/transport/kafka v0.1.0
+	github.com/xadm/mensageria/transport/nats v0.1.0
 )
 
 require (
@@ -83,12 +83,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
-)
-
-replace (
-	github.com/xadm/mensageria => ../..
-	github.com/xadm/mensageria/driver/sqlite => ../../driver/sqlite
-	github.com/xadm/mensageria/mensageriaotel => ../../mensageriaotel
-	github.com/xadm/mensageria/transport/kafka => ../../transport/kafka
-	github.com/xadm/mensageria/transport/nats => ../../transport/nats
 )

@@ -2,7 +2,7 @@ module github.com/xadm/mensageria/driver/sqlite
 
 go 1.26.0
 
-require github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
+require github.com/xadm/mensageria v0.1.0
 
 require (
 	github.com/google/uuid v1.6.0
@@ -26,5 +26,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/xadm/mensageria => ../..

@@ -13,6 +13,10 @@
 // ownership catalog), the receiving side `mensageria receive`.
 // cmd/mensageria/internal/polyglot runs this program, with both daemons killed mid-way,
 // and counts what arrived.
+//
+// The parts between "README:begin" and "README:end" are the README's
+// Node snippets, word for word (the root package's
+// TestReadmeCodeIsCompiledCode).
 'use strict';
 
 const { Client } = require('pg');
@@ -51,9 +55,9 @@ function usage() {
 }
 
 // enqueue writes --count orders, each with its message, in one business
-// transaction each; every --rollback-every'th transaction rolls back
-// instead (its order and its message both vanish). The app's own orders
-// table is the record of what was committed.
+// transaction each; every --rollback-every'th transaction fails instead
+// (its message's type has no owner: MS001) and rolls back, its order with
+// it. The app's own orders table is the record of what was committed.
 async function enqueue(db, opt) {
   const outbox = `${ident(need(opt, 'outbox-schema'))}.outbox`;
   const app = ident(need(opt, 'app-schema'));
@@ -64,40 +68,44 @@ async function enqueue(db, opt) {
   let committed = 0;
   let rolledBack = 0;
   for (let i = first; i < first + count; i++) {
-    const total = 1000 + (i % 977);
-    await db.query('BEGIN');
+    const refused = rollbackEvery > 0 && i % rollbackEvery === 0;
     try {
-      await db.query(`INSERT INTO ${app}.orders (id, total_cents) VALUES ($1, $2)`, [i, total]);
-      // Pass JSON as text, made with JSON.stringify, and cast it: node-pg
-      // turns a JS array parameter into a PostgreSQL array literal, not
-      // JSON, so never hand it the object itself. Headers are a JSON
-      // object whose values are strings ('{}', or leave the column out,
-      // when there are none).
-      await db.query(
-        `INSERT INTO ${outbox} (type, key, payload, headers) VALUES ($1, $2, $3::json, $4::json)`,
-        [TYPE, `pedido-${i}`, JSON.stringify({ id: i, total_cents: total }), JSON.stringify({ 'X-Request-Id': `node-${i}` })],
-      );
-      if (rollbackEvery > 0 && i % rollbackEvery === 0) {
-        await db.query('ROLLBACK');
-        rolledBack++;
-      } else {
-        await db.query('COMMIT');
-        committed++;
-      }
+      await placeOrder(db, app, outbox, refused ? 'pedido.nobody.owns' : TYPE, i, 1000 + (i % 977), `node-${i}`);
+      committed++;
     } catch (e) {
-      await db.query('ROLLBACK');
-      throw e;
+      if (!refused || e.code !== 'MS001') throw e;
+      rolledBack++;
     }
   }
   console.log(`enqueued committed=${committed} rolled_back=${rolledBack}`);
 }
 
+// README:begin node-enqueue
+// One business transaction: the order and its message, or neither. Pass
+// JSON as text made with JSON.stringify and cast it ($3::json): node-pg
+// turns a JavaScript array parameter into a PostgreSQL array literal, not
+// JSON. Errors carry the SQLSTATE as e.code (MS001..MS004: the outbox
+// refused the message).
+async function placeOrder(db, app, outbox, type, id, total, requestId) {
+  await db.query('BEGIN');
+  try {
+    await db.query(`INSERT INTO ${app}.orders (id, total_cents) VALUES ($1, $2)`, [id, total]);
+    await db.query(
+      `INSERT INTO ${outbox} (type, key, payload, headers) VALUES ($1, $2, $3::json, $4::json)`,
+      [type, `pedido-${id}`, JSON.stringify({ id, total_cents: total }), JSON.stringify({ 'X-Request-Id': requestId })],
+    );
+    await db.query('COMMIT');
+  } catch (e) {
+    await db.query('ROLLBACK').catch(() => {}); // whatever failed, nothing stays (a lost connection rolls back too)
+    throw e;
+  }
+}
+// README:end node-enqueue
+
 // apply takes what the receive daemon stored, in the app's own
-// transactions: claim (a row lock, SKIP LOCKED), the business write, the
-// applied mark, commit. A row whose write fails is rolled back to its
-// savepoint and recorded as failed, due again a second later. It waits for
-// the daemon's NOTIFY between rounds, and polls every second too. With
-// --until N it stops once the invoices table holds N rows.
+// transactions (applyRound), round after round. It waits for the daemon's
+// NOTIFY between rounds, and polls every second too. With --until N it
+// stops once the invoices table holds N rows.
 async function apply(db, opt) {
   const inbox = ident(need(opt, 'inbox-schema'));
   const app = ident(need(opt, 'app-schema'));
@@ -112,34 +120,27 @@ async function apply(db, opt) {
     if (n.payload === consumer && wake) wake();
   });
   await db.query(`LISTEN ${inbox}_inbox`);
+  const invoice = async (conn, row) => {
+    if (failEvery > 0 && Number(row.id) % failEvery === 0 && row.attempts === 0) {
+      throw new Error(`the first attempt of every ${failEvery}th row fails`);
+    }
+    await conn.query(`INSERT INTO ${app}.invoices (order_key, message_id, total_cents) VALUES ($1, $2, $3)`,
+      [row.key, row.message_id, row.payload.total_cents]);
+  };
   let applied = 0;
   let failed = 0;
   for (;;) {
-    await db.query('BEGIN');
-    const { rows } = await db.query(`SELECT id, key, message_id, payload, attempts FROM ${inbox}.inbox_claim($1, $2)`, [consumer, 100]);
-    for (const row of rows) {
-      await db.query('SAVEPOINT row');
-      try {
-        if (failEvery > 0 && Number(row.id) % failEvery === 0 && row.attempts === 0) {
-          throw new Error(`the first attempt of every ${failEvery}th row fails`);
-        }
-        // payload comes back parsed: node-pg parses json columns.
-        await db.query(`INSERT INTO ${app}.invoices (order_key, message_id, total_cents) VALUES ($1, $2, $3)`,
-          [row.key, row.message_id, row.payload.total_cents]);
-        await db.query(`SELECT ${inbox}.inbox_applied($1)`, [row.id]);
-        await db.query('RELEASE SAVEPOINT row');
-        applied++;
-      } catch (e) {
-        await db.query('ROLLBACK TO SAVEPOINT row');
-        // MS010 from inbox_applied: another transaction applied or parked
-        // the row; roll back. Anything else is this row's failure.
-        if (e.code === 'MS010') throw e;
-        await db.query(`SELECT ${inbox}.inbox_failed($1, $2, interval '1 second')`, [row.id, String(e.message)]);
-        failed++;
-      }
+    let done;
+    try {
+      done = await applyRound(db, inbox, consumer, invoice);
+    } catch (e) {
+      if (e.code !== 'MS010') throw e;
+      console.error(`round rolled back: ${e.message}`);
+      continue; // the next claim no longer finds that row
     }
-    await db.query('COMMIT');
-    if (rows.length > 0) continue;
+    applied += done.applied;
+    failed += done.failed;
+    if (done.applied + done.failed > 0) continue;
     if (until > 0) {
       const { rows: [{ n }] } = await db.query(`SELECT count(*)::int AS n FROM ${app}.invoices`);
       if (n >= until) break;
@@ -151,6 +152,42 @@ async function apply(db, opt) {
   }
   console.log(`applied ${applied} failed ${failed}`);
 }
+
+// README:begin node-apply
+// One round: claim up to 100 rows (row locks, SKIP LOCKED), apply each
+// under a savepoint with its business write, mark it applied, commit. A
+// row whose write fails is rolled back alone and recorded as failed (due
+// again later; parked as dead after the consumer's attempts). json
+// columns come back parsed: row.payload is an object.
+async function applyRound(db, inbox, consumer, business) {
+  let applied = 0;
+  let failed = 0;
+  await db.query('BEGIN');
+  try {
+    const { rows } = await db.query(
+      `SELECT id, key, message_id, payload, attempts FROM ${inbox}.inbox_claim($1, 100)`, [consumer]);
+    for (const row of rows) {
+      await db.query('SAVEPOINT row');
+      try {
+        await business(db, row);
+        await db.query(`SELECT ${inbox}.inbox_applied($1)`, [row.id]);
+        await db.query('RELEASE SAVEPOINT row');
+        applied++;
+      } catch (e) {
+        await db.query('ROLLBACK TO SAVEPOINT row');
+        if (e.code === 'MS010') throw e; // another transaction applied or parked the row: roll the round back
+        await db.query(`SELECT ${inbox}.inbox_failed($1, $2, interval '1 second')`, [row.id, String(e)]);
+        failed++;
+      }
+    }
+    await db.query('COMMIT');
+  } catch (e) {
+    await db.query('ROLLBACK').catch(() => {}); // nothing of the round stays, the locks go
+    throw e;
+  }
+  return { applied, failed };
+}
+// README:end node-apply
 
 // refusals shows what the database answers to enqueues that break its
 // rules, one SQLSTATE each: branch on err.code, never on the message.

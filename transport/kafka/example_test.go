@@ -29,16 +29,6 @@ func ExampleTransactionalSender() {
 	}
 	defer cluster.Close()
 
-	sender, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{
-		Brokers:         cluster.ListenAddrs(),
-		TransactionalID: "mensageria-relay-pedidos", // the same on every replica of the app
-		Topic:           "pedidos",
-	})
-	if err != nil {
-		panic(err)
-	}
-	defer sender.Close()
-
 	dir, _ := os.MkdirTemp("", "mensageria-example")
 	defer os.RemoveAll(dir)
 	drv, err := sqlite.Open(filepath.Join(dir, "app.db"), nil)
@@ -49,17 +39,29 @@ func ExampleTransactionalSender() {
 	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		panic(err)
 	}
-	// The sender is registered once: the client also finds its election
-	// hook, its transactional ids for the ownership catalog and its need
-	// of the relay's settings there.
-	client, err := mensageria.New(drv, &mensageria.Config{
-		App:          "pedidos",
-		Registry:     mensageria.NewRegistry().MustRegister("pedido.criado", sender),
-		PollInterval: 10 * time.Millisecond,
+	brokers := cluster.ListenAddrs()
+
+	// README:begin kafka
+	sender, err := kafka.NewTransactionalSender(kafka.TransactionalConfig{
+		Brokers:         brokers,
+		TransactionalID: "mensageria-relay-pedidos", // the same on every replica of the app
+		Topic:           "pedidos",
 	})
 	if err != nil {
 		panic(err)
 	}
+	defer sender.Close()
+	// The sender is registered once: the client also finds its election
+	// hook, its transactional ids for the ownership catalog and its need
+	// of the relay's settings there.
+	client, err := mensageria.New(drv, &mensageria.Config{
+		App:      "pedidos",
+		Registry: mensageria.NewRegistry().MustRegister("pedido.criado", sender),
+	})
+	if err != nil {
+		panic(err)
+	}
+	// README:end kafka
 	if _, err := client.Enqueue(ctx, mensageria.Message{Type: "pedido.criado", Key: "pedido-1234", Payload: []byte(`{"total":1999}`)}); err != nil {
 		panic(err)
 	}

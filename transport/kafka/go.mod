@@ -3,8 +3,8 @@ module github.com/xadm/mensageria/transport/kafka
 go 1.26.0
 
 require (
-	github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/driver/sqlite v0.0.0-00010101000000-000000000000
+	github.com/xadm/mensageria v0.1.0
+	github.com/xadm/mensageria/driver/sqlite v0.1.0
 )
 
 require (
@@ -33,9 +33,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
-)
-
-replace (
-	github.com/xadm/mensageria => ../..
-	github.com/xadm/mensageria/driver/sqlite => ../../driver/sqlite
 )

@@ -2,7 +2,7 @@ module github.com/xadm/mensageria/transport/nats
 
 go 1.26.0
 
-require github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
+require github.com/xadm/mensageria v0.1.0
 
 require (
 	github.com/google/uuid v1.6.0
@@ -22,5 +22,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/xadm/mensageria => ../..

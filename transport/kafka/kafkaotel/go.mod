@@ -6,9 +6,9 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/mensageriaotel v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/transport/kafka v0.0.0-00010101000000-000000000000
+	github.com/xadm/mensageria v0.1.0
+	github.com/xadm/mensageria/mensageriaotel v0.1.0
+	github.com/xadm/mensageria/transport/kafka v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -31,11 +31,4 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-)
-
-replace (
-	github.com/xadm/mensageria => ../../..
-	github.com/xadm/mensageria/driver/sqlite => ../../../driver/sqlite
-	github.com/xadm/mensageria/mensageriaotel => ../../../mensageriaotel
-	github.com/xadm/mensageria/transport/kafka => ..
 )

@@ -5,9 +5,9 @@ go 1.26.0
 require (
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.55.0
-	github.com/xadm/mensageria v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/mensageriaotel v0.0.0-00010101000000-000000000000
-	github.com/xadm/mensageria/transport/nats v0.0.0-00010101000000-000000000000
+	github.com/xadm/mensageria v0.1.0
+	github.com/xadm/mensageria/mensageriaotel v0.1.0
+	github.com/xadm/mensageria/transport/nats v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -31,10 +31,4 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-)
-
-replace (
-	github.com/xadm/mensageria => ../../..
-	github.com/xadm/mensageria/mensageriaotel => ../../../mensageriaotel
-	github.com/xadm/mensageria/transport/nats => ..
 )

@@ -164,6 +164,8 @@ type with no route, or a type, consumer or id another app owns).`,
 		a.explainCommand(),
 		a.benchCommand(),
 		a.demoCommand(),
+		a.versionCommand(),
+		a.healthcheckCommand(),
 	)
 	return root
 }

@@ -28,7 +28,12 @@ type app struct {
 func javaApp(t *testing.T) app {
 	java := need(t, "a Java runtime", "java")
 	need(t, "a JDK (the single-file launcher compiles the example)", "javac")
+	// The JDBC driver and Jackson (the example reads payloads with it),
+	// as Debian installs them (scripts/polyglot.sh).
 	jar := need(t, "Debian's PostgreSQL JDBC driver", "/usr/share/java/postgresql.jar")
+	for _, j := range []string{"jackson-databind", "jackson-core", "jackson-annotations"} {
+		jar += ":" + need(t, "Debian's Jackson (libjackson2-databind-java)", "/usr/share/java/"+j+".jar")
+	}
 	src, err := filepath.Abs(filepath.Join(root, "examples/java-inbox/Orders.java"))
 	if err != nil {
 		t.Fatal(err)
