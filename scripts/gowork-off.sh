@@ -55,6 +55,12 @@ if [ -d "$cache/cache/download/github.com/xadm" ]; then
 fi
 
 export GOWORK=off
+# The go command indexes a module cache directory's packages once, in the
+# build cache, keyed by its path: a module cache is taken to be immutable.
+# Here this repository's modules come back at the same version with other
+# content (a package added since the last run was "provided by no module"),
+# so the index is off for these runs.
+export GODEBUG="${GODEBUG:+$GODEBUG,}goindex=0"
 export GOMODCACHE=$cache
 export GOPROXY="file://$work/proxy,file://$shared_cache/cache/download,$upstream"
 export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/xadm/mensageria"
