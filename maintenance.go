@@ -112,6 +112,9 @@ func (m *maintenance) watchOwnership() {
 		err := m.readOwnership(ctx)
 		cancel()
 		switch {
+		case err != nil && unreachable(err):
+			// The relay's failure health logs a database outage once.
+			m.failures.failed(FailureDatabase, err)
 		case err != nil && !failing && m.runCtx.Err() == nil:
 			m.cfg.Logger.Warn("reading the ownership catalog failed; the relay keeps claiming the types it last read as its own until a read succeeds", "app", m.cfg.App, "err", err)
 			failing = true

@@ -450,7 +450,7 @@ func TestRelayAwareAndResourceOwnerSenders(t *testing.T) {
 		horizon := 5*time.Second + (10+20+40+50)*time.Millisecond
 		want := mensageria.RelaySettings{App: app, OutboxID: uuid.UUID(reg0.OutboxID), Lease: time.Second,
 			BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, MaxAttempts: 5,
-			RetryHorizon: horizon, DeliveredRetention: time.Hour}
+			RetryHorizon: horizon, DeliveredRetention: time.Hour, DeliveryWindow: mensageria.DeliveryWindow(time.Second)}
 		if got[0] != want || got[0].OutboxID == uuid.Nil {
 			t.Fatalf("settings %+v\nwant     %+v", got[0], want)
 		}

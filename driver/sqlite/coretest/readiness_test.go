@@ -211,9 +211,10 @@ func TestStatementTimeoutMakesTheRelayUnready(t *testing.T) {
 	if !strings.Contains(err.Error(), "statement timeout") {
 		t.Fatalf("Ready = %v; want it to name the statement timeout", err)
 	}
-	if fails.count(mensageria.FailureClaim)+fails.count(mensageria.FailureElection) == 0 {
-		t.Fatal("no claim or election failure counted")
-	}
+	// The hooks hear of a failure just after Ready does.
+	eventually(t, 5*time.Second, "a claim or election failure counted", func() bool {
+		return fails.count(mensageria.FailureClaim)+fails.count(mensageria.FailureElection) > 0
+	})
 
 	strangled.Store(false)
 	pool.Reset()
