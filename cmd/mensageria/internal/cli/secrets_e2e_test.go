@@ -271,10 +271,11 @@ console:
 	c("", "explain")
 	c("", "explain", "--json")
 	r := c("", "dead", "list", "--json")
-	var deadRows []DeadMessage
-	if err := json.Unmarshal([]byte(r.out), &deadRows); err != nil || len(deadRows) != 2 {
+	var deadPage DeadPage
+	if err := json.Unmarshal([]byte(r.out), &deadPage); err != nil || len(deadPage.Messages) != 2 {
 		t.Fatalf("dead list: %v %+v", err, r)
 	}
+	deadRows := deadPage.Messages
 	if !strings.Contains(r.out, "posted to") || !strings.Contains(r.out, "redirect not followed") {
 		t.Errorf("the dead rows keep their reasons: %s", r.out)
 	}
@@ -383,10 +384,11 @@ func TestOlderRowsShowNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c("dead", "list", "--json")
-	var dead []DeadMessage
-	if err := json.Unmarshal([]byte(r.out), &dead); err != nil || len(dead) != 1 {
+	var page DeadPage
+	if err := json.Unmarshal([]byte(r.out), &page); err != nil || len(page.Messages) != 1 {
 		t.Fatalf("dead list: %v %+v", err, r)
 	}
+	dead := page.Messages
 	outs := []result{r, c("dead", "list"), c("dead", "show", fmt.Sprint(dead[0].ID)), c("status"), c("status", "--json")}
 	for _, r := range outs {
 		if r.code != 0 || strings.Contains(r.out+r.err, secret) || !strings.Contains(r.out, "gw.example/m2m?…") {
