@@ -168,6 +168,19 @@ func (m *maintenance) readOwnership(ctx context.Context) error {
 			}
 		}
 	}
+	// Logged before the routes show it: whoever sees a route's NotOwned
+	// (status, a test) finds the line that says why already written.
+	for _, typ := range lost {
+		owner := ownerOf[typ]
+		if owner == "" {
+			owner = "(no app: released)"
+		}
+		m.cfg.Logger.Warn("the ownership catalog no longer gives this app a type it routes: its relay stops claiming it, and the rows it had already claimed are delivered and settled as usual; the type's messages are now its owner's to deliver (to route it here again: 'mensageria owners transfer')",
+			"app", m.cfg.App, "type", typ, "owner", owner)
+	}
+	for _, typ := range back {
+		m.cfg.Logger.Info("the ownership catalog gives this app a type it routes again: its relay claims it", "app", m.cfg.App, "type", typ)
+	}
 	for _, rt := range m.rts {
 		rt.mu.Lock()
 		for _, typ := range rt.types {
@@ -184,17 +197,6 @@ func (m *maintenance) readOwnership(ctx context.Context) error {
 			}
 		}
 		rt.mu.Unlock()
-	}
-	for _, typ := range lost {
-		owner := ownerOf[typ]
-		if owner == "" {
-			owner = "(no app: released)"
-		}
-		m.cfg.Logger.Warn("the ownership catalog no longer gives this app a type it routes: its relay stops claiming it, and the rows it had already claimed are delivered and settled as usual; the type's messages are now its owner's to deliver (to route it here again: 'mensageria owners transfer')",
-			"app", m.cfg.App, "type", typ, "owner", owner)
-	}
-	for _, typ := range back {
-		m.cfg.Logger.Info("the ownership catalog gives this app a type it routes again: its relay claims it", "app", m.cfg.App, "type", typ)
 	}
 	// The record of the routes' states drops the types no longer claimed
 	// (their owner's relay records them), and claiming looks at once.

@@ -634,6 +634,13 @@ func TestTransactionalFencedLeaderHeals(t *testing.T) {
 	leader.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 1})
 	b1 := deliveries("order", 1, 5)
 	mustSend(t, leader, b1)
+	// The election's registration runs on its own goroutine: finished
+	// before the zombie registers, or it would fence the zombie instead.
+	waitFor(t, 20*time.Second, "the leader's election registration", func() bool {
+		leader.mu.Lock()
+		defer leader.mu.Unlock()
+		return !leader.rearming
+	})
 	zombie := newTxSender(t, c, "relay-app")
 	zombie.healAfter = 200 * time.Millisecond
 	if err := zombie.Open(testCtx(t)); err != nil { // the zombie's stale registration
