@@ -67,6 +67,9 @@ type maintenance struct {
 	// the types it claims changed.
 	owners        ownersReader
 	replaceRoutes atomic.Bool
+	// pauses reads the operators' route pauses with the catalog (nil: the
+	// driver records none).
+	pauses pausesReader
 
 	purgedSignal testsignal.Signal[driver.PurgeResult]
 }
@@ -110,16 +113,19 @@ func (m *maintenance) watchOwnership() {
 		}
 		ctx, cancel := context.WithTimeout(m.runCtx, every)
 		err := m.readOwnership(ctx)
+		if err == nil {
+			err = m.readPauses(ctx)
+		}
 		cancel()
 		switch {
 		case err != nil && unreachable(err):
 			// The relay's failure health logs a database outage once.
 			m.failures.failed(FailureDatabase, err)
 		case err != nil && !failing && m.runCtx.Err() == nil:
-			m.cfg.Logger.Warn("reading the ownership catalog failed; the relay keeps claiming the types it last read as its own until a read succeeds", "app", m.cfg.App, "err", err)
+			m.cfg.Logger.Warn("reading the ownership catalog or the operators' route pauses failed; the relay keeps claiming the types it last read as its own and not paused until a read succeeds", "app", m.cfg.App, "err", err)
 			failing = true
 		case err == nil && failing:
-			m.cfg.Logger.Info("reading the ownership catalog works again", "app", m.cfg.App)
+			m.cfg.Logger.Info("reading the ownership catalog and the route pauses works again", "app", m.cfg.App)
 			failing = false
 		}
 	}

@@ -288,6 +288,14 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 	r.upkeep = &maintenance{cfg: cfg, drv: c.drv, amo: amo, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead,
 		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts, failures: r.failures,
 		record: record, doubted: doubted, owners: c.drv, purgedSignal: signals.Purged}
+	if p, ok := c.drv.(driver.RoutePauser); ok {
+		r.upkeep.pauses = p
+		// Before the first claim: a paused type stays unclaimed across
+		// restarts and leader changes.
+		if err := r.upkeep.readPauses(ctx); err != nil {
+			return nil, fmt.Errorf("mensageria: app %q: %w", cfg.App, err)
+		}
+	}
 	return r, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/xadm/mensageria/driver"
 )
 
 // RouteHealth is the state of one route: the types registered with one
@@ -34,6 +36,11 @@ type RouteHealth struct {
 	// the relay does not claim them until the catalog gives them back. A
 	// running relay reads the catalog a few times a lease.
 	NotOwned []string
+	// OperatorPaused are the route's Types an operator paused on purpose,
+	// with who and why: the relay does not claim them until an operator
+	// resumes them. Apart from State, which is the route's own flow
+	// control.
+	OperatorPaused []OperatorPause
 }
 
 // RouteEvent reports one transition of a route's state.
@@ -98,23 +105,32 @@ type route struct {
 	// app, each with the app it gives it to ("" none), as maintenance last
 	// read it (watchOwnership): they are not claimed.
 	notOwned map[string]string
+	// operatorPaused are the route's types an operator paused, as
+	// maintenance last read them (readPauses): they are not claimed.
+	operatorPaused map[string]driver.RoutePause
 }
 
 // claimable lists the route's types, and its ordered ones, that the relay
-// claims: those the ownership catalog gives the app.
+// claims: those the ownership catalog gives the app and no operator
+// paused.
 func (rt *route) claimable() (types, ordered []string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if len(rt.notOwned) == 0 {
+	if len(rt.notOwned) == 0 && len(rt.operatorPaused) == 0 {
 		return rt.types, rt.ordered
 	}
+	held := func(t string) bool {
+		_, gone := rt.notOwned[t]
+		_, paused := rt.operatorPaused[t]
+		return gone || paused
+	}
 	for _, t := range rt.types {
-		if _, gone := rt.notOwned[t]; !gone {
+		if !held(t) {
 			types = append(types, t)
 		}
 	}
 	for _, t := range rt.ordered {
-		if _, gone := rt.notOwned[t]; !gone {
+		if !held(t) {
 			ordered = append(ordered, t)
 		}
 	}
@@ -180,6 +196,7 @@ func (rt *route) healthLocked() RouteHealth {
 			h.NotOwned = append(h.NotOwned, t)
 		}
 	}
+	h.OperatorPaused = rt.operatorPausesLocked()
 	return h
 }
 

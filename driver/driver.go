@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrNotSupported is returned by an optional capability a backend lacks
@@ -598,6 +599,78 @@ type RouteStatesParams struct {
 	States []RouteState
 	// Replace deletes App's rows of every type States does not list.
 	Replace bool
+}
+
+// RoutePauser is implemented by a Driver that records operators' pauses
+// of routes: an operator who knows a destination will be down pauses its
+// types on purpose, and every relay of the owning app, whichever is
+// leader and however often it restarts, claims nothing of a paused type
+// until an operator resumes it. It is apart from a route's flow control
+// (RouteState "paused"), which the relay decides and lifts by itself.
+type RoutePauser interface {
+	// PauseRoute records that p.App's relays stop claiming p.Type, by
+	// p.PausedBy for p.Reason at the database time. Pausing a paused type
+	// replaces who and why and keeps its first time. The caller checks
+	// that the catalog gives p.App the type.
+	PauseRoute(ctx context.Context, p PauseRouteParams) (RoutePause, error)
+	// ResumeRoute deletes the pause of typ and returns it; found is false
+	// when typ was not paused.
+	ResumeRoute(ctx context.Context, typ string) (resumed RoutePause, found bool, err error)
+	// RoutePauses lists the pauses of one app or (app "") of all, sorted
+	// by type.
+	RoutePauses(ctx context.Context, app string) ([]RoutePause, error)
+}
+
+// PauseRouteParams is an operator's pause of one type.
+type PauseRouteParams struct {
+	App, Type string
+	// PausedBy names the operator (a login, "cli:<user>"); Reason says
+	// why. Both are required, and shown wherever the pause is.
+	PausedBy, Reason string
+}
+
+// RoutePause is a recorded operator's pause of one type.
+type RoutePause struct {
+	Type, App, PausedBy, Reason string
+	// PausedAt is when the type was first paused, on the database clock.
+	PausedAt time.Time
+}
+
+// MaxPauseReasonLen bounds a pause's reason and MaxPausedByLen its
+// operator, in bytes, on every backend.
+const (
+	MaxPauseReasonLen = 1000
+	MaxPausedByLen    = 200
+)
+
+// PauseRouteError is a pause every driver refuses before writing: a
+// field missing, too long or not text.
+type PauseRouteError struct {
+	Field, Reason string
+}
+
+func (e *PauseRouteError) Error() string {
+	return fmt.Sprintf("mensageria: route pause: %s %s", e.Field, e.Reason)
+}
+
+// CheckPauseRoute returns a *PauseRouteError for a pause no backend may
+// record; drivers call it before writing, so every backend refuses the
+// same ones.
+func CheckPauseRoute(p PauseRouteParams) error {
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"app", p.App, 200}, {"type", p.Type, 200}, {"paused by", p.PausedBy, MaxPausedByLen}, {"reason", p.Reason, MaxPauseReasonLen}} {
+		switch {
+		case strings.TrimSpace(f.v) == "":
+			return &PauseRouteError{Field: f.name, Reason: "is required"}
+		case len(f.v) > f.max:
+			return &PauseRouteError{Field: f.name, Reason: fmt.Sprintf("is %d bytes, over %d", len(f.v), f.max)}
+		case !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0):
+			return &PauseRouteError{Field: f.name, Reason: "is not valid UTF-8 text"}
+		}
+	}
+	return nil
 }
 
 // ResourceKind is a kind of thing the catalog gives an owner.

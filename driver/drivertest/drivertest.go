@@ -128,6 +128,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Migrate", s.migrateTests()},
 		{"Catalog", s.catalogTests()},
 		{"Routes", s.routeTests()},
+		{"RoutePause", s.routePauseTests()},
 		{"AtMostOnce", append(s.atMostOnceTests(), s.atMostOnceQuietTests()...)},
 		{"Unreadable", s.unreadableTests()},
 	}

@@ -65,6 +65,7 @@ type queries struct {
 	registerInsert, registerLock, registerAdopt, registerRead, owners    string
 	transferLock, transferSet                                            string
 	routeStateSet, routeStatePrune, routeStateList                       string
+	routePauseSet, routePauseDelete, routePauseList                      string
 	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead   string
 	inboxQueueStats, purgeInboxQueue                                     string
 	mark, claimInDoubt, settleInDoubt, resolve, resolutions              string
@@ -95,28 +96,31 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		return d.expand(string(b))
 	}
 	d.q = queries{
-		claim:           load("claim"),
-		settleDelivered: load("settle_delivered"),
-		settleRetry:     load("settle_retry"),
-		settleDead:      load("settle_dead"),
-		settleRelease:   load("settle_release"),
-		inboxRecord:     load("inbox_record"),
-		stats:           load("stats"),
-		purgeOutbox:     load("purge_outbox"),
-		purgeInbox:      load("purge_inbox"),
-		purgeCounts:     load("purge_counts"),
-		inboxFirst:      load("inbox_first"),
-		settleSort:      load("settle_sort"),
-		registerInsert:  load("register_insert"),
-		registerLock:    load("register_lock"),
-		registerAdopt:   load("register_adopt"),
-		registerRead:    load("register_read"),
-		owners:          load("owners"),
-		transferLock:    load("transfer_lock"),
-		transferSet:     load("transfer_set"),
-		routeStateSet:   load("route_state_set"),
-		routeStatePrune: load("route_state_prune"),
-		routeStateList:  load("route_state_list"),
+		claim:            load("claim"),
+		settleDelivered:  load("settle_delivered"),
+		settleRetry:      load("settle_retry"),
+		settleDead:       load("settle_dead"),
+		settleRelease:    load("settle_release"),
+		inboxRecord:      load("inbox_record"),
+		stats:            load("stats"),
+		purgeOutbox:      load("purge_outbox"),
+		purgeInbox:       load("purge_inbox"),
+		purgeCounts:      load("purge_counts"),
+		inboxFirst:       load("inbox_first"),
+		settleSort:       load("settle_sort"),
+		registerInsert:   load("register_insert"),
+		registerLock:     load("register_lock"),
+		registerAdopt:    load("register_adopt"),
+		registerRead:     load("register_read"),
+		owners:           load("owners"),
+		transferLock:     load("transfer_lock"),
+		transferSet:      load("transfer_set"),
+		routeStateSet:    load("route_state_set"),
+		routeStatePrune:  load("route_state_prune"),
+		routeStateList:   load("route_state_list"),
+		routePauseSet:    load("route_pause_set"),
+		routePauseDelete: load("route_pause_delete"),
+		routePauseList:   load("route_pause_list"),
 
 		inboxQueueInsert: load("inbox_queue_insert"),
 		inboxClaim:       load("inbox_claim"),

@@ -84,6 +84,7 @@ type Driver struct {
 	prefix string
 	q      queries
 	qq     queueQueries
+	pause  pauseQueries
 	once   onceQueries
 	gate   chan struct{} // shared by every Driver of one database file
 	// inserts are the prepared enqueue statements.
@@ -198,7 +199,7 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 		return nil, err
 	}
 	q := newQueries(p)
-	return &Driver{db: db, prefix: p, q: q, qq: newQueueQueries(p), once: newOnceQueries(p, q.jobCols), gate: gate, listeners: map[*listener]struct{}{}}, nil
+	return &Driver{db: db, prefix: p, q: q, qq: newQueueQueries(p), pause: newPauseQueries(p), once: newOnceQueries(p, q.jobCols), gate: gate, listeners: map[*listener]struct{}{}}, nil
 }
 
 // gates holds one write gate per database file in this process.

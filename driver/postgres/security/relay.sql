@@ -6,7 +6,8 @@
 -- up), registers its own types, consumers and Kafka transactional ids in
 -- the catalog, holds its app's election, claims, marks and settles its
 -- types' rows, purges its delivered rows, counts and consumers' dedup
--- records, and records its routes' states. Enqueueing is the producer's
+-- records, records its routes' states and reads operators' pauses of
+-- them. Enqueueing is the producer's
 -- grant (producer.sql): a Go app that enqueues and relays is granted both.
 -- Without row-level security every grant below reaches every app's rows of
 -- the table; with it, only {{app}}'s.
@@ -22,6 +23,8 @@ GRANT SELECT, INSERT, UPDATE ON {{schema}}.leader TO {{role}};
 -- settle (or kept, and purged later).
 GRANT SELECT, UPDATE, DELETE ON {{schema}}.outbox TO {{role}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.route_state TO {{role}};
+-- Operators' pauses of its types, read on every ownership watch.
+GRANT SELECT ON {{schema}}.route_pause TO {{role}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.delivered_counts TO {{role}};
 GRANT SELECT, INSERT, DELETE ON {{schema}}.delivered_counts_log TO {{role}};
 -- The purge of its consumers' dedup records and applied queue rows (the

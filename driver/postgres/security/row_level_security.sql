@@ -2,7 +2,8 @@
 -- in app_roles (directly, or through a group role it is a member of) reads
 -- the rows of the apps it is mapped to, and writes only those of the apps
 -- it is mapped to with writes. A row's app is the catalog's owner of its
--- type (outbox, route_state, the delivered counts, resolutions) or of its
+-- type (outbox, route_state, route_pause, the delivered counts,
+-- resolutions) or of its
 -- consumer (inbox, inbox_queue, offsets). The catalog is read by all; a
 -- role registers and adopts entries for its own apps only, never the
 -- migrations entry, and deletes none. The election's rows are read by all
@@ -96,6 +97,17 @@ CREATE POLICY app_writes ON {{schema}}.route_state FOR ALL
     USING (type = ANY ((SELECT {{schema}}.role_owned('type', true))::text[]))
     WITH CHECK (type = ANY ((SELECT {{schema}}.role_owned('type', true))::text[]));
 ALTER TABLE {{schema}}.route_state ENABLE ROW LEVEL SECURITY;
+
+-- An operator's pause of a type (version 14) is its owner's to set and
+-- lift, and read by every role that reads the type's route.
+DROP POLICY IF EXISTS app_reads ON {{schema}}.route_pause;
+CREATE POLICY app_reads ON {{schema}}.route_pause FOR SELECT
+    USING ((SELECT {{schema}}.role_reads_all()) OR type = ANY ((SELECT {{schema}}.role_owned('type', false))::text[]));
+DROP POLICY IF EXISTS app_writes ON {{schema}}.route_pause;
+CREATE POLICY app_writes ON {{schema}}.route_pause FOR ALL
+    USING (type = ANY ((SELECT {{schema}}.role_owned('type', true))::text[]))
+    WITH CHECK (type = ANY ((SELECT {{schema}}.role_owned('type', true))::text[]));
+ALTER TABLE {{schema}}.route_pause ENABLE ROW LEVEL SECURITY;
 
 DROP POLICY IF EXISTS app_reads ON {{schema}}.delivered_counts;
 CREATE POLICY app_reads ON {{schema}}.delivered_counts FOR SELECT

@@ -1,0 +1,5 @@
+-- An operator resumes type ?1: its pause is deleted and returned (no row
+-- when it was not paused).
+DELETE FROM {{p}}route_pause
+WHERE type = ?1
+RETURNING type, app, paused_by, reason, paused_at;
