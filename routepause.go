@@ -10,7 +10,7 @@ import (
 )
 
 // OperatorPause is an operator's pause of one of a route's types
-// (docs/adr/0029-route-pause.md): the app's relays claim nothing of the
+// (docs/adr/0032-route-pause.md): the app's relays claim nothing of the
 // type until an operator resumes it, its messages stay pending, and the
 // relay stays ready, since an intended pause is not a failure. Pauses
 // and resumes are the operator API's (package ops) and the command's

@@ -1,5 +1,5 @@
 -- mensageria schema, version 14: routes an operator paused on purpose
--- (docs/adr/0029-route-pause.md). {{schema}} is replaced by the configured
+-- (docs/adr/0032-route-pause.md). {{schema}} is replaced by the configured
 -- schema name.
 --
 -- An operator who knows a destination will be down (a maintenance window)

@@ -1,4 +1,4 @@
--- Routes an operator paused on purpose (docs/adr/0029-route-pause.md):
+-- Routes an operator paused on purpose (docs/adr/0032-route-pause.md):
 -- every relay of the owning app claims nothing of a paused type until an
 -- operator resumes it, whichever relay leads and however often it
 -- restarts, so the pause lives here and not in a relay. The type's
