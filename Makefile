@@ -50,12 +50,12 @@ chaos-long: services
 
 ## model: check the protocol model within the bounds of `make test`, with its figures (docs/model/README.md)
 model: tools
-	$(GO) test -count=1 -v -run 'TestModel$$|TestEveryStateChangeIsModelled' ./cmd/mensageria/internal/model/
+	$(GO) test -count=1 -v -run 'TestModel$$|TestEveryStateChangeIsModelled' ./tests/model/
 
 ## model-bug: show that every deliberate bug of the model is caught
 model-bug: tools
-	$(GO) test -count=1 -v -run 'TestModelCatchesBugs' ./cmd/mensageria/internal/model/
+	$(GO) test -count=1 -v -run 'TestModelCatchesBugs' ./tests/model/
 
 ## model-long: check the protocol model within the longer bounds (minutes, a few GB)
 model-long: tools
-	$(GO) test -tags modellong -count=1 -v -run 'TestModelLong' -timeout 3h ./cmd/mensageria/internal/model/
+	$(GO) test -tags modellong -count=1 -v -run 'TestModelLong' -timeout 3h ./tests/model/

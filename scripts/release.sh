@@ -61,6 +61,9 @@ for t in "${tags[@]}"; do
 done
 
 # Requirements of one another, and the workspace's replacements, at VERSION.
+# Only what changes is edited: a release at a commit already at VERSION
+# (the usual case, the requirements moved before the CHANGELOG's section
+# was committed) leaves go.work as it is, comments included.
 for rel in "${!path_of[@]}"; do
   [ "$rel" = . ] && continue
   req=$(cd "$rel" && GOWORK=off $go mod edit -json | grep -oE '"Path": "github\.com/xadm/mensageria(/[^"]*)?"' | sed 's/"Path": "\(.*\)"/\1/' | grep -vx "${path_of[$rel]}" || true)
@@ -71,6 +74,9 @@ done
 for rel in "${!path_of[@]}"; do
   p=${path_of[$rel]}
   [ "$rel" = . ] && target=./ || target=./$rel
+  if $go work edit -json | tr -d ' \t\n' | grep -qF "\"Old\":{\"Path\":\"$p\",\"Version\":\"$version\"},\"New\":{\"Path\":\"$target\"}"; then
+    continue
+  fi
   old=$($go work edit -json | awk -v p="$p" '
     /"Old": \{/ {inold=1; path=""; ver=""}
     inold && /"Path":/ {gsub(/[",]/, "", $2); path=$2}

@@ -19,7 +19,7 @@
 //
 // The sending side runs `mensageria relay` (which owns the type in the
 // ownership catalog), the receiving side `mensageria receive`.
-// cmd/mensageria/internal/polyglot runs exactly this program, with both daemons killed
+// tests/polyglot runs exactly this program, with both daemons killed
 // mid-way, and counts what arrived.
 
 import java.sql.Connection;

@@ -11,7 +11,7 @@
 //
 // The sending side runs `mensageria relay` (which owns the type in the
 // ownership catalog), the receiving side `mensageria receive`.
-// cmd/mensageria/internal/polyglot runs this program, with both daemons killed mid-way,
+// tests/polyglot runs this program, with both daemons killed mid-way,
 // and counts what arrived.
 //
 // The parts between "README:begin" and "README:end" are the README's

@@ -15,7 +15,7 @@ import (
 )
 
 // The repository root, relative to this package.
-const root = "../../../.."
+const root = "../.."
 
 // The files whose statements the drivers run: a statement in one of them
 // that writes the outbox or the election table is a state transition the

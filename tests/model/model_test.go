@@ -16,7 +16,7 @@ import (
 )
 
 // modelFile is the model, relative to this package.
-const modelFile = "../../../../docs/model/delivery.pml"
+const modelFile = "../../docs/model/delivery.pml"
 
 // The assertions of the model, by the property they check, as pan prints
 // them when they fail.

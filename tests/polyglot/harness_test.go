@@ -25,7 +25,7 @@ import (
 )
 
 // root is the repository's top directory, seen from this package.
-const root = "../../../.."
+const root = "../.."
 
 var (
 	binOnce sync.Once

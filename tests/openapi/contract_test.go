@@ -24,7 +24,7 @@ import (
 )
 
 // The repository's top directory, seen from this package.
-const root = "../../../.."
+const root = "../.."
 
 var openAPIPath = filepath.Join(root, "docs/openapi.yaml")
 
