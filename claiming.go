@@ -136,6 +136,9 @@ func (c *claimer) wakeAll() {
 	}
 }
 
+// busyPoll is the pause between claims while messages keep arriving.
+const busyPoll = 2 * time.Millisecond
+
 func (c *claimer) claimLoop() {
 	poll := time.NewTimer(c.cfg.PollInterval)
 	defer poll.Stop()
@@ -375,15 +378,4 @@ func leased(token int64, start time.Time, lease time.Duration, jobs []driver.Job
 	// Deliveries must finish inside the lease, with a margin for the
 	// settle, or another relay may already be delivering them again.
 	return &claimed{token: token, deadline: start.Add(lease - settleMargin(lease)), leaseEnd: start.Add(lease), jobs: jobs}
-}
-
-// settleMargin is the end of a lease kept for the settle: the deliveries'
-// deadline is the lease less this. A tenth of the lease, and at least half
-// a second (a quarter of a lease under two seconds): a settle's round trip
-// on a loaded server, and a Kafka transaction's end (at least one round
-// trip past the deadline), do not shrink with the lease. A tenth of a 2 s
-// lease left 200 ms, and a relay under load settled 250 ms after a broker
-// outage's deadline, past its lease.
-func settleMargin(lease time.Duration) time.Duration {
-	return max(lease/10, min(lease/4, 500*time.Millisecond))
 }

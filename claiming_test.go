@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // queueDriver hands out its jobs to claims, recording each claim's
@@ -83,7 +84,7 @@ func TestClaimingClaimsOnlyWhileLeading(t *testing.T) {
 	go func() { defer close(done); c.run(&bg) }()
 
 	for range 3 { // three looks as a standby
-		if waitFor(t, lead.asked) {
+		if testsignal.Receive(t, lead.asked) {
 			t.Fatal("the fake leader said it leads")
 		}
 	}
@@ -92,7 +93,7 @@ func TestClaimingClaimsOnlyWhileLeading(t *testing.T) {
 	if claim.Rows != 3 || claim.Err != nil {
 		t.Fatalf("first claim as leader: %+v; want the 3 rows", claim)
 	}
-	b := waitFor(t, sink)
+	b := testsignal.Receive(t, sink)
 	close(stop)
 	<-done
 
@@ -120,24 +121,12 @@ func TestClaimingProbesOneRowWhileSettlesFail(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); c.run(&bg) }()
 	for range 3 {
-		if b := waitFor(t, sink); len(b.jobs) != 1 {
+		if b := testsignal.Receive(t, sink); len(b.jobs) != 1 {
 			t.Fatalf("a claim during a settle failure streak took %d rows; want 1", len(b.jobs))
 		}
 	}
 	close(stop)
 	<-done
-}
-
-// waitFor receives from ch, failing t after the test signals' timeout.
-func waitFor[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatal("nothing received within 10s")
-		panic("unreachable")
-	}
 }
 
 // The deliveries' deadline leaves the settle a tenth of the lease, and

@@ -26,7 +26,7 @@ const (
 
 // Config configures a Client. The zero value of every field but App and
 // Registry takes the default named beside it: the exported Default...
-// constants (settings.go), which tools and docs read instead of restating.
+// constants (defaults.go), which tools and docs read instead of restating.
 type Config struct {
 	// App names this application. Replicas of one app share one election;
 	// different apps may share one schema. Required.

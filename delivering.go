@@ -366,3 +366,63 @@ func (d *deliverer) classify(ctx context.Context, rt *route, seen uint64, dv *De
 func (d *deliverer) backoffOf(n int, retryAfter time.Duration) time.Duration {
 	return d.jitter.backoff(d.cfg, n, retryAfter)
 }
+
+// markOnce records, before anything is sent, the attempt of the claim's
+// rows on at-most-once routes, in one statement, and returns which of
+// them may be sent. On an error none may: they are left as release,
+// which also takes back a mark that committed unseen.
+func (d *deliverer) markOnce(b *claimed, skip map[int]bool) map[int]bool {
+	var idx []int
+	var ids []int64
+	for i := range b.jobs {
+		if skip[i] {
+			continue
+		}
+		if rt := d.routeOf[b.jobs[i].Type]; rt != nil && rt.mode == AtMostOnce {
+			idx = append(idx, i)
+			ids = append(ids, b.jobs[i].ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	ok := map[int]bool{}
+	ctx, cancel := context.WithDeadline(d.runCtx, b.deadline)
+	marked, err := d.amo.Mark(ctx, driver.MarkParams{Token: b.token, IDs: ids})
+	cancel()
+	if err != nil {
+		if d.runCtx.Err() == nil {
+			d.cfg.Logger.Warn("marking at-most-once attempts failed; those messages are not sent now and are given back", "app", d.cfg.App, "rows", len(ids), "err", err)
+		}
+		return ok
+	}
+	got := map[int64]bool{}
+	for _, id := range marked {
+		got[id] = true
+	}
+	for _, i := range idx {
+		if got[b.jobs[i].ID] {
+			ok[i] = true
+		}
+	}
+	return ok
+}
+
+// classifyOnce is classify for an at-most-once route: only an answer, or
+// a failure that proves the request never reached the receiver, is
+// definite; anything else leaves the message in doubt.
+func (d *deliverer) classifyOnce(ctx context.Context, rt *route, seen uint64, dv *Delivery, err error) outcome {
+	switch {
+	case err == nil, IsPermanent(err), IsNotSent(err):
+		return d.classify(ctx, rt, seen, dv, err)
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("delivery ran past the lease or the relay stopped, after the request may have left: %w", err)
+	}
+	if IsUnavailable(err) {
+		ra, _ := RetryAfterOf(err)
+		c, h := rt.do(func(b *breaker) *change { return b.fail(time.Now(), errText(err), ra) })
+		d.routeEvents.routeChanged(rt, c, h)
+	}
+	return outcome{kind: OutcomeInDoubt, err: fmt.Errorf("in doubt: the request may have reached the receiver: %w", err)}
+}

@@ -39,6 +39,12 @@ var (
 	// same dedup key (same key, different payload). Nothing was applied;
 	// it is reported, never absorbed as a duplicate.
 	ErrConflict = errors.New("mensageria: a different message was already applied under this dedup key")
+	// ErrUnownedType is wrapped by every *UnownedTypeError.
+	ErrUnownedType = driver.ErrUnownedType
+	// ErrOwnerConflict is wrapped by every *OwnerConflictError: a message
+	// type, inbox consumer, Kafka transactional id or the schema's
+	// migrations belong to another app.
+	ErrOwnerConflict = driver.ErrOwnerConflict
 )
 
 // ConflictError is returned (wrapping ErrConflict) by an Inbox for a
@@ -134,6 +140,12 @@ func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
 // TxTypeError is returned by EnqueueTx for a transaction the driver cannot
 // use; nothing is written.
 type TxTypeError = driver.TxTypeError
+
+// UnownedTypeError is returned by Enqueue and EnqueueTx when the database
+// refuses a row because no app owns its type in the catalog (an operator
+// released it since this app registered); nothing is written, and the next
+// enqueue records the app's ownership again first.
+type UnownedTypeError = driver.UnownedTypeError
 
 // permanentError marks a delivery failure that retrying cannot fix.
 type permanentError struct{ err error }

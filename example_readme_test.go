@@ -19,7 +19,8 @@ import (
 // marked region): a PostgreSQL driver, a registry with an HTTP route per
 // type, the relay, and an enqueue inside the app's own transaction. It
 // needs a database and a receiver, so it is compiled, not run;
-// driver/sqlite's examples run the same calls on an embedded database.
+// ExampleClient_EnqueueTx_postgres runs the same calls on the test
+// database, and driver/sqlite's examples on an embedded one.
 func Example_useIt() {
 	if err := useIt(context.Background()); err != nil {
 		fmt.Println(err)

@@ -64,6 +64,9 @@ type failureHealth struct {
 	hooks []OnFailure
 	// summaryEvery is failureSummaryEvery, shorter in a test; 0 for it.
 	summaryEvery time.Duration
+	// clock is time.Now, a test's own clock when set, so a test ages a
+	// streak without waiting for it.
+	clock func() time.Time
 
 	mu      sync.Mutex
 	streaks map[FailureKind]*failStreak
@@ -104,7 +107,7 @@ func (h *failureHealth) failed(kind FailureKind, err error) {
 	if unreachable(err) {
 		kind = FailureDatabase
 	}
-	now := time.Now()
+	now := h.now()
 	h.mu.Lock()
 	if kind != FailureDatabase {
 		h.endLocked(FailureDatabase, now)
@@ -148,7 +151,7 @@ func (h *failureHealth) succeeded(kind FailureKind) {
 	if len(h.streaks) == 0 {
 		return
 	}
-	now := time.Now()
+	now := h.now()
 	h.endLocked(kind, now)
 	h.endLocked(FailureDatabase, now)
 }
@@ -181,9 +184,16 @@ func (h *failureHealth) reason() string {
 		if k == FailureDatabase {
 			what = "database unreachable"
 		}
-		parts = append(parts, fmt.Sprintf("%s for %s (%d attempts): %v", what, time.Since(s.since).Round(time.Second), s.attempts, s.err))
+		parts = append(parts, fmt.Sprintf("%s for %s (%d attempts): %v", what, h.now().Sub(s.since).Round(time.Second), s.attempts, s.err))
 	}
 	return strings.Join(parts, "; ")
+}
+
+func (h *failureHealth) now() time.Time {
+	if h.clock != nil {
+		return h.clock()
+	}
+	return time.Now()
 }
 
 // failing reports whether a failStreak of kind is under way.

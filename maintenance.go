@@ -46,7 +46,7 @@ const purgeBatch = 1000
 // maintenance is the relay's periodic work, done by the active relay only
 // so that replicas do not race each other over the same rows: purging
 // delivered and dead rows, recording the routes' states, and probing
-// messages in doubt (reconcile, in atmostonce.go).
+// messages in doubt (reconcile, in reconciling.go).
 type maintenance struct {
 	cfg      *Config
 	drv      maintenanceDriver

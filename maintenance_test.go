@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // purgeScript answers purges from a script, then with nothing purged.
@@ -73,7 +74,7 @@ func TestPurgeOnlyOnTheLeader(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); m.purge() }()
 	for range 3 { // three purge intervals as a standby
-		waitFor(t, lead.asked)
+		testsignal.Receive(t, lead.asked)
 	}
 	cancel()
 	<-done

@@ -3,11 +3,8 @@ package mensageria
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/testsignal"
@@ -49,7 +46,7 @@ import (
 //     Settle) and the "doubted" wake-up of maintenance. Offers
 //     batchSettler, retrySettler and settleProber. Signal: Settled, after
 //     every batch's settle.
-//   - maintenance (maintenance.go, and atmostonce.go for the reconcile
+//   - maintenance (maintenance.go, and reconciling.go for the reconcile
 //     probe): the periodic work of the active relay: purging delivered
 //     and dead rows, recording route states, probing messages in doubt.
 //     It also reads the ownership catalog three times a lease
@@ -70,8 +67,11 @@ import (
 // Routes (route.go) are shared by claiming and delivering: a route's
 // breaker decides whether its types are claimed, and delivering's results
 // move it; routeEvents reports each move (logs, hooks, wake-ups, the
-// record maintenance writes). jitter, the relay's one random source, gives
-// claiming its lease tokens (tokenSource) and delivering its backoff.
+// record maintenance writes). jitter (jitter.go), the relay's one random
+// source, gives claiming its lease tokens (tokenSource) and delivering its
+// backoff. The parts wake one another and wait through the channel helpers
+// of wakeups.go; how a lease divides into delivery and settle is lease.go;
+// the test signals' hook is testsignals.go.
 type relay struct {
 	cfg *Config
 	rts []*route // one per distinct Sender
@@ -89,9 +89,6 @@ type relay struct {
 	done      chan struct{} // closed when run returns
 	stopOnce  sync.Once
 }
-
-// busyPoll is the pause between claims while messages keep arriving.
-const busyPoll = 2 * time.Millisecond
 
 // stopGrace is how long Stop waits, once its context is done, for cancelled
 // deliveries to return and be released.
@@ -141,79 +138,6 @@ func (c *Client) Start(ctx context.Context) error {
 	c.mu.Unlock()
 	go r.run()
 	return nil
-}
-
-// settings is what the relay resolved, as RelayAware parts receive it.
-func (c *Client) settings(outbox [16]byte) RelaySettings {
-	return RelaySettings{
-		App:                c.cfg.App,
-		OutboxID:           uuid.UUID(outbox),
-		Lease:              c.cfg.Lease,
-		BackoffBase:        c.cfg.BackoffBase,
-		BackoffMax:         c.cfg.BackoffMax,
-		MaxAttempts:        c.cfg.MaxAttempts,
-		RetryHorizon:       retryHorizon(&c.cfg),
-		DeliveredRetention: c.cfg.DeliveredRetention,
-		DeliveryWindow:     DeliveryWindow(c.cfg.Lease),
-	}
-}
-
-// useRelaySettings calls UseRelaySettings once on each distinct Sender,
-// its route's reconcile probe and each Inbox of the Registry that
-// implements RelayAware.
-func (c *Client) useRelaySettings(reg driver.RegisterResult) error {
-	set := c.settings(reg.OutboxID)
-	for _, s := range c.cfg.Registry.senders() {
-		if ra, ok := s.sender.(RelayAware); ok {
-			if err := ra.UseRelaySettings(set); err != nil {
-				return fmt.Errorf("mensageria: app %q: the Sender of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], s.sender, err)
-			}
-		}
-	}
-	// A route's reconcile probe runs inside a lease as its Sender does
-	// (maintenance's probe batches), so it is told the same settings.
-	for _, s := range c.cfg.Registry.senders() {
-		rt, _ := c.cfg.Registry.Route(s.types[0])
-		if ra, ok := rt.Reconciler.(RelayAware); ok {
-			if err := ra.UseRelaySettings(set); err != nil {
-				return fmt.Errorf("mensageria: app %q: the reconcile probe of type %q (%T) refused the relay's settings: %w", c.cfg.App, s.types[0], rt.Reconciler, err)
-			}
-		}
-	}
-	for _, in := range c.cfg.Registry.Inboxes() {
-		if ra, ok := any(in).(RelayAware); ok {
-			if err := ra.UseRelaySettings(set); err != nil {
-				return fmt.Errorf("mensageria: app %q: inbox %q refused the relay's settings: %w", c.cfg.App, in.Consumer(), err)
-			}
-		}
-	}
-	return nil
-}
-
-// warnUnlisted logs, in one line, what the catalog still gives the app
-// that its Registry no longer holds: rows of such a type stay pending,
-// since no relay claims them, until an operator moves the type.
-func (c *Client) warnUnlisted(unlisted []driver.Ownership) {
-	if len(unlisted) == 0 {
-		return
-	}
-	var types, other []string
-	for _, o := range unlisted {
-		if o.Kind == driver.ResourceType {
-			types = append(types, o.Name)
-		} else {
-			other = append(other, string(o.Kind)+" "+o.Name)
-		}
-	}
-	msg := "the catalog gives this app resources its Registry no longer holds; rows of such a type stay pending until an operator releases it ('mensageria owners release type NAME --from APP') or hands it over ('mensageria owners transfer')"
-	args := []any{"app", c.cfg.App}
-	if len(types) > 0 {
-		args = append(args, "types", types)
-	}
-	if len(other) > 0 {
-		args = append(args, "other", other)
-	}
-	c.cfg.Logger.Warn(msg, args...)
 }
 
 // Stop stops claiming at once, lets the batches in flight finish and settle,
@@ -329,69 +253,3 @@ func (r *relay) stop(ctx context.Context) error {
 }
 
 func (r *relay) stopped() bool { return closed(r.stopping) }
-
-// closed reports whether ch, which is only ever closed, is.
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// signal wakes up whoever waits on ch, once however many signal it.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// jitter is the relay's one random source, shared by its parts: claim
-// tokens and the backoff's jitter.
-type jitter struct {
-	mu  sync.Mutex
-	rng *rand.Rand
-}
-
-func newJitter() *jitter {
-	return &jitter{rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
-}
-
-// token is a fresh lease token, which a settle must present.
-func (j *jitter) token() int64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.rng.Int64()
-}
-
-// backoff is the jittered delay after n failures (see backoff).
-func (j *jitter) backoff(cfg *Config, n int, retryAfter time.Duration) time.Duration {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return backoff(n, cfg.BackoffBase, cfg.BackoffMax, retryAfter, cfg.RetryAfterCeiling, j.rng)
-}
-
-// enableTestSignals turns on the signals of the relay c starts next.
-func (c *Client) enableTestSignals() *testsignal.Relay {
-	s := &testsignal.Relay{}
-	s.Init()
-	c.mu.Lock()
-	c.signals = s
-	c.mu.Unlock()
-	return s
-}
-
-func init() {
-	testsignal.ForClient = func(client any) *testsignal.Relay { return client.(*Client).enableTestSignals() }
-}

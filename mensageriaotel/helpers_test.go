@@ -151,17 +151,6 @@ func startClient(t testing.TB, s *shop, tr *traced, reg *mensageria.Registry, ho
 	return c
 }
 
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func attr(s tracetest.SpanStub, k attribute.Key) (attribute.Value, bool) {
 	for _, kv := range s.Attributes {
 		if kv.Key == k {

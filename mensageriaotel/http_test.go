@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/testsignal"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -87,7 +88,7 @@ func traceAcrossHTTP(t *testing.T, batch bool) {
 	c := startClient(t, s, tr, mensageria.NewRegistry().MustRegister("order.placed", sender))
 	business, id := placeOrder(t, tr, s, c, "order.placed", "order-1")
 
-	waitFor(t, 30*time.Second, "the second attempt's span to end", func() bool { return len(tr.named("send order.placed")) == 2 })
+	testsignal.Eventually(t, 30*time.Second, func() bool { return len(tr.named("send order.placed")) == 2 }, "the second attempt's span to end")
 	if n := s.effects(t); n != 1 {
 		t.Fatalf("%d effects applied, want 1", n)
 	}

@@ -76,25 +76,36 @@ func Long(t testing.TB, what string) {
 // Pool returns the shared pool, or skips/fails t when PostgreSQL is down.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cfg, err := pgxpool.ParseConfig(URL())
-		if err != nil {
-			poolErr = err
-			return
-		}
-		cfg.MaxConns = 32
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err == nil {
-			err = p.Ping(ctx)
-		}
-		pool, poolErr = p, err
-	})
+	once.Do(connect)
 	if poolErr != nil {
 		Unavailable(t, "PostgreSQL at "+URL(), poolErr)
 	}
 	return pool
+}
+
+// Reachable returns why PostgreSQL cannot be reached, nil when it can:
+// for a TestMain, which has no test to skip, deciding what its binary
+// runs (Examples have no t).
+func Reachable() error {
+	once.Do(connect)
+	return poolErr
+}
+
+// connect opens the shared pool once per test binary.
+func connect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		poolErr = err
+		return
+	}
+	cfg.MaxConns = 32
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = p.Ping(ctx)
+	}
+	pool, poolErr = p, err
 }
 
 // Schema creates an empty, uniquely named schema for t and drops it (with
