@@ -28,7 +28,7 @@ import (
 // receiver under conforms serves is written there, with the decoder's own
 // rules, for the contract test of the command's module to check against
 // docs/openapi.yaml with kin-openapi (a dependency this module keeps out of
-// its go.mod). cmd/mensageria/internal/openapi runs these tests so.
+// its go.mod). tests/openapi runs these tests so.
 const EnvOpenAPIRecord = "MENSAGERIA_OPENAPI_RECORD"
 
 // recordedExchange is one request and its answer, as conforms saw them.
