@@ -226,12 +226,18 @@ type queries struct {
 
 // The fragments the statements share, each written once:
 //   - {{p}}, the table prefix;
-//   - {{now}}, the database clock (nowExpr), for statements other programs
-//     run too (docs/config.md), which have no now of the driver's to pass;
+//   - {{now}}, the database clock (nowExpr), in the statements that read
+//     the clock themselves: those other programs run too (docs/config.md)
+//     and those run outside a write transaction of the driver's;
 //   - {{doubt}}, the test of a row in doubt (doubtCond);
 //   - {{jobcols}}, the columns an outbox row is read as (jobCols).
+func fragments(prefix string) *strings.Replacer {
+	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{jobcols}}", jobCols)
+}
+
+// loadQueries reads every statement, for tables prefixed with prefix.
 func loadQueries(prefix string) queries {
-	fill := strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{jobcols}}", jobCols)
+	fill := fragments(prefix)
 	load := func(name string) string {
 		b, err := files.ReadFile("queries/" + name + ".sql")
 		if err != nil {
