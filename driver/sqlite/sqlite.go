@@ -201,7 +201,21 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{db: db, prefix: p, q: loadQueries(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
+	return &Driver{db: db, prefix: p, q: queriesFor(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
+}
+
+// loaded holds the statements of each prefix a driver was opened with in
+// this process: they depend on nothing else, and reading and filling
+// every file again for each driver shows in a program (or a test) that
+// opens many.
+var loaded sync.Map // prefix -> queries
+
+func queriesFor(prefix string) queries {
+	if q, ok := loaded.Load(prefix); ok {
+		return q.(queries)
+	}
+	q, _ := loaded.LoadOrStore(prefix, loadQueries(prefix))
+	return q.(queries)
 }
 
 // queries are the driver's statements, read from queries/*.sql with the
