@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,28 +12,6 @@ import (
 )
 
 var _ driver.AtMostOnce = (*Driver)(nil)
-
-// onceQueries are the at-most-once statements (queries/mark.sql and the
-// others), prefix and job columns filled in.
-type onceQueries struct {
-	mark, claimInDoubt, doubtRows                                    string
-	resolveDelivered, resolveKept, resolveRetry, resolveDead, record string
-}
-
-func newOnceQueries(prefix, jobCols string) onceQueries {
-	load := func(name string) string {
-		b, err := queryFS.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic(err) // embedded at build time; missing means a broken build
-		}
-		return strings.NewReplacer("{{p}}", prefix, "{{jobcols}}", jobCols).Replace(string(b))
-	}
-	return onceQueries{
-		mark: load("mark"), claimInDoubt: load("claim_in_doubt"), doubtRows: load("doubt_rows"),
-		resolveDelivered: load("resolve_delivered"), resolveKept: load("resolve_delivered_kept"),
-		resolveRetry: load("resolve_retry"), resolveDead: load("resolve_dead"), record: load("resolve_record"),
-	}
-}
 
 // Mark records the at-most-once attempt of the rows of p: each still
 // leased to p.Token under a live lease and not marked yet gets
@@ -48,7 +25,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 	var marked []int64
 	err := d.writeDurable(ctx, func(w writer, now int64) error {
 		marked = marked[:0]
-		rows, err := w.QueryContext(ctx, d.once.mark, now, int64sJSON(p.IDs), p.Token)
+		rows, err := w.QueryContext(ctx, d.q.mark, now, int64sJSON(p.IDs), p.Token)
 		if err != nil {
 			return wrap("mark", err)
 		}
@@ -115,20 +92,12 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 	}
 	var jobs []driver.Job
 	err := d.write(ctx, func(w writer, now int64) error {
-		if p.Fence != nil {
-			var epoch int64
-			var holder string
-			err := w.QueryRowContext(ctx, "SELECT epoch, holder FROM "+d.prefix+"leader WHERE app = ?", p.Fence.App).Scan(&epoch, &holder)
-			if err == sql.ErrNoRows || (err == nil && (epoch != p.Fence.Epoch || holder == "")) {
-				return nil
-			}
-			if err != nil {
-				return wrap("claim in doubt fence", err)
-			}
+		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
+			return wrap("claim in doubt fence", err) // deposed: claim nothing
 		}
 		// The leased row reads as pending while the probe runs; RETURNING
 		// sees the row after the update.
-		rows, err := w.QueryContext(ctx, d.once.claimInDoubt,
+		rows, err := w.QueryContext(ctx, d.q.claimInDoubt,
 			now, p.Token, now+p.Lease.Microseconds(), stringsJSON(types), p.Limit, now-max(p.Quiet, 0).Microseconds())
 		if err != nil {
 			return wrap("claim in doubt", err)
@@ -186,7 +155,7 @@ type doubtRow struct {
 
 // rowsInDoubt reads which of ids are in doubt at now.
 func (d *Driver) rowsInDoubt(ctx context.Context, w writer, now int64, ids []int64) ([]doubtRow, error) {
-	rows, err := w.QueryContext(ctx, d.once.doubtRows, now, int64sJSON(ids))
+	rows, err := w.QueryContext(ctx, d.q.doubtRows, now, int64sJSON(ids))
 	if err != nil {
 		return nil, wrap("resolve", err)
 	}
@@ -212,21 +181,21 @@ func (d *Driver) resolveRow(ctx context.Context, w writer, now int64, p driver.R
 	args := []any{r.id}
 	switch {
 	case p.Outcome == driver.ResolveDelivered && !p.KeepDelivered:
-		q = d.once.resolveDelivered
+		q = d.q.resolveDelivered
 	case p.Outcome == driver.ResolveDelivered:
-		q = d.once.resolveKept
+		q = d.q.resolveKept
 		args = append(args, now)
 	case p.Outcome == driver.ResolveRetry:
-		q = d.once.resolveRetry
+		q = d.q.resolveRetry
 		args = append(args, now, "resolved by "+p.By+": retry ("+p.Reason+")")
 	default:
-		q = d.once.resolveDead
+		q = d.q.resolveDead
 		args = append(args, "resolved by "+p.By+": dead ("+p.Reason+")")
 	}
 	if _, err := w.ExecContext(ctx, q, args...); err != nil {
 		return wrap("resolve", err)
 	}
-	if _, err := w.ExecContext(ctx, d.once.record,
+	if _, err := w.ExecContext(ctx, d.q.resolveRecord,
 		r.id, r.mid, r.typ, r.key, string(p.Outcome), p.By, p.Reason, now); err != nil {
 		return wrap("resolve record", err)
 	}
@@ -261,18 +230,14 @@ func (d *Driver) Resolutions(ctx context.Context, messageIDs [][16]byte, limit i
 	if limit <= 0 {
 		limit = 100
 	}
-	q := "SELECT outbox_id, message_id, type, key, outcome, resolved_by, reason, resolved_at FROM " + d.prefix + "resolutions"
-	var args []any
+	q, args := d.q.resolutions, []any{limit}
 	if len(messageIDs) > 0 {
 		ids := make([]string, len(messageIDs))
 		for i, m := range messageIDs {
 			ids[i] = uuid.UUID(m).String()
 		}
-		q += " WHERE message_id IN (SELECT value FROM json_each(?))"
-		args = append(args, stringsJSON(ids))
+		q, args = d.q.resolutionsOf, append(args, stringsJSON(ids))
 	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, limit)
 	rows, err := d.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, wrap("resolutions", err)

@@ -3,22 +3,12 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
 )
 
 var _ driver.DeliveryHistory = (*Driver)(nil)
-
-var deliveredMinutesSQL = sync.OnceValue(func() string {
-	b, err := queryFS.ReadFile("queries/delivered_minutes.sql")
-	if err != nil {
-		panic(err) // embedded at build time; missing means a broken build
-	}
-	return string(b)
-})
 
 // DeliveredPerMinute reads the per-minute counts Settle keeps.
 func (d *Driver) DeliveredPerMinute(ctx context.Context, types []string, since time.Duration) ([]driver.DeliveredMinute, error) {
@@ -29,8 +19,7 @@ func (d *Driver) DeliveredPerMinute(ctx context.Context, types []string, since t
 	if err != nil {
 		return nil, wrap("delivered per minute", err)
 	}
-	q := strings.NewReplacer("{{p}}", d.prefix, "{{now}}", nowExpr).Replace(deliveredMinutesSQL())
-	rows, err := d.db.QueryContext(ctx, q, string(list), since.Microseconds())
+	rows, err := d.db.QueryContext(ctx, d.q.deliveredMinutes, string(list), since.Microseconds())
 	if err != nil {
 		return nil, wrap("delivered per minute", err)
 	}

@@ -3,9 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,37 +15,10 @@ import (
 // and, for Go callers, the app's side of the SQL protocol, each through the
 // statements docs/config.md gives apps in other languages.
 
-//go:embed queries/*.sql
-var queryFS embed.FS
-
 var (
 	_ driver.InboxQueueTx     = (*tx)(nil)
 	_ driver.InboxQueueReader = (*Driver)(nil)
 )
-
-// queueQueries are the inbox queue's statements, prefix and clock filled in.
-type queueQueries struct {
-	insert, claim, applied, failed, dead, stats, purge string
-}
-
-func newQueueQueries(prefix string) queueQueries {
-	load := func(name string) string {
-		b, err := queryFS.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic(err) // embedded at build time; missing means a broken build
-		}
-		return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr).Replace(string(b))
-	}
-	return queueQueries{
-		insert:  load("inbox_queue_insert"),
-		claim:   load("inbox_claim"),
-		applied: load("inbox_applied"),
-		failed:  load("inbox_failed"),
-		dead:    load("inbox_dead"),
-		stats:   load("inbox_queue_stats"),
-		purge:   load("purge_inbox_queue"),
-	}
-}
 
 func (t *tx) QueueInbox(ctx context.Context, d driver.QueuedDelivery) (int64, error) {
 	headers := d.Headers
@@ -58,7 +29,7 @@ func (t *tx) QueueInbox(ctx context.Context, d driver.QueuedDelivery) (int64, er
 	if !d.CreatedAt.IsZero() {
 		created = d.CreatedAt.UnixMicro()
 	}
-	r, err := t.tx.ExecContext(ctx, t.d.qq.insert, d.Consumer, d.Type, d.Key, uuid.UUID(d.MessageID).String(), string(d.Payload), string(headers), created)
+	r, err := t.tx.ExecContext(ctx, t.d.q.inboxQueueInsert, d.Consumer, d.Type, d.Key, uuid.UUID(d.MessageID).String(), string(d.Payload), string(headers), created)
 	if err != nil {
 		return 0, wrap("inbox queue", err)
 	}
@@ -70,7 +41,7 @@ func (t *tx) ClaimInbox(ctx context.Context, consumer string, limit int) ([]driv
 	if limit < 1 {
 		return nil, &ConfigError{Field: "limit", Reason: "an inbox claim takes at least 1 row"}
 	}
-	rows, err := t.tx.QueryContext(ctx, t.d.qq.claim, consumer, limit)
+	rows, err := t.tx.QueryContext(ctx, t.d.q.inboxClaim, consumer, limit)
 	if err != nil {
 		return nil, wrap("inbox claim", err)
 	}
@@ -94,7 +65,7 @@ func (t *tx) ClaimInbox(ctx context.Context, consumer string, limit int) ([]driv
 }
 
 func (t *tx) InboxApplied(ctx context.Context, id int64) error {
-	r, err := t.tx.ExecContext(ctx, t.d.qq.applied, id)
+	r, err := t.tx.ExecContext(ctx, t.d.q.inboxApplied, id)
 	return t.changedOne(ctx, id, r, err)
 }
 
@@ -102,17 +73,17 @@ func (t *tx) InboxFailed(ctx context.Context, id int64, reason string, retryAfte
 	if retryAfter < 0 {
 		return 0, &ConfigError{Field: "retryAfter", Reason: "must not be negative"}
 	}
-	r, err := t.tx.ExecContext(ctx, t.d.qq.failed, reason, retryAfter.Seconds(), id)
+	r, err := t.tx.ExecContext(ctx, t.d.q.inboxFailed, reason, retryAfter.Seconds(), id)
 	if err := t.changedOne(ctx, id, r, err); err != nil {
 		return 0, err
 	}
 	var n int
-	err = t.tx.QueryRowContext(ctx, "SELECT attempts FROM "+t.d.prefix+"inbox_queue WHERE id = ?", id).Scan(&n)
+	err = t.tx.QueryRowContext(ctx, t.d.q.inboxAttempts, id).Scan(&n)
 	return n, wrap("inbox queue", err)
 }
 
 func (t *tx) InboxDead(ctx context.Context, id int64, reason string) error {
-	r, err := t.tx.ExecContext(ctx, t.d.qq.dead, reason, id)
+	r, err := t.tx.ExecContext(ctx, t.d.q.inboxDead, reason, id)
 	return t.changedOne(ctx, id, r, err)
 }
 
@@ -126,7 +97,7 @@ func (t *tx) changedOne(ctx context.Context, id int64, r sql.Result, err error) 
 		return wrap("inbox queue", err)
 	}
 	var st string
-	err = t.tx.QueryRowContext(ctx, "SELECT state FROM "+t.d.prefix+"inbox_queue WHERE id = ?", id).Scan(&st)
+	err = t.tx.QueryRowContext(ctx, t.d.q.inboxRowState, id).Scan(&st)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return wrap("inbox queue", err)
 	}
@@ -136,7 +107,7 @@ func (t *tx) changedOne(ctx context.Context, id int64, r sql.Result, err error) 
 // InboxQueueStats reports the queue per consumer. See
 // driver.InboxQueueReader.
 func (d *Driver) InboxQueueStats(ctx context.Context) ([]driver.InboxQueueStats, error) {
-	rows, err := d.db.QueryContext(ctx, d.qq.stats)
+	rows, err := d.db.QueryContext(ctx, d.q.inboxQueueStats)
 	if err != nil {
 		return nil, wrap("inbox queue stats", err)
 	}
@@ -152,22 +123,4 @@ func (d *Driver) InboxQueueStats(ctx context.Context) ([]driver.InboxQueueStats,
 		out = append(out, s)
 	}
 	return out, wrap("inbox queue stats", rows.Err())
-}
-
-// purgeInboxQueue deletes, within w, up to batch applied queue rows of the
-// consumers app owns, each once received longer ago than its window.
-func (d *Driver) purgeInboxQueue(ctx context.Context, w writer, consumers []windowed, now int64, batch int) (int, error) {
-	total := 0
-	for _, c := range consumers {
-		if total >= batch {
-			break
-		}
-		r, err := w.ExecContext(ctx, d.qq.purge, c.name, now-c.window, batch-total)
-		if err != nil {
-			return total, wrap("purge inbox queue", err)
-		}
-		n, _ := r.RowsAffected()
-		total += int(n)
-	}
-	return total, nil
 }

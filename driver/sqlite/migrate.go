@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,9 +12,6 @@ import (
 
 	"github.com/xadm/mensageria/driver"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
 
 // ErrClosed is returned by Listen after Close.
 var ErrClosed = errors.New("mensageria/sqlite: driver closed")
@@ -48,7 +44,7 @@ type migrationFile struct {
 
 // migrationFiles is parsed once; a malformed embedded name is a build bug.
 var migrationFiles = func() []migrationFile {
-	ents, err := fs.ReadDir(migrationFS, "migrations")
+	ents, err := fs.ReadDir(files, "migrations")
 	if err != nil {
 		panic(err)
 	}
@@ -60,7 +56,7 @@ var migrationFiles = func() []migrationFile {
 		if !ok || err != nil || v != len(out)+1 {
 			panic(fmt.Sprintf("mensageria/sqlite: migration %s must be named NNN_name.sql and numbered from 1 without gaps", e.Name()))
 		}
-		b, err := migrationFS.ReadFile(path.Join("migrations", e.Name()))
+		b, err := files.ReadFile(path.Join("migrations", e.Name()))
 		if err != nil {
 			panic(err)
 		}
@@ -166,8 +162,7 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		}
 		if res.Owner == "" && p.App != "" && res.To >= catalogVersion {
 			// An entry left unclaimed (app NULL) is taken like an absent one.
-			if _, err := w.ExecContext(ctx, "INSERT INTO "+d.prefix+"owners (kind, name, app, since) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET app = excluded.app, since = excluded.since WHERE app IS NULL",
-				string(driver.ResourceMigrations), driver.MigrationsName, p.App, now); err != nil {
+			if _, err := w.ExecContext(ctx, d.q.migrationsOwnerSet, string(driver.ResourceMigrations), driver.MigrationsName, p.App, now); err != nil {
 				return wrap("recording the migrations owner", err)
 			}
 			res.Owner = p.App
@@ -187,7 +182,7 @@ func (d *Driver) migrationsOwner(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) (string, error) {
 	var app sql.NullString
-	err := q.QueryRowContext(ctx, "SELECT app FROM "+d.prefix+"owners WHERE kind = ? AND name = ?", string(driver.ResourceMigrations), driver.MigrationsName).Scan(&app)
+	err := q.QueryRowContext(ctx, d.q.migrationsOwner, string(driver.ResourceMigrations), driver.MigrationsName).Scan(&app)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", wrap("reading the migrations owner", err)
 	}
@@ -198,14 +193,14 @@ func (d *Driver) version(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) (int, error) {
 	var n int
-	if err := q.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", d.versionTable()).Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, d.q.schemaMigrated, d.versionTable()).Scan(&n); err != nil {
 		return 0, wrap("schema version", err)
 	}
 	if n == 0 {
 		return 0, nil
 	}
 	var v int
-	if err := q.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM "+d.versionTable()).Scan(&v); err != nil {
+	if err := q.QueryRowContext(ctx, d.q.schemaVersion).Scan(&v); err != nil {
 		return 0, wrap("schema version", err)
 	}
 	return v, nil

@@ -4,30 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
 )
 
 var _ driver.RoutePauser = (*Driver)(nil)
-
-// pauseQueries are the operators' route pauses' statements
-// (queries/route_pause_*.sql), prefix and clock filled in.
-type pauseQueries struct {
-	set, del, list string
-}
-
-func newPauseQueries(prefix string) pauseQueries {
-	load := func(name string) string {
-		b, err := queryFS.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic(err) // embedded at build time; missing means a broken build
-		}
-		return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr).Replace(string(b))
-	}
-	return pauseQueries{set: load("route_pause_set"), del: load("route_pause_delete"), list: load("route_pause_list")}
-}
 
 // PauseRoute records an operator's pause of one type.
 func (d *Driver) PauseRoute(ctx context.Context, p driver.PauseRouteParams) (driver.RoutePause, error) {
@@ -37,7 +19,7 @@ func (d *Driver) PauseRoute(ctx context.Context, p driver.PauseRouteParams) (dri
 	var out driver.RoutePause
 	err := d.write(ctx, func(w writer, _ int64) error {
 		var err error
-		out, err = scanRoutePause(w.QueryRowContext(ctx, d.pause.set, p.App, p.Type, p.PausedBy, p.Reason))
+		out, err = scanRoutePause(w.QueryRowContext(ctx, d.q.routePauseSet, p.App, p.Type, p.PausedBy, p.Reason))
 		return wrap("pause route", err)
 	})
 	return out, err
@@ -49,7 +31,7 @@ func (d *Driver) ResumeRoute(ctx context.Context, typ string) (driver.RoutePause
 	found := false
 	err := d.write(ctx, func(w writer, _ int64) error {
 		var err error
-		out, err = scanRoutePause(w.QueryRowContext(ctx, d.pause.del, typ))
+		out, err = scanRoutePause(w.QueryRowContext(ctx, d.q.routePauseDelete, typ))
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -61,7 +43,7 @@ func (d *Driver) ResumeRoute(ctx context.Context, typ string) (driver.RoutePause
 
 // RoutePauses lists the operators' pauses of app ("" for all).
 func (d *Driver) RoutePauses(ctx context.Context, app string) ([]driver.RoutePause, error) {
-	rows, err := d.db.QueryContext(ctx, d.pause.list, app)
+	rows, err := d.db.QueryContext(ctx, d.q.routePauseList, app)
 	if err != nil {
 		return nil, wrap("route pauses", err)
 	}

@@ -15,7 +15,6 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 	if len(p.States) == 0 && !p.Replace {
 		return nil
 	}
-	t := d.prefix + "route_state"
 	return d.write(ctx, func(w writer, now int64) error {
 		types := make([]string, len(p.States))
 		for i, s := range p.States {
@@ -28,15 +27,12 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 			if s.LastError != "" {
 				lastErr = s.LastError
 			}
-			if _, err := w.ExecContext(ctx, "INSERT INTO "+t+" (type, app, route, state, since, until, failures, last_error, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "+
-				"ON CONFLICT (type) DO UPDATE SET app = excluded.app, route = excluded.route, state = excluded.state, since = excluded.since, "+
-				"until = excluded.until, failures = excluded.failures, last_error = excluded.last_error, updated_at = excluded.updated_at",
-				s.Type, s.App, s.Route, s.State, s.Since.UnixMicro(), until, max(s.Failures, 0), lastErr, now); err != nil {
+			if _, err := w.ExecContext(ctx, d.q.routeStateSet, s.Type, s.App, s.Route, s.State, s.Since.UnixMicro(), until, max(s.Failures, 0), lastErr, now); err != nil {
 				return wrap("route states", err)
 			}
 		}
 		if p.Replace {
-			if _, err := w.ExecContext(ctx, "DELETE FROM "+t+" WHERE app = ? AND type NOT IN (SELECT value FROM json_each(?))", p.App, stringsJSON(types)); err != nil {
+			if _, err := w.ExecContext(ctx, d.q.routeStatePrune, p.App, stringsJSON(types)); err != nil {
 				return wrap("route states", err)
 			}
 		}
@@ -46,7 +42,7 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 
 // RouteStates lists the recorded route states of app ("" for all).
 func (d *Driver) RouteStates(ctx context.Context, app string) ([]driver.RouteState, error) {
-	rows, err := d.db.QueryContext(ctx, "SELECT type, app, route, state, since, until, failures, coalesce(last_error, ''), updated_at FROM "+d.prefix+"route_state WHERE ? = '' OR app = ? ORDER BY type", app, app)
+	rows, err := d.db.QueryContext(ctx, d.q.routeStateList, app)
 	if err != nil {
 		return nil, wrap("route states", err)
 	}

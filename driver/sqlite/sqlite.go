@@ -38,6 +38,8 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"embed"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -45,11 +47,15 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/xadm/mensageria/driver"
 )
+
+//go:embed migrations/*.sql queries/*.sql
+var files embed.FS
 
 // Config configures the driver.
 type Config struct {
@@ -83,9 +89,6 @@ type Driver struct {
 	ownsDB bool
 	prefix string
 	q      queries
-	qq     queueQueries
-	pause  pauseQueries
-	once   onceQueries
 	gate   chan struct{} // shared by every Driver of one database file
 	// inserts are the prepared enqueue statements.
 	inserts insertStmts
@@ -198,9 +201,149 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := newQueries(p)
-	return &Driver{db: db, prefix: p, q: q, qq: newQueueQueries(p), pause: newPauseQueries(p), once: newOnceQueries(p, q.jobCols), gate: gate, listeners: map[*listener]struct{}{}}, nil
+	return &Driver{db: db, prefix: p, q: queriesFor(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
 }
+
+// loaded holds the statements of each prefix a driver was opened with in
+// this process: they depend on nothing else, and reading and filling
+// every file again for each driver shows in a program (or a test) that
+// opens many.
+var loaded sync.Map // prefix -> queries
+
+func queriesFor(prefix string) queries {
+	if q, ok := loaded.Load(prefix); ok {
+		return q.(queries)
+	}
+	q, _ := loaded.LoadOrStore(prefix, loadQueries(prefix))
+	return q.(queries)
+}
+
+// queries are the driver's statements, read from queries/*.sql with the
+// table prefix and the fragments below filled in.
+type queries struct {
+	claim, claimFence, claimInDoubt, mark                                      string
+	settleDelivered, settleDeliveredKept, settleRetry, settleDead              string
+	settleInDoubt, settleRelease, settleSort, deliveredCount                   string
+	unownedType, stats, statsOwners, deliveredMinutes                          string
+	purgeOutbox, purgeCounts, purgeConsumers, purgeInbox, purgeInboxQueue      string
+	doubtRows, resolveDelivered, resolveKept, resolveRetry, resolveDead        string
+	resolveRecord, resolutions, resolutionsOf                                  string
+	registerRead, registerInsert, registerAdopt, registerWindow, owners        string
+	identity, transferSet, transferDelete, migrationsOwner, migrationsOwnerSet string
+	routeStateSet, routeStatePrune, routeStateList                             string
+	routePauseSet, routePauseDelete, routePauseList                            string
+	inboxStale, inboxRecord, inboxFirst, offsetRead, offsetSet                 string
+	inboxQueueInsert, inboxClaim, inboxApplied, inboxFailed, inboxDead         string
+	inboxAttempts, inboxRowState, inboxQueueStats                              string
+	electionAcquire, electionRelease, electionHolder                           string
+	clock, schemaMigrated, schemaVersion                                       string
+}
+
+// The fragments the statements share, each written once:
+//   - {{p}}, the table prefix;
+//   - {{now}}, the database clock (nowExpr), in the statements that read
+//     the clock themselves: those other programs run too (docs/config.md)
+//     and those run outside a write transaction of the driver's;
+//   - {{doubt}}, the test of a row in doubt (doubtCond);
+//   - {{jobcols}}, the columns an outbox row is read as (jobCols).
+func fragments(prefix string) *strings.Replacer {
+	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{jobcols}}", jobCols)
+}
+
+// loadQueries reads every statement, for tables prefixed with prefix.
+func loadQueries(prefix string) queries {
+	fill := fragments(prefix)
+	load := func(name string) string {
+		b, err := files.ReadFile("queries/" + name + ".sql")
+		if err != nil {
+			panic(err) // embedded at build time; missing means a broken build
+		}
+		return fill.Replace(string(b))
+	}
+	return queries{
+		claim:               load("claim"),
+		claimFence:          load("claim_fence"),
+		claimInDoubt:        load("claim_in_doubt"),
+		mark:                load("mark"),
+		settleDelivered:     load("settle_delivered"),
+		settleDeliveredKept: load("settle_delivered_kept"),
+		settleRetry:         load("settle_retry"),
+		settleDead:          load("settle_dead"),
+		settleInDoubt:       load("settle_in_doubt"),
+		settleRelease:       load("settle_release"),
+		settleSort:          load("settle_sort"),
+		deliveredCount:      load("delivered_count"),
+		unownedType:         load("unowned_type"),
+		stats:               load("stats"),
+		statsOwners:         load("stats_owners"),
+		deliveredMinutes:    load("delivered_minutes"),
+
+		purgeOutbox:     load("purge_outbox"),
+		purgeCounts:     load("purge_counts"),
+		purgeConsumers:  load("purge_consumers"),
+		purgeInbox:      load("purge_inbox"),
+		purgeInboxQueue: load("purge_inbox_queue"),
+
+		doubtRows:        load("doubt_rows"),
+		resolveDelivered: load("resolve_delivered"),
+		resolveKept:      load("resolve_delivered_kept"),
+		resolveRetry:     load("resolve_retry"),
+		resolveDead:      load("resolve_dead"),
+		resolveRecord:    load("resolve_record"),
+		resolutions:      load("resolutions"),
+		resolutionsOf:    load("resolutions_of"),
+
+		registerRead:       load("register_read"),
+		registerInsert:     load("register_insert"),
+		registerAdopt:      load("register_adopt"),
+		registerWindow:     load("register_window"),
+		owners:             load("owners"),
+		identity:           load("identity"),
+		transferSet:        load("transfer_set"),
+		transferDelete:     load("transfer_delete"),
+		migrationsOwner:    load("migrations_owner"),
+		migrationsOwnerSet: load("migrations_owner_set"),
+
+		routeStateSet:    load("route_state_set"),
+		routeStatePrune:  load("route_state_prune"),
+		routeStateList:   load("route_state_list"),
+		routePauseSet:    load("route_pause_set"),
+		routePauseDelete: load("route_pause_delete"),
+		routePauseList:   load("route_pause_list"),
+
+		inboxStale:  load("inbox_stale"),
+		inboxRecord: load("inbox_record"),
+		inboxFirst:  load("inbox_first"),
+		offsetRead:  load("offset_read"),
+		offsetSet:   load("offset_set"),
+
+		inboxQueueInsert: load("inbox_queue_insert"),
+		inboxClaim:       load("inbox_claim"),
+		inboxApplied:     load("inbox_applied"),
+		inboxFailed:      load("inbox_failed"),
+		inboxDead:        load("inbox_dead"),
+		inboxAttempts:    load("inbox_attempts"),
+		inboxRowState:    load("inbox_row_state"),
+		inboxQueueStats:  load("inbox_queue_stats"),
+
+		electionAcquire: load("election_acquire"),
+		electionRelease: load("election_release"),
+		electionHolder:  load("election_holder"),
+
+		clock:          load("clock"),
+		schemaMigrated: load("schema_migrated"),
+		schemaVersion:  load("schema_version"),
+	}
+}
+
+// jobCols are the columns an outbox row is read as (scanJobs). A row in
+// doubt is stored pending and read as in doubt (driver.StateInDoubt); ?1
+// of a statement that reads them is the database's now.
+const jobCols = "id, message_id, type, key, payload, headers, CASE WHEN " + doubtCond + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+
+// doubtCond is true of a row in doubt: pending, marked by an at-most-once
+// attempt (queries/mark.sql), not under a live lease (?1 is now).
+const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?1))"
 
 // gates holds one write gate per database file in this process.
 var gates sync.Map // absolute file name -> chan struct{}
@@ -296,7 +439,7 @@ func (d *Driver) writeOn(ctx context.Context, c *sql.Conn, fn func(w writer, now
 		return fmt.Errorf("mensageria/sqlite: begin: %w", err)
 	}
 	var now int64
-	err = c.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now)
+	err = c.QueryRowContext(ctx, d.q.clock).Scan(&now)
 	if err == nil {
 		err = fn(c, now)
 	}
@@ -325,7 +468,7 @@ func rollback(c *sql.Conn) {
 // now reads the database clock outside a transaction.
 func (d *Driver) now(ctx context.Context) (int64, error) {
 	var now int64
-	if err := d.db.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.q.clock).Scan(&now); err != nil {
 		return 0, fmt.Errorf("mensageria/sqlite: reading the clock: %w", err)
 	}
 	return now, nil
@@ -336,4 +479,33 @@ func wrap(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("mensageria/sqlite: %s: %w", op, err)
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// The statements take lists as one JSON array, read with json_each: one
+// host parameter whatever the length, and a statement text that does not
+// change with it.
+
+func int64sJSON(ids []int64) string {
+	b, _ := json.Marshal(ids) // integers always marshal
+	return string(b)
+}
+
+func stringsJSON(s []string) string {
+	b, _ := json.Marshal(s) // strings always marshal
+	return string(b)
+}
+
+// dedupe is s without empty or repeated strings, in first-seen order.
+func dedupe(s []string) []string {
+	out := make([]string, 0, len(s))
+	seen := map[string]bool{}
+	for _, v := range s {
+		if v != "" && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
 }

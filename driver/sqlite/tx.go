@@ -42,10 +42,9 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 	if r.Consumer == "" || r.Key == "" {
 		return driver.InboxResult{}, fmt.Errorf("mensageria/sqlite: inbox record needs a consumer and a key")
 	}
-	in := t.d.prefix + "inbox"
 	if r.Window > 0 && !r.CreatedAt.IsZero() {
 		var stale bool
-		if err := t.tx.QueryRowContext(ctx, "SELECT ? < "+nowExpr+" - ?", r.CreatedAt.UnixMicro(), r.Window.Microseconds()).Scan(&stale); err != nil {
+		if err := t.tx.QueryRowContext(ctx, t.d.q.inboxStale, r.CreatedAt.UnixMicro(), r.Window.Microseconds()).Scan(&stale); err != nil {
 			return driver.InboxResult{}, wrap("inbox", err)
 		}
 		if stale {
@@ -56,8 +55,7 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 	if r.PayloadHash != nil {
 		hash = r.PayloadHash
 	}
-	res, err := t.tx.ExecContext(ctx, "INSERT INTO "+in+" (consumer, key, message_id, received_at, payload_hash) VALUES (?, ?, ?, "+nowExpr+", ?) ON CONFLICT (consumer, key) DO NOTHING",
-		r.Consumer, r.Key, uuid.UUID(r.MessageID).String(), hash)
+	res, err := t.tx.ExecContext(ctx, t.d.q.inboxRecord, r.Consumer, r.Key, uuid.UUID(r.MessageID).String(), hash)
 	if err != nil {
 		return driver.InboxResult{}, wrap("inbox", err)
 	}
@@ -66,7 +64,7 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 	}
 	var first string
 	var firstHash []byte
-	if err := t.tx.QueryRowContext(ctx, "SELECT message_id, payload_hash FROM "+in+" WHERE consumer = ? AND key = ?", r.Consumer, r.Key).Scan(&first, &firstHash); err != nil {
+	if err := t.tx.QueryRowContext(ctx, t.d.q.inboxFirst, r.Consumer, r.Key).Scan(&first, &firstHash); err != nil {
 		return driver.InboxResult{}, wrap("inbox", err)
 	}
 	out := driver.InboxResult{Duplicate: true, FirstPayloadHash: firstHash}
@@ -78,7 +76,7 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 
 func (t *tx) Offset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
 	var off int64
-	err := t.tx.QueryRowContext(ctx, `SELECT "offset" FROM `+t.d.prefix+"offsets WHERE consumer = ? AND source = ? AND partition = ?", consumer, source, partition).Scan(&off)
+	err := t.tx.QueryRowContext(ctx, t.d.q.offsetRead, consumer, source, partition).Scan(&off)
 	if err == sql.ErrNoRows {
 		return 0, false, nil
 	}
@@ -89,8 +87,6 @@ func (t *tx) Offset(ctx context.Context, consumer, source string, partition int3
 }
 
 func (t *tx) SetOffset(ctx context.Context, consumer, source string, partition int32, offset int64) error {
-	_, err := t.tx.ExecContext(ctx, `INSERT INTO `+t.d.prefix+`offsets (consumer, source, partition, "offset", updated_at) VALUES (?, ?, ?, ?, `+nowExpr+`)
-		ON CONFLICT (consumer, source, partition) DO UPDATE SET "offset" = excluded."offset", updated_at = excluded.updated_at`,
-		consumer, source, partition, offset)
+	_, err := t.tx.ExecContext(ctx, t.d.q.offsetSet, consumer, source, partition, offset)
 	return wrap("set offset", err)
 }

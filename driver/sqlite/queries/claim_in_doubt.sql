@@ -3,8 +3,10 @@
 -- whose lease ended at ?6 or before (now minus the quiet period, so that a
 -- request a dead relay left on the way has arrived), and due for a probe
 -- (available_at, pushed back after a probe without an answer). ?1 is now.
--- Reads the outbox_doubt index, which holds marked rows only. RETURNING
--- gives the job columns of outbox.go ({{jobcols}}).
+-- SQLite plans it on each type's range of outbox_claim (type,
+-- available_at), not on outbox_doubt, which holds marked rows only
+-- (TestRelayStatementsKeepToTheirIndexes pins the plan). RETURNING
+-- gives the job columns ({{jobcols}}, read by unreadable.go).
 UPDATE {{p}}outbox SET lease_token = ?2, lease_until = ?3
  WHERE id IN (SELECT id FROM {{p}}outbox
                WHERE state = 'pending' AND attempted_at IS NOT NULL

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -36,31 +37,24 @@ type elector struct {
 	me    string
 }
 
+// Acquire is one election round, one statement in one immediate
+// transaction (queries/election_acquire.sql): it renews the lease when e
+// holds it, takes it over, bumping the epoch, when no one does or its
+// holder's lease ran out, and returns no row otherwise.
 func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 	var epoch int64
 	var leader bool
-	t := e.d.prefix + "leader"
 	err := e.d.write(ctx, func(w writer, now int64) error {
 		epoch, leader = 0, false
-		until := now + e.lease.Microseconds()
-		var holder string
-		var cur, expires int64
-		err := w.QueryRowContext(ctx, "SELECT holder, epoch, expires_at FROM "+t+" WHERE app = ?", e.app).Scan(&holder, &cur, &expires)
+		err := w.QueryRowContext(ctx, e.d.q.electionAcquire, e.app, e.me, now, now+e.lease.Microseconds()).Scan(&epoch)
 		switch {
-		case err == sql.ErrNoRows:
-			_, err = w.ExecContext(ctx, "INSERT INTO "+t+" (app, holder, epoch, since, expires_at) VALUES (?, ?, 1, ?, ?)", e.app, e.me, now, until)
-			epoch, leader = 1, err == nil
+		case errors.Is(err, sql.ErrNoRows): // another candidate's lease runs
+			return nil
 		case err != nil:
-		case holder == e.me:
-			// Renewal keeps the epoch, even past expiry: nobody else led in
-			// between, or holder would name them.
-			_, err = w.ExecContext(ctx, "UPDATE "+t+" SET expires_at = ? WHERE app = ?", until, e.app)
-			epoch, leader = cur, err == nil
-		case holder == "" || expires <= now:
-			_, err = w.ExecContext(ctx, "UPDATE "+t+" SET holder = ?, epoch = ?, since = ?, expires_at = ? WHERE app = ?", e.me, cur+1, now, until, e.app)
-			epoch, leader = cur+1, err == nil
+			return wrap("election", err)
 		}
-		return wrap("election", err)
+		leader = true
+		return nil
 	})
 	if err != nil {
 		return 0, false, err
@@ -70,7 +64,7 @@ func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 
 func (e *elector) Release(ctx context.Context) error {
 	return e.d.write(ctx, func(w writer, now int64) error {
-		_, err := w.ExecContext(ctx, "UPDATE "+e.d.prefix+"leader SET holder = '', expires_at = ? WHERE app = ? AND holder = ?", now, e.app, e.me)
+		_, err := w.ExecContext(ctx, e.d.q.electionRelease, now, e.app, e.me)
 		return wrap("election release", err)
 	})
 }
@@ -81,8 +75,7 @@ func (e *elector) Holder(ctx context.Context) (driver.Leader, error) {
 	l := driver.Leader{App: e.app}
 	var since, expires int64
 	var live bool
-	err := e.d.db.QueryRowContext(ctx, "SELECT holder, epoch, since, expires_at, expires_at > "+nowExpr+" FROM "+e.d.prefix+"leader WHERE app = ?", e.app).
-		Scan(&l.Holder, &l.Epoch, &since, &expires, &live)
+	err := e.d.db.QueryRowContext(ctx, e.d.q.electionHolder, e.app).Scan(&l.Holder, &l.Epoch, &since, &expires, &live)
 	if err == sql.ErrNoRows {
 		return l, nil
 	}

@@ -1,0 +1,253 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// Claim leases due rows of p.Types in one immediate transaction. Each type
+// is scanned on its own index range (type, available_at) and the results
+// merged, so a large backlog of other types costs nothing. See
+// queries/claim.sql.
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
+	types := dedupe(p.Types)
+	if len(types) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("mensageria/sqlite: claim: lease must be positive, got %s", p.Lease)
+	}
+	ordered := make(map[string]bool, len(types))
+	for _, t := range types {
+		ordered[t] = false
+	}
+	for _, t := range p.OrderedTypes {
+		if _, ok := ordered[t]; ok {
+			ordered[t] = true
+		}
+	}
+	byType, _ := json.Marshal(ordered) // strings and booleans always marshal
+	var jobs []driver.Job
+	err := d.write(ctx, func(w writer, now int64) error {
+		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
+			return wrap("claim fence", err) // deposed: claim nothing
+		}
+		until := now + p.Lease.Microseconds()
+		rows, err := w.QueryContext(ctx, d.q.claim, now, p.Token, until, string(byType), p.Limit)
+		if err != nil {
+			return wrap("claim", err)
+		}
+		jobs, err = scanJobs(rows, false)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING follows no particular order; deliver oldest first.
+	slices.SortFunc(jobs, func(a, b driver.Job) int { return cmp.Compare(a.ID, b.ID) })
+	return jobs, nil
+}
+
+// fenced reports whether a claim under fence f may go on, reading the
+// app's lease row in the claim's transaction (queries/claim_fence.sql):
+// always without a fence; with one, only while its epoch is the row's and
+// the lease was not released.
+func (d *Driver) fenced(ctx context.Context, w writer, f *driver.Fence) (bool, error) {
+	if f == nil {
+		return true, nil
+	}
+	var epoch int64
+	var holder string
+	err := w.QueryRowContext(ctx, d.q.claimFence, f.App).Scan(&epoch, &holder)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return epoch == f.Epoch && holder != "", nil
+}
+
+// Settle records the outcomes of one claimed batch in one transaction; each
+// update is guarded by the token and the lease. The rows it did not change
+// are sorted by one more read in the same transaction: gone or leased to
+// another token is Fenced, still ours but past the lease is Expired.
+func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
+	all := p.IDs()
+	if len(all) == 0 {
+		return driver.SettleResult{}, nil
+	}
+	var res driver.SettleResult
+	err := d.write(ctx, func(w writer, now int64) error {
+		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, settled: map[int64]bool{}, counts: map[string]int64{}}
+		if err := st.delivered(); err != nil {
+			return err
+		}
+		if err := st.released(); err != nil {
+			return err
+		}
+		if err := st.failed(); err != nil {
+			return err
+		}
+		var err error
+		res, err = st.sort(all)
+		return err
+	})
+	if err != nil {
+		return driver.SettleResult{}, err
+	}
+	return res, nil
+}
+
+// settlement is one Settle's transaction: the rows it changed so far, and
+// how many of them were delivered, per type.
+type settlement struct {
+	d   *Driver
+	ctx context.Context
+	w   writer
+	now int64
+	p   driver.SettleParams
+
+	settled map[int64]bool
+	counts  map[string]int64 // delivered rows per type
+}
+
+// returning runs one of the settle statements, each ending in RETURNING
+// id, type, and records what it changed.
+func (st *settlement) returning(q string, args []any, count bool) error {
+	rows, err := st.w.QueryContext(st.ctx, q, args...)
+	if err != nil {
+		return wrap("settle", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var typ string
+		if err := rows.Scan(&id, &typ); err != nil {
+			return wrap("settle", err)
+		}
+		st.settled[id] = true
+		if count {
+			st.counts[typ]++
+		}
+	}
+	return wrap("settle", rows.Err())
+}
+
+// delivered deletes (or, kept, marks) the delivered rows and counts them
+// per type and minute, so Stats knows the recent deliveries without the
+// rows.
+func (st *settlement) delivered() error {
+	if len(st.p.Delivered) == 0 {
+		return nil
+	}
+	q := st.d.q.settleDelivered
+	if st.p.KeepDelivered {
+		q = st.d.q.settleDeliveredKept
+	}
+	if err := st.returning(q, []any{int64sJSON(st.p.Delivered), st.p.Token, st.now}, true); err != nil {
+		return err
+	}
+	if err := st.d.countDelivered(st.ctx, st.w, st.counts, st.now); err != nil {
+		return wrap("settle counts", err)
+	}
+	return nil
+}
+
+// countDelivered adds the rows delivered at now, per type, to the minute's
+// counts.
+func (d *Driver) countDelivered(ctx context.Context, w writer, perType map[string]int64, now int64) error {
+	minute := now - now%time.Minute.Microseconds()
+	for typ, n := range perType {
+		if _, err := w.ExecContext(ctx, d.q.deliveredCount, typ, minute, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// released gives a released row its attempt back: it was not attempted.
+func (st *settlement) released() error {
+	if len(st.p.Release) == 0 {
+		return nil
+	}
+	return st.returning(st.d.q.settleRelease, []any{int64sJSON(st.p.Release), st.p.Token, st.now}, false)
+}
+
+// failed records the retries, the dead and the rows left in doubt, one
+// statement a row: each has its own time, error and route.
+func (st *settlement) failed() error {
+	now, p := st.now, st.p
+	for _, r := range p.Retry {
+		back := 0
+		if r.Uncounted {
+			back = 1
+		}
+		if err := st.returning(st.d.q.settleRetry,
+			[]any{r.ID, p.Token, now, now + max(r.Delay, 0).Microseconds(), back, r.Error, r.Route}, false); err != nil {
+			return err
+		}
+	}
+	for _, f := range p.Dead {
+		if err := st.returning(st.d.q.settleDead, []any{f.ID, p.Token, now, f.Error, f.Route}, false); err != nil {
+			return err
+		}
+	}
+	for _, f := range p.InDoubt {
+		if err := st.returning(st.d.q.settleInDoubt,
+			[]any{f.ID, p.Token, now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sort tells the rows of all this settlement changed from those it could
+// not: still ours but past the lease (Expired), or gone or leased to
+// another token (Fenced).
+func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
+	var res driver.SettleResult
+	var rest []int64
+	for _, id := range all {
+		if st.settled[id] {
+			res.Settled = append(res.Settled, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	expired := map[int64]bool{}
+	rows, err := st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
+	if err != nil {
+		return res, wrap("settle", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return res, wrap("settle", err)
+		}
+		expired[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return res, wrap("settle", err)
+	}
+	for _, id := range rest {
+		if expired[id] {
+			res.Expired = append(res.Expired, id)
+		} else {
+			res.Fenced = append(res.Fenced, id)
+		}
+	}
+	return res, nil
+}
