@@ -45,6 +45,12 @@ func newQueries(p string) queries {
 // attempt (queries/mark.sql), not under a live lease (?1 is now).
 const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?1))"
 
+// schedCond is true of a scheduled row: pending, not due yet (?1 is now),
+// never attempted and no error recorded (a retry's backoff records one).
+// A claim counts an attempt, so a leased row, whose available_at a claim
+// sets to its lease's end, is never one.
+const schedCond = "(state = 'pending' AND attempted_at IS NULL AND typeof(available_at) = 'integer' AND available_at > ?1 AND attempts = 0 AND last_error IS NULL)"
+
 // RefusedError is a row the outbox table refused by its own rules, the
 // ones every plain SQL INSERT meets too (a type with no owner is a
 // *driver.UnownedTypeError instead). Reason is the table's message, the
@@ -268,6 +274,9 @@ func (d *Driver) insertRows(ctx context.Context, tx *sql.Tx, rows []driver.Inser
 		query := d.insertQuery(n)
 		var err error
 		st := d.inserts.get(n)
+		if (&driver.InsertParams{Rows: rows[:n]}).Scheduled() {
+			query, args, st = d.scheduledInsert(n), scheduledArgs(rows[:n], args), nil
+		}
 		if st != nil {
 			_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 			// A caller's transaction of another *sql.DB on the same file
@@ -285,6 +294,30 @@ func (d *Driver) insertRows(ctx context.Context, tx *sql.Tx, rows []driver.Inser
 		rows = rows[n:]
 	}
 	return nil
+}
+
+// scheduledInsert is the INSERT of rows that also sets available_at: the
+// later of each row's NotBefore (0 for none) and the database clock, so a
+// NotBefore in the past is due at once, as a row without one is. It is not
+// kept prepared: a scheduled enqueue is the rare one.
+func (d *Driver) scheduledInsert(n int) string {
+	head := strings.Replace(d.q.insertHead, "headers)", "headers, available_at)", 1)
+	return head + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, max(?, "+nowExpr+")), ", n), ", ")
+}
+
+// scheduledArgs adds each row's NotBefore, in unix microseconds, to the
+// five arguments per row of args.
+func scheduledArgs(rows []driver.InsertRow, args []any) []any {
+	out := make([]any, 0, len(rows)*6)
+	for i, r := range rows {
+		var notBefore int64
+		if !r.NotBefore.IsZero() {
+			notBefore = r.NotBefore.UnixMicro()
+		}
+		out = append(out, args[i*5:i*5+5]...)
+		out = append(out, notBefore)
+	}
+	return out
 }
 
 // unionLimit keeps the per-type claim under SQLite's compound-select limit
@@ -863,8 +896,9 @@ func (d *Driver) purgeInbox(ctx context.Context, w writer, cs []windowed, now in
 }
 
 // Stats reports every type with pending or dead rows or deliveries in the
-// last hour. Pending counts rows waiting for a claim (due or not); InFlight
-// counts rows under a live lease; DeliveredLastHr comes from the per-minute
+// last hour. Pending counts rows waiting for a claim (due, or waiting for a
+// retry); Scheduled counts rows not due yet that were never attempted
+// (schedCond); InFlight counts rows under a live lease; DeliveredLastHr comes from the per-minute
 // counts, so it includes rows deleted at settle. Owner is the type's app in
 // the catalog ("" for none, or unclaimed).
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
@@ -876,17 +910,20 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	// kept delivered rows may be many and are counted elsewhere.
 	// A row in doubt counts in the in-doubt column only, with the age of
 	// its mark.
+	// A scheduled row (schedCond) counts in its own column only, and is
+	// not the oldest pending: it is not late.
 	rows, err := d.db.QueryContext(ctx, `SELECT type,
-		coalesce(sum(state = 'pending' AND attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= ?1)), 0),
+		coalesce(sum(state = 'pending' AND attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= ?1) AND NOT `+schedCond+`), 0),
 		coalesce(sum(state = 'pending' AND lease_until > ?1), 0),
 		coalesce(sum(state = 'dead'), 0),
 		0,
-		min(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > ?1) AND typeof(created_at) = 'integer' THEN created_at END),
+		min(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > ?1) AND NOT `+schedCond+` AND typeof(created_at) = 'integer' THEN created_at END),
 		coalesce(sum(`+doubtCond+`), 0),
-		min(CASE WHEN `+doubtCond+` AND typeof(attempted_at) = 'integer' THEN attempted_at END)
+		min(CASE WHEN `+doubtCond+` AND typeof(attempted_at) = 'integer' THEN attempted_at END),
+		coalesce(sum(`+schedCond+`), 0)
 		FROM `+d.prefix+`outbox WHERE state IN ('pending', 'dead') GROUP BY type
 		UNION ALL
-		SELECT type, 0, 0, 0, sum(n), NULL, 0, NULL FROM `+d.prefix+`delivered_counts WHERE minute > ?2 GROUP BY type`,
+		SELECT type, 0, 0, 0, sum(n), NULL, 0, NULL, 0 FROM `+d.prefix+`delivered_counts WHERE minute > ?2 GROUP BY type`,
 		now, now-time.Hour.Microseconds())
 	if err != nil {
 		return nil, wrap("stats", err)
@@ -896,7 +933,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	for rows.Next() {
 		var s driver.TypeStats
 		var oldest, oldestDoubt sql.NullInt64
-		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt); err != nil {
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled); err != nil {
 			return nil, wrap("stats", err)
 		}
 		s.OldestPending = ageOf(oldest, now)
@@ -909,6 +946,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 			prev.OldestPending = max(prev.OldestPending, s.OldestPending)
 			prev.InDoubt += s.InDoubt
 			prev.OldestInDoubt = max(prev.OldestInDoubt, s.OldestInDoubt)
+			prev.Scheduled += s.Scheduled
 			continue
 		}
 		byType[s.Type] = &s
@@ -939,6 +977,36 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	}
 	slices.SortFunc(out, func(a, b driver.TypeStats) int { return strings.Compare(a.Type, b.Type) })
 	return out, nil
+}
+
+var _ driver.DueReporter = (*Driver)(nil)
+
+// NextDue reports how long until the earliest pending row of types that is
+// not due yet comes due, on the database clock: a scheduled row or one
+// waiting for a retry. A leased row, whose available_at the claim sets to
+// its lease's end, and a row in doubt are left out. Each type's range of
+// the claim index is read from now on, stopping at its first entry.
+func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
+	types = dedupe(types)
+	if len(types) == 0 {
+		return 0, false, nil
+	}
+	now, err := d.now(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	var next sql.NullInt64
+	err = d.db.QueryRowContext(ctx, `SELECT min((SELECT o.available_at FROM `+d.prefix+`outbox o
+		WHERE o.state = 'pending' AND o.type = t.value AND o.available_at > ?1 AND typeof(o.available_at) = 'integer' AND o.attempted_at IS NULL
+		  AND (o.lease_until IS NULL OR o.lease_until <= ?1)
+		ORDER BY o.available_at, o.id LIMIT 1)) FROM json_each(?2) t`, now, stringsJSON(types)).Scan(&next)
+	if err != nil {
+		return 0, false, wrap("next due", err)
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(next.Int64-now) * time.Microsecond, true, nil
 }
 
 // ageOf is the age at now of a time in unix microseconds: none for a NULL
