@@ -87,13 +87,24 @@ func (s *suite) scheduledTests() []test {
 			if err := commit(); err != nil {
 				t.Fatal(err)
 			}
-			jobs, _ := claim(t, d, "a")
-			if len(jobs) != 1 || jobs[0].Key != "now" {
-				t.Fatalf("claimed %+v, want only the row without a NotBefore", jobs)
+			keys := func(jobs []driver.Job) (out []string) {
+				for _, j := range jobs {
+					out = append(out, j.Key)
+				}
+				slices.Sort(out)
+				return out
 			}
-			jobs, _ = claimNotYet(t, d, claimer{types: []string{"a"}}, start, 300*time.Millisecond, "a row scheduled in a transaction")
-			if len(jobs) != 1 || jobs[0].Key != "soon" {
-				t.Fatalf("claimed %+v, want the row due in 300ms", jobs)
+			jobs, _ := claim(t, d, "a")
+			switch got := keys(jobs); {
+			case slices.Equal(got, []string{"now", "soon"}) && !early(start, 300*time.Millisecond):
+				// A slow machine: the soon row was due by the claim.
+			case slices.Equal(got, []string{"now"}):
+				jobs, _ = claimNotYet(t, d, claimer{types: []string{"a"}}, start, 300*time.Millisecond, "a row scheduled in a transaction")
+				if got := keys(jobs); !slices.Equal(got, []string{"soon"}) {
+					t.Fatalf("claimed %v, want the row due in 300ms", got)
+				}
+			default:
+				t.Fatalf("claimed %v %s after the insert, want the row without a NotBefore alone", got, time.Since(start))
 			}
 			if j := byMessageID(t, d, rows[0].MessageID); !j.AvailableAt.Equal(later) {
 				t.Fatalf("available_at = %s, want %s", j.AvailableAt, later)
@@ -170,10 +181,12 @@ func (s *suite) scheduledTests() []test {
 			}
 			insertScheduled(t, d, "b", "other", inAbout(time.Minute))
 			insertScheduled(t, d, "a", "hour", inAbout(time.Hour))
-			if w, ok := next("a"); !ok || w <= 59*time.Minute || w > time.Hour {
+			// The bounds leave the inserts and the query time to run on a
+			// loaded machine.
+			if w, ok := next("a"); !ok || w <= 50*time.Minute || w > time.Hour {
 				t.Fatalf("NextDue(a) = %s, %v; want about an hour", w, ok)
 			}
-			if w, ok := next("a", "b", "zzz"); !ok || w <= 59*time.Second || w > time.Minute {
+			if w, ok := next("a", "b", "zzz"); !ok || w <= 30*time.Second || w > time.Minute {
 				t.Fatalf("NextDue(a, b) = %s, %v; want about a minute", w, ok)
 			}
 			// A retry's backoff comes due too; a leased row does not (its
@@ -188,35 +201,40 @@ func (s *suite) scheduledTests() []test {
 				t.Fatalf("NextDue with only leased rows = %s, true; want none", w)
 			}
 			settle(t, d, driver.SettleParams{Token: tok, Retry: []driver.Retry{{ID: r, Delay: 10 * time.Minute, Error: "down"}}})
-			if w, ok := next("c"); !ok || w <= 9*time.Minute || w > 10*time.Minute {
+			if w, ok := next("c"); !ok || w <= 5*time.Minute || w > 10*time.Minute {
 				t.Fatalf("NextDue after a 10m retry = %s, %v; want about 10m", w, ok)
 			}
 		}},
 		{"OrderedScheduledHeadHoldsItsKey", func(t *testing.T, h *Harness) {
 			d := h.Driver
 			ord := claimer{types: []string{"o"}, ordered: []string{"o"}}
-			start := time.Now()
-			delay := 400 * time.Millisecond
-			m1 := insertScheduled(t, d, "o", "k1", start.Add(delay).Truncate(time.Microsecond))
-			m2 := insertOne(t, d, "o", "k1") // due now, enqueued after m1
+			// k1's head is due in an hour: the key's later row, due now,
+			// waits behind it; k2 flows.
+			insertScheduled(t, d, "o", "k1", inAbout(time.Hour))
+			insertOne(t, d, "o", "k1")
 			n1 := insertOne(t, d, "o", "k2")
 			// Unordered: each row on its own time.
-			u1 := insertScheduled(t, d, "u", "k1", inAbout(time.Hour))
+			insertScheduled(t, d, "u", "k1", inAbout(time.Hour))
 			u2 := insertOne(t, d, "u", "k1")
 			jobs, _ := claim(t, d, "u")
 			wantIDs(t, "unordered: the due row goes before the earlier scheduled one", jobs, u2)
 			jobs, tok := claimWith(t, d, ord)
 			wantIDs(t, "ordered: k1 waits behind its scheduled head, k2 flows", jobs, n1)
 			settle(t, d, driver.SettleParams{Token: tok, Delivered: []int64{n1}})
-			jobs, tok = claimNotYet(t, d, ord, start, delay, "k1 behind its scheduled head")
-			wantIDs(t, "the scheduled head, once due, first", jobs, m1)
+			// k3's head comes due soon: it goes first, then the row behind
+			// it once it is settled, however late the claim comes.
+			start := time.Now()
+			delay := 400 * time.Millisecond
+			m1 := insertScheduled(t, d, "o", "k3", start.Add(delay).Truncate(time.Microsecond))
+			m2 := insertOne(t, d, "o", "k3")
+			jobs, tok = claimNotYet(t, d, ord, start, delay, "k3 behind its scheduled head")
+			wantIDs(t, "the scheduled head, once due, alone", jobs, m1)
 			if jobs2, _ := claimWith(t, reopen(t, h), ord); len(jobs2) != 0 {
-				t.Fatalf("the next of k1 was claimed while its head is in flight: %v", ids(jobs2))
+				t.Fatalf("the next of k3 was claimed while its head is in flight: %v", ids(jobs2))
 			}
 			settle(t, d, driver.SettleParams{Token: tok, Delivered: []int64{m1}})
 			jobs, _ = claimWith(t, d, ord)
-			wantIDs(t, "then the next of k1", jobs, m2)
-			_ = u1
+			wantIDs(t, "then the next of k3", jobs, m2)
 		}},
 	}
 }
