@@ -48,8 +48,9 @@ const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_un
 // schedCond is true of a scheduled row: pending, not due yet (?1 is now),
 // never attempted and no error recorded (a retry's backoff records one).
 // A claim counts an attempt, so a leased row, whose available_at a claim
-// sets to its lease's end, is never one.
-const schedCond = "(state = 'pending' AND attempted_at IS NULL AND typeof(available_at) = 'integer' AND available_at > ?1 AND attempts = 0 AND last_error IS NULL)"
+// sets to its lease's end, is never one. Never NULL, so that NOT of it is
+// true of every other row, whatever a plain INSERT stored.
+const schedCond = "coalesce(state = 'pending' AND attempted_at IS NULL AND typeof(available_at) = 'integer' AND available_at > ?1 AND attempts = 0 AND last_error IS NULL, 0)"
 
 // RefusedError is a row the outbox table refused by its own rules, the
 // ones every plain SQL INSERT meets too (a type with no owner is a
@@ -898,8 +899,8 @@ func (d *Driver) purgeInbox(ctx context.Context, w writer, cs []windowed, now in
 // Stats reports every type with pending or dead rows or deliveries in the
 // last hour. Pending counts rows waiting for a claim (due, or waiting for a
 // retry); Scheduled counts rows not due yet that were never attempted
-// (schedCond); InFlight counts rows under a live lease; DeliveredLastHr comes from the per-minute
-// counts, so it includes rows deleted at settle. Owner is the type's app in
+// (schedCond); InFlight counts rows under a live lease; DeliveredLastHr
+// comes from the per-minute counts, so it includes rows deleted at settle. Owner is the type's app in
 // the catalog ("" for none, or unclaimed).
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	now, err := d.now(ctx)
