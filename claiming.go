@@ -34,10 +34,12 @@ type tokenSource interface {
 
 // claimer claims the relay's batches and hands them to delivering: the
 // main loop for flowing routes without a rate limit, one loop per route
-// for its probes and its paced claims, and the LISTEN wake-ups of both.
+// for its probes and its paced claims, the LISTEN wake-ups of both, and
+// the timers for the next row coming due (driver.DueReporter).
 type claimer struct {
 	cfg         *Config
 	drv         claimDriver
+	due         driver.DueReporter // nil when the driver cannot say: the loops poll
 	runCtx      context.Context
 	stopping    <-chan struct{}
 	lead        leaderState
@@ -151,7 +153,7 @@ func (c *claimer) claimLoop() {
 func (c *claimer) next(poll *time.Timer) bool {
 	types, ordered := c.flowing()
 	if len(types) == 0 || !c.lead.isLeader() {
-		return c.idle(poll)
+		return c.idle(poll, c.cfg.PollInterval)
 	}
 	select {
 	case c.slots <- struct{}{}:
@@ -173,9 +175,13 @@ func (c *claimer) next(poll *time.Timer) bool {
 		limit = 1
 	}
 	b, err := c.claim(types, ordered, limit)
-	if err != nil || len(b.jobs) == 0 {
+	if err != nil {
 		<-c.slots
-		return c.idle(poll)
+		return c.idle(poll, c.cfg.PollInterval)
+	}
+	if len(b.jobs) == 0 {
+		<-c.slots
+		return c.idle(poll, c.untilDue(types, c.cfg.PollInterval))
 	}
 	c.batches.Go(func() {
 		defer func() { <-c.slots }()
@@ -192,16 +198,16 @@ func (c *claimer) next(poll *time.Timer) bool {
 	return true
 }
 
-// idle waits for a wake-up, a change of leadership or the next poll;
-// false when stopping.
-func (c *claimer) idle(poll *time.Timer) bool {
+// idle waits for a wake-up, a change of leadership or the next poll, d
+// from now; false when stopping.
+func (c *claimer) idle(poll *time.Timer, d time.Duration) bool {
 	if !poll.Stop() {
 		select {
 		case <-poll.C:
 		default:
 		}
 	}
-	poll.Reset(c.cfg.PollInterval)
+	poll.Reset(d)
 	select {
 	case <-c.stopping:
 		return false
@@ -279,10 +285,13 @@ func (c *claimer) routeLoop(rt *route) {
 		b, err := c.claim(types, ordered, limit)
 		if err != nil || len(b.jobs) == 0 {
 			d := idle
-			if st == RouteProbing && err == nil {
+			switch {
+			case st == RouteProbing && err == nil:
 				// Rows wait for the probe's time, stamped a moment after
 				// it by the database: look again soon.
 				d, empty = empty, min(empty*2, idle)
+			case err == nil:
+				d = c.untilDue(types, idle)
 			}
 			if !c.routeWait(rt, d) {
 				return
@@ -307,6 +316,27 @@ func (c *claimer) routeWait(rt *route, d time.Duration) bool {
 	case <-rt.kick:
 	}
 	return true
+}
+
+// untilDue is how long a loop whose claim of types found nothing may wait:
+// d (its poll), or less when the driver reports a row of types coming due
+// sooner (a scheduled message, a retry's backoff), which is then claimed
+// as it becomes due rather than up to a poll later. A driver that cannot
+// say, or fails to, leaves d: the poll still finds every row.
+func (c *claimer) untilDue(types []string, d time.Duration) time.Duration {
+	if c.due == nil {
+		return d
+	}
+	ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Lease/2)
+	wait, ok, err := c.due.NextDue(ctx, types)
+	cancel()
+	if err != nil || !ok {
+		return d
+	}
+	// The database measured the wait from its now, before its answer came
+	// back, so the timer ends at or after the row's due time; the
+	// millisecond added covers a clock of that resolution (SQLite's).
+	return min(d, wait+time.Millisecond)
 }
 
 // probeDelay is the pause before the n-th probe claim of a settle failure

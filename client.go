@@ -224,7 +224,7 @@ func (c *Client) prepare(ctx context.Context, msgs []Message) (driver.InsertPara
 		if len(m.Headers) > 0 {
 			headers, _ = json.Marshal(m.Headers) // map[string]string always marshals
 		}
-		rows[i] = driver.InsertRow{MessageID: id, Type: m.Type, Key: m.Key, Payload: payload, Headers: headers}
+		rows[i] = driver.InsertRow{MessageID: id, Type: m.Type, Key: m.Key, Payload: payload, Headers: headers, NotBefore: notBefore(m.NotBefore)}
 		ids[i] = id
 	}
 	if ctx != nil && len(c.onEnqueue) > 0 {
@@ -277,8 +277,29 @@ func validateMessage(i int, m *Message) error {
 		return bad("Payload", fmt.Sprintf("larger than %d bytes", maxPayloadLen))
 	case len(m.Payload) > 0 && !json.Valid(m.Payload):
 		return bad("Payload", "not a valid JSON document")
+	case !notBefore(m.NotBefore).Before(notBeforeLimit):
+		return bad("NotBefore", fmt.Sprintf("%s is not before year 10000 (UTC), the latest time every backend stores", m.NotBefore.UTC().Format(time.RFC3339Nano)))
 	}
 	return validateHeaders(i, m.Headers)
+}
+
+// notBeforeLimit is the first instant a NotBefore may not be: the outbox
+// of every backend refuses an available_at from year 10000 on.
+var notBeforeLimit = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// notBefore is t as a row stores it: rounded up to the microsecond (the
+// backends' resolution), so that rounding never makes a message due
+// before its NotBefore; a time before year 1 is zero, due now as any past
+// time is.
+func notBefore(t time.Time) time.Time {
+	if t.IsZero() || t.Year() < 1 {
+		return time.Time{}
+	}
+	r := t.Truncate(time.Microsecond)
+	if r.Before(t) {
+		r = r.Add(time.Microsecond)
+	}
+	return r
 }
 
 func validateHeaders(i int, headers map[string]string) error {

@@ -22,6 +22,15 @@ type Message struct {
 	Headers map[string]string
 	// ID is assigned by Enqueue (a UUIDv7) when zero.
 	ID uuid.UUID
+	// NotBefore schedules the message: the relay delivers it no earlier
+	// than this instant, as the database's clock reads it, and as soon as
+	// it can after (docs/guarantees.md, "Scheduled delivery"). Zero, or
+	// any time already past, is now. It must be before year 10000 (UTC);
+	// a later one is refused with an *InvalidMessageError. On an Ordered
+	// route the message keeps its place in its key's order: the key's
+	// later messages wait until it is delivered, whatever their own
+	// NotBefore.
+	NotBefore time.Time
 }
 
 // Delivery is one attempt to deliver a message, as a Sender sees it.

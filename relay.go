@@ -205,7 +205,8 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		onDelivery: hooks.delivery, attemptHooks: len(hooks.attempt) > 0, doubted: doubted, failures: r.failures, settledSignal: signals.Settled}
 	r.deliveries = &deliverer{cfg: cfg, runCtx: r.runCtx, routeOf: routeOf, amo: amo, settles: r.settles, routeEvents: events,
 		jitter: jit, onAttempt: hooks.attempt, sem: make(chan struct{}, cfg.Concurrency), deliveredSignal: signals.Delivered}
-	r.claims = &claimer{cfg: cfg, drv: c.drv, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead, health: &r.settles.health,
+	due, _ := c.drv.(driver.DueReporter)
+	r.claims = &claimer{cfg: cfg, drv: c.drv, due: due, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead, health: &r.settles.health,
 		deliveries: r.deliveries, routeEvents: events, tokens: jit, onClaim: hooks.claim, failures: r.failures,
 		types: cfg.Registry.Types(), order: cfg.Registry.orderedTypes(), rts: r.rts,
 		wake: wake, slots: make(chan struct{}, cfg.BatchesInFlight), claimedSignal: signals.Claimed}

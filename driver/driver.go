@@ -300,6 +300,24 @@ type InsertRow struct {
 	Key       string
 	Payload   []byte // a JSON document
 	Headers   []byte // a JSON object of strings, or nil
+	// NotBefore schedules the row: no claim takes it before this instant,
+	// compared with the database clock. The row's available_at is the
+	// later of NotBefore and the database's time of the insert, so a zero
+	// or past NotBefore is due at once, as a row without one is. The
+	// caller rounds it up to the microsecond and keeps it before year
+	// 10000 (what every backend's timestamps hold).
+	NotBefore time.Time
+}
+
+// Scheduled reports whether any row carries a NotBefore, so that a backend
+// can keep its plain insert, which sets no available_at, for the rest.
+func (p *InsertParams) Scheduled() bool {
+	for i := range p.Rows {
+		if !p.Rows[i].NotBefore.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // Fence ties a claim to an election epoch: the claim returns nothing unless
@@ -514,12 +532,35 @@ type TypeStats struct {
 	InFlight        int64
 	Dead            int64
 	DeliveredLastHr int64
-	OldestPending   time.Duration // age of the oldest pending row
+	OldestPending   time.Duration // age of the oldest pending row, since its enqueue; scheduled rows not yet due left out
 	// InDoubt counts rows in doubt (StateInDoubt), which Pending and
 	// InFlight leave out; OldestInDoubt is the age of the oldest one's
 	// mark.
 	InDoubt       int64
 	OldestInDoubt time.Duration
+	// Scheduled counts pending rows that are not due yet and were never
+	// attempted: enqueued with a NotBefore (or a plain INSERT's
+	// available_at) in the future, no attempt counted and no error
+	// recorded. Pending and OldestPending leave them out. A row waiting
+	// for a retry's backoff has an error recorded (a retry always stores
+	// one, "" included), so it stays in Pending, as do rows released
+	// back due at once.
+	Scheduled int64
+}
+
+// DueReporter is implemented by a Driver that can say when the next row of
+// some types comes due, so that a relay with nothing to claim sleeps until
+// then instead of a whole poll interval: a scheduled message, or one
+// waiting for a retry's backoff, is claimed as it becomes due.
+type DueReporter interface {
+	// NextDue returns how long, on the database clock, until the earliest
+	// pending row of types that is not due yet becomes due: not under a
+	// live lease, not marked by an at-most-once attempt, its available_at
+	// after the database's now. ok is false when there is none. A row
+	// that will not be claimable when due (behind its key's head on an
+	// ordered route) may be reported all the same: a claim then finds
+	// nothing, and the next NextDue reports a later row.
+	NextDue(ctx context.Context, types []string) (wait time.Duration, ok bool, err error)
 }
 
 // ListFilter selects rows for ListMessages.

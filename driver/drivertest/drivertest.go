@@ -15,7 +15,15 @@
 //     under a live lease (a marked row being sent included); InDoubt
 //     counts marked rows not under a live lease (driver.StateInDoubt);
 //     OldestPending is the age of the oldest pending row, leased or not,
-//     rows in doubt left out.
+//     rows in doubt left out. Scheduled counts pending rows not due yet
+//     that were never attempted and have no error recorded (available_at
+//     in the future, attempts 0, last_error NULL), which Pending and
+//     OldestPending leave out; a row waiting for a retry is in Pending.
+//   - A row inserted with a NotBefore is not claimed before it (on the
+//     database clock) and is claimable once it passed; a NotBefore in the
+//     past is stored as the insert's time, not below it. On an ordered
+//     type a scheduled row is its key's head like any other: the key's
+//     later rows, due or not, wait until it is settled.
 //   - ListMessages returns rows in id order.
 //   - Revive with neither IDs nor Types changes nothing.
 //   - InsertTx that fails writes nothing, even if the caller commits
@@ -131,6 +139,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"RoutePause", s.routePauseTests()},
 		{"AtMostOnce", append(s.atMostOnceTests(), s.atMostOnceQuietTests()...)},
 		{"Unreadable", s.unreadableTests()},
+		{"Scheduled", s.scheduledTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -53,7 +53,7 @@ type Driver struct {
 	q       queries
 
 	insertMu  sync.Mutex
-	insertSQL map[int]string
+	insertSQL map[insertShape]string
 
 	floors *floors // where each type's claim scan starts (floor.go)
 }
@@ -70,6 +70,7 @@ type queries struct {
 	inboxQueueStats, purgeInboxQueue                                     string
 	mark, claimInDoubt, settleInDoubt, resolve, resolutions              string
 	electionAcquire, electionRelease, electionHolder                     string
+	nextDue                                                              string
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -87,7 +88,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("mensageria/postgres: schema %q must be a lower-case SQL identifier (a-z, 0-9, _)", schema)
 	}
-	d := &Driver{pool: pool, schema: schema, channel: schema + "_outbox", insertSQL: map[int]string{}, floors: newFloors()}
+	d := &Driver{pool: pool, schema: schema, channel: schema + "_outbox", insertSQL: map[insertShape]string{}, floors: newFloors()}
 	load := func(name string) string {
 		b, err := files.ReadFile("queries/" + name + ".sql")
 		if err != nil {
@@ -139,6 +140,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		electionAcquire: load("election_acquire"),
 		electionRelease: load("election_release"),
 		electionHolder:  load("election_holder"),
+
+		nextDue: load("next_due"),
 	}
 	return d, nil
 }
@@ -163,9 +166,10 @@ func (d *Driver) Insert(ctx context.Context, p driver.InsertParams) error {
 		return nil
 	}
 	b := &pgx.Batch{}
+	scheduled := p.Scheduled()
 	for start := 0; start < len(p.Rows); start += insertChunk {
 		rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
-		b.Queue(d.insertStatement(len(rows)), insertArgs(rows, false)...)
+		b.Queue(d.insertStatement(len(rows), scheduled), insertArgs(rows, false, scheduled)...)
 	}
 	if p.Notify {
 		b.Queue("SELECT pg_notify($1, '')", d.channel)
@@ -190,9 +194,10 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 		d.QueueInsert(b, p)
 		return EnqueueError(tx.SendBatch(ctx, b).Close())
 	case *sql.Tx:
+		scheduled := p.Scheduled()
 		for start := 0; start < len(p.Rows); start += insertChunk {
 			rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
-			if _, err := tx.ExecContext(ctx, d.insertStatement(len(rows)), insertArgs(rows, true)...); err != nil {
+			if _, err := tx.ExecContext(ctx, d.insertStatement(len(rows), scheduled), insertArgs(rows, true, scheduled)...); err != nil {
 				return EnqueueError(err)
 			}
 		}
@@ -213,9 +218,10 @@ func (d *Driver) InsertTx(ctx context.Context, tx any, p driver.InsertParams) er
 // Prepare p with Client.PrepareEnqueue, and pass the error of sending the
 // batch through EnqueueError to get the typed refusals InsertTx returns.
 func (d *Driver) QueueInsert(b *pgx.Batch, p driver.InsertParams) {
+	scheduled := p.Scheduled()
 	for start := 0; start < len(p.Rows); start += insertChunk {
 		rows := p.Rows[start:min(start+insertChunk, len(p.Rows))]
-		b.Queue(d.insertStatement(len(rows)), insertArgs(rows, false)...)
+		b.Queue(d.insertStatement(len(rows), scheduled), insertArgs(rows, false, scheduled)...)
 	}
 	if p.Notify && len(p.Rows) > 0 {
 		b.Queue("SELECT pg_notify($1, '')", d.channel)
@@ -227,31 +233,57 @@ const insertChunk = 1000
 
 // insertStatement is a multi-row VALUES insert with scalar parameters only,
 // so that it runs unchanged through pgx and through any database/sql
-// PostgreSQL driver.
-func (d *Driver) insertStatement(n int) string {
+// PostgreSQL driver. A scheduled one also sets available_at, the later of
+// each row's NotBefore (NULL for none) and the insert's clock_timestamp()
+// (the column's default, migration 6): a NotBefore in the past never puts
+// a row below the claim's floor (ADR 0019), where it would wait for a
+// sweep. Rows without one keep the plain statement, which the enqueue
+// benchmarks measure.
+func (d *Driver) insertStatement(n int, scheduled bool) string {
 	d.insertMu.Lock()
 	defer d.insertMu.Unlock()
-	if s, ok := d.insertSQL[n]; ok {
+	key := insertShape{rows: n, scheduled: scheduled}
+	if s, ok := d.insertSQL[key]; ok {
 		return s
 	}
 	var b strings.Builder
-	b.WriteString("INSERT INTO " + d.table("outbox") + " (message_id, type, key, payload, headers) VALUES ")
+	b.WriteString("INSERT INTO " + d.table("outbox") + " (message_id, type, key, payload, headers")
+	cols := 5
+	if scheduled {
+		b.WriteString(", available_at")
+		cols = 6
+	}
+	b.WriteString(") VALUES ")
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k := i * 5
-		fmt.Fprintf(&b, "($%d::uuid,$%d,$%d,$%d::json,$%d::json)", k+1, k+2, k+3, k+4, k+5)
+		k := i * cols
+		fmt.Fprintf(&b, "($%d::uuid,$%d,$%d,$%d::json,$%d::json", k+1, k+2, k+3, k+4, k+5)
+		if scheduled {
+			fmt.Fprintf(&b, ",greatest($%d::timestamptz,clock_timestamp())", k+6)
+		}
+		b.WriteByte(')')
 	}
 	s := b.String()
 	if n <= 100 { // the common sizes; odd ones are not worth keeping
-		d.insertSQL[n] = s
+		d.insertSQL[key] = s
 	}
 	return s
 }
 
-func insertArgs(rows []driver.InsertRow, portable bool) []any {
-	args := make([]any, 0, len(rows)*5)
+// insertShape names one cached insert statement.
+type insertShape struct {
+	rows      int
+	scheduled bool
+}
+
+func insertArgs(rows []driver.InsertRow, portable, scheduled bool) []any {
+	cols := 5
+	if scheduled {
+		cols = 6
+	}
+	args := make([]any, 0, len(rows)*cols)
 	for _, r := range rows {
 		headers := r.Headers
 		if len(headers) == 0 {
@@ -261,6 +293,13 @@ func insertArgs(rows []driver.InsertRow, portable bool) []any {
 			args = append(args, uuidString(r.MessageID), r.Type, r.Key, string(r.Payload), string(headers))
 		} else {
 			args = append(args, r.MessageID, r.Type, r.Key, string(r.Payload), string(headers))
+		}
+		if scheduled {
+			var notBefore any // NULL: greatest() takes the insert's time
+			if !r.NotBefore.IsZero() {
+				notBefore = r.NotBefore
+			}
+			args = append(args, notBefore)
 		}
 	}
 	return args

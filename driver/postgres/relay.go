@@ -288,11 +288,29 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.TypeStats, error) {
 		var s driver.TypeStats
 		var age, doubtAge float64
-		err := r.Scan(&s.Type, &s.Owner, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age, &s.InDoubt, &doubtAge)
+		err := r.Scan(&s.Type, &s.Owner, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &age, &s.InDoubt, &doubtAge, &s.Scheduled)
 		s.OldestPending = ageOf(age)
 		s.OldestInDoubt = ageOf(doubtAge)
 		return s, err
 	})
+}
+
+var _ driver.DueReporter = (*Driver)(nil)
+
+// NextDue reports how long until the next row of types comes due. See
+// queries/next_due.sql.
+func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
+	if len(types) == 0 {
+		return 0, false, nil
+	}
+	var seconds *float64
+	if err := d.pool.QueryRow(ctx, d.q.nextDue, types).Scan(&seconds); err != nil {
+		return 0, false, fmt.Errorf("mensageria/postgres: next due: %w", err)
+	}
+	if seconds == nil {
+		return 0, false, nil
+	}
+	return ageOf(*seconds), true, nil // a wait converts as an age does
 }
 
 // ageOf is an age in seconds as a Duration: none for a time in the future,

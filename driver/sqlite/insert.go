@@ -240,6 +240,9 @@ func (d *Driver) insertRows(ctx context.Context, tx *sql.Tx, rows []driver.Inser
 		query := d.insertQuery(n)
 		var err error
 		st := d.inserts.get(n)
+		if (&driver.InsertParams{Rows: rows[:n]}).Scheduled() {
+			query, args, st = d.scheduledInsert(n), scheduledArgs(rows[:n], args), nil
+		}
 		if st != nil {
 			_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 			// A caller's transaction of another *sql.DB on the same file
@@ -257,4 +260,27 @@ func (d *Driver) insertRows(ctx context.Context, tx *sql.Tx, rows []driver.Inser
 		rows = rows[n:]
 	}
 	return nil
+}
+
+// scheduledInsert is the INSERT of rows that also sets available_at: the
+// later of each row's NotBefore (0 for none) and the database clock, so a
+// NotBefore in the past is due at once, as a row without one is. It is not
+// kept prepared: a scheduled enqueue is the rare one.
+func (d *Driver) scheduledInsert(n int) string {
+	return "INSERT INTO " + d.prefix + "outbox (message_id, type, key, payload, headers, available_at) VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, max(?, "+nowExpr+")), ", n), ", ")
+}
+
+// scheduledArgs adds each row's NotBefore, in unix microseconds, to the
+// five arguments per row of args.
+func scheduledArgs(rows []driver.InsertRow, args []any) []any {
+	out := make([]any, 0, len(rows)*6)
+	for i, r := range rows {
+		var notBefore int64
+		if !r.NotBefore.IsZero() {
+			notBefore = r.NotBefore.UnixMicro()
+		}
+		out = append(out, args[i*5:i*5+5]...)
+		out = append(out, notBefore)
+	}
+	return out
 }

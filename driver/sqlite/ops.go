@@ -12,10 +12,11 @@ import (
 )
 
 // Stats reports every type with pending or dead rows or deliveries in the
-// last hour. Pending counts rows waiting for a claim (due or not); InFlight
-// counts rows under a live lease; DeliveredLastHr comes from the per-minute
-// counts, so it includes rows deleted at settle. Owner is the type's app in
-// the catalog ("" for none, or unclaimed).
+// last hour. Pending counts rows waiting for a claim (due, or waiting for a
+// retry); Scheduled counts rows not due yet that were never attempted
+// (schedCond); InFlight counts rows under a live lease; DeliveredLastHr
+// comes from the per-minute counts, so it includes rows deleted at settle.
+// Owner is the type's app in the catalog ("" for none, or unclaimed).
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	now, err := d.now(ctx)
 	if err != nil {
@@ -30,7 +31,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	for rows.Next() {
 		var s driver.TypeStats
 		var oldest, oldestDoubt sql.NullInt64
-		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt); err != nil {
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled); err != nil {
 			return nil, wrap("stats", err)
 		}
 		s.OldestPending = ageOf(oldest, now)
@@ -43,6 +44,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 			prev.OldestPending = max(prev.OldestPending, s.OldestPending)
 			prev.InDoubt += s.InDoubt
 			prev.OldestInDoubt = max(prev.OldestInDoubt, s.OldestInDoubt)
+			prev.Scheduled += s.Scheduled
 			continue
 		}
 		byType[s.Type] = &s

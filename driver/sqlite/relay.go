@@ -251,3 +251,26 @@ func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
 	}
 	return res, nil
 }
+
+var _ driver.DueReporter = (*Driver)(nil)
+
+// NextDue reports how long until the earliest pending row of types that is
+// not due yet comes due, on the database clock (queries/next_due.sql).
+func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
+	types = dedupe(types)
+	if len(types) == 0 {
+		return 0, false, nil
+	}
+	now, err := d.now(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	var next sql.NullInt64
+	if err := d.db.QueryRowContext(ctx, d.q.nextDue, now, stringsJSON(types)).Scan(&next); err != nil {
+		return 0, false, wrap("next due", err)
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(next.Int64-now) * time.Microsecond, true, nil
+}

@@ -224,7 +224,7 @@ type queries struct {
 	claim, claimFence, claimInDoubt, mark                                      string
 	settleDelivered, settleDeliveredKept, settleRetry, settleDead              string
 	settleInDoubt, settleRelease, settleSort, deliveredCount                   string
-	unownedType, stats, statsOwners, deliveredMinutes                          string
+	unownedType, stats, statsOwners, deliveredMinutes, nextDue                 string
 	purgeOutbox, purgeCounts, purgeConsumers, purgeInbox, purgeInboxQueue      string
 	doubtRows, resolveDelivered, resolveKept, resolveRetry, resolveDead        string
 	resolveRecord, resolutions, resolutionsOf                                  string
@@ -245,9 +245,10 @@ type queries struct {
 //     the clock themselves: those other programs run too (docs/config.md)
 //     and those run outside a write transaction of the driver's;
 //   - {{doubt}}, the test of a row in doubt (doubtCond);
+//   - {{sched}}, the test of a scheduled row (schedCond);
 //   - {{jobcols}}, the columns an outbox row is read as (jobCols).
 func fragments(prefix string) *strings.Replacer {
-	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{jobcols}}", jobCols)
+	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{sched}}", schedCond, "{{jobcols}}", jobCols)
 }
 
 // loadQueries reads every statement, for tables prefixed with prefix.
@@ -276,6 +277,7 @@ func loadQueries(prefix string) queries {
 		unownedType:         load("unowned_type"),
 		stats:               load("stats"),
 		statsOwners:         load("stats_owners"),
+		nextDue:             load("next_due"),
 		deliveredMinutes:    load("delivered_minutes"),
 
 		purgeOutbox:     load("purge_outbox"),
@@ -344,6 +346,13 @@ const jobCols = "id, message_id, type, key, payload, headers, CASE WHEN " + doub
 // doubtCond is true of a row in doubt: pending, marked by an at-most-once
 // attempt (queries/mark.sql), not under a live lease (?1 is now).
 const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?1))"
+
+// schedCond is true of a scheduled row: pending, not due yet (?1 is now),
+// never attempted and no error recorded (a retry's backoff records one).
+// A claim counts an attempt, so a leased row, whose available_at a claim
+// sets to its lease's end, is never one. Never NULL, so that NOT of it is
+// true of every other row, whatever a plain INSERT stored.
+const schedCond = "coalesce(state = 'pending' AND attempted_at IS NULL AND typeof(available_at) = 'integer' AND available_at > ?1 AND attempts = 0 AND last_error IS NULL, 0)"
 
 // gates holds one write gate per database file in this process.
 var gates sync.Map // absolute file name -> chan struct{}

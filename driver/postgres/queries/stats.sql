@@ -7,14 +7,24 @@
 -- (SQLSTATE 22008), and one such row, stored before migration 012 refused
 -- it, made stats and every status and /metrics scrape fail. The relay
 -- parks such a row dead ("unreadable row: created_at is infinity").
+-- A scheduled row (not due yet, never attempted, no error recorded: a
+-- NotBefore in the future) counts in scheduled only, and is not the oldest
+-- pending: it is not late. A row waiting for a retry's backoff has its
+-- error recorded and stays pending.
 WITH p AS (
     SELECT type,
-           count(*) FILTER (WHERE attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= now())) AS pending,
+           count(*) FILTER (WHERE attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= now()) AND NOT sched) AS pending,
            count(*) FILTER (WHERE lease_until > now()) AS in_flight,
            count(*) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now())) AS in_doubt,
-           min(created_at) FILTER (WHERE (attempted_at IS NULL OR lease_until > now()) AND isfinite(created_at)) AS oldest,
-           min(attempted_at) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now()) AND isfinite(attempted_at)) AS oldest_doubt
-    FROM {{schema}}.outbox WHERE state = 'pending' GROUP BY type
+           min(created_at) FILTER (WHERE (attempted_at IS NULL OR lease_until > now()) AND NOT sched AND isfinite(created_at)) AS oldest,
+           min(attempted_at) FILTER (WHERE attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= now()) AND isfinite(attempted_at)) AS oldest_doubt,
+           count(*) FILTER (WHERE sched) AS scheduled
+    FROM (
+        SELECT type, created_at, attempted_at, lease_until,
+               coalesce(available_at > now() AND attempts = 0 AND last_error IS NULL AND attempted_at IS NULL
+                        AND (lease_until IS NULL OR lease_until <= now()), false) AS sched
+        FROM {{schema}}.outbox WHERE state = 'pending'
+    ) r GROUP BY type
 ), d AS (
     SELECT type, count(*) AS dead FROM {{schema}}.outbox WHERE state = 'dead' GROUP BY type
 ), l AS (
@@ -30,9 +40,10 @@ WITH p AS (
            coalesce(d.dead, 0) AS dead, coalesce(l.delivered, 0) AS delivered,
            coalesce(extract(epoch FROM now() - p.oldest), 0)::float8 AS oldest,
            coalesce(p.in_doubt, 0) AS in_doubt,
-           coalesce(extract(epoch FROM now() - p.oldest_doubt), 0)::float8 AS oldest_doubt
+           coalesce(extract(epoch FROM now() - p.oldest_doubt), 0)::float8 AS oldest_doubt,
+           coalesce(p.scheduled, 0) AS scheduled
     FROM p FULL JOIN d ON d.type = p.type FULL JOIN l ON l.type = coalesce(p.type, d.type)
 )
-SELECT s.type, coalesce(w.app, ''), s.pending, s.in_flight, s.dead, s.delivered, s.oldest, s.in_doubt, s.oldest_doubt
+SELECT s.type, coalesce(w.app, ''), s.pending, s.in_flight, s.dead, s.delivered, s.oldest, s.in_doubt, s.oldest_doubt, s.scheduled
 FROM s LEFT JOIN {{schema}}.owners w ON w.kind = 'type' AND w.name = s.type
 ORDER BY 1;

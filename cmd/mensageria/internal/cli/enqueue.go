@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -67,21 +68,30 @@ route, no owner or another owner fails at once with exit code 2 and
 writes nothing, because no relay of this app would ever deliver it.
 enqueue never records ownership itself.
 
+--not-before schedules the message: the relay delivers it no earlier than
+that instant (an RFC 3339 time, compared with the database's clock), and
+promptly after it; a time already past is now.
+
 Apps in other languages enqueue with a plain INSERT instead; the database
 refuses a type that no app owns:
-  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');`
+  INSERT INTO <schema>.outbox (type, key, payload) VALUES ('t', 'k', '{}');
+and schedule one by setting available_at (PostgreSQL: a timestamptz; SQLite:
+unix microseconds), never earlier than the database's now:
+  INSERT INTO <schema>.outbox (type, key, payload, available_at)
+  VALUES ('t', 'k', '{}', greatest('2026-12-24T18:00:00Z', clock_timestamp()));`
 
 // enqueueOptions are the enqueue command's flags.
 type enqueueOptions struct {
 	typ, key, payload string
 	headers           []string
+	notBefore         string
 	asJSON            bool
 }
 
 func (a *app) enqueueCommand() *cobra.Command {
 	var opt enqueueOptions
 	cmd := &cobra.Command{
-		Use:   "enqueue --type T --key K [--payload JSON|@file|@-]",
+		Use:   "enqueue --type T --key K [--payload JSON|@file|@-] [--not-before RFC3339]",
 		Short: "Enqueue one message (for operators and tests)",
 		Long:  enqueueLong,
 		Args:  noArgs,
@@ -94,8 +104,22 @@ func (a *app) enqueueCommand() *cobra.Command {
 	f.StringVarP(&opt.key, "key", "k", "", "natural key (receivers dedupe on it)")
 	f.StringVarP(&opt.payload, "payload", "p", "", "JSON document, @file, or @- for standard input (default {})")
 	f.StringArrayVarP(&opt.headers, "header", "H", nil, "header NAME=VALUE (repeatable)")
+	f.StringVar(&opt.notBefore, "not-before", "", "deliver no earlier than this RFC 3339 time (2026-12-24T18:00:00Z); default now")
 	f.BoolVar(&opt.asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// parseNotBefore reads --not-before: empty is now, anything else an RFC
+// 3339 time with its offset, so that no one's local zone is guessed.
+func parseNotBefore(arg string) (time.Time, error) {
+	if arg == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, arg)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--not-before %q is not an RFC 3339 time with an offset, such as 2026-12-24T18:00:00Z or 2026-12-24T15:00:00-03:00; nothing was enqueued", arg)
+	}
+	return t, nil
 }
 
 // runEnqueue enqueues the one message the flags describe, on the config's app.
@@ -115,7 +139,11 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	if err != nil {
 		return &exitError{code: ExitUsage, err: err}
 	}
-	msg := mensageria.Message{Type: opt.typ, Key: opt.key, Payload: body}
+	notBefore, err := parseNotBefore(opt.notBefore)
+	if err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	msg := mensageria.Message{Type: opt.typ, Key: opt.key, Payload: body, NotBefore: notBefore}
 	for _, h := range opt.headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok || k == "" {
@@ -164,9 +192,15 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	if err := b.drv.Insert(ctx, p); err != nil {
 		return err
 	}
-	if opt.asJSON {
-		return json.NewEncoder(a.io.Out).Encode(map[string]string{"id": ids[0].String(), "type": opt.typ, "key": opt.key})
+	out := map[string]string{"id": ids[0].String(), "type": opt.typ, "key": opt.key}
+	due := ""
+	if !notBefore.IsZero() {
+		out["not_before"] = notBefore.UTC().Format(time.RFC3339Nano)
+		due = ", not before " + out["not_before"]
 	}
-	fmt.Fprintf(a.io.Out, "enqueued %s (type %s, key %s)\n", ids[0], opt.typ, opt.key)
+	if opt.asJSON {
+		return json.NewEncoder(a.io.Out).Encode(out)
+	}
+	fmt.Fprintf(a.io.Out, "enqueued %s (type %s, key %s%s)\n", ids[0], opt.typ, opt.key, due)
 	return nil
 }

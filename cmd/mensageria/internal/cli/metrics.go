@@ -140,6 +140,7 @@ func (m *metrics) OnElection(ev mensageria.ElectionEvent) {
 var (
 	typeLabels    = []string{"app", "type", "owner"}
 	descPending   = prometheus.NewDesc("mensageria_outbox_pending", "Pending messages (in flight included) by type.", typeLabels, nil)
+	descScheduled = prometheus.NewDesc("mensageria_outbox_scheduled", "Messages not due yet (a NotBefore in the future) and never attempted, by type; not counted pending.", typeLabels, nil)
 	descInFlight  = prometheus.NewDesc("mensageria_outbox_in_flight", "Messages leased to a relay right now, by type.", typeLabels, nil)
 	descDead      = prometheus.NewDesc("mensageria_outbox_dead", "Dead letters waiting for an operator, by type.", typeLabels, nil)
 	descDelivered = prometheus.NewDesc("mensageria_outbox_delivered_last_hour", "Messages delivered in the last hour, by type.", typeLabels, nil)
@@ -158,7 +159,7 @@ type outboxCollector struct {
 }
 
 func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descInFlight, descDead, descDelivered, descOldest, descInDoubt, descDoubtAge, descHolder, descUp} {
+	for _, d := range []*prometheus.Desc{descPending, descScheduled, descInFlight, descDead, descDelivered, descOldest, descInDoubt, descDoubtAge, descHolder, descUp} {
 		ch <- d
 	}
 }
@@ -176,6 +177,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range stats {
 		l := []string{c.app, s.Type, s.Owner}
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), l...)
+		ch <- prometheus.MustNewConstMetric(descScheduled, prometheus.GaugeValue, float64(s.Scheduled), l...)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), l...)
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), l...)
 		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHr), l...)

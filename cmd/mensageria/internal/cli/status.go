@@ -20,10 +20,13 @@ import (
 
 // StatusType is one type's line of `status --json`.
 type StatusType struct {
-	Type             string  `json:"type"`
-	Routed           bool    `json:"routed"` // by this config's app
-	Owner            string  `json:"owner"`  // the owning app in the catalog; "" for none
-	Pending          int64   `json:"pending"`
+	Type    string `json:"type"`
+	Routed  bool   `json:"routed"` // by this config's app
+	Owner   string `json:"owner"`  // the owning app in the catalog; "" for none
+	Pending int64  `json:"pending"`
+	// Scheduled counts messages not due yet (a NotBefore in the future)
+	// and never attempted; Pending and OldestPendingSec leave them out.
+	Scheduled        int64   `json:"scheduled"`
 	InFlight         int64   `json:"in_flight"`
 	Dead             int64   `json:"dead"`
 	DeliveredLastHr  int64   `json:"delivered_last_hour"`
@@ -108,7 +111,7 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		_, routed := c.Route(s.Type)
 		seen[s.Type] = true
 		st.Types = append(st.Types, StatusType{
-			Type: s.Type, Routed: routed, Owner: s.Owner, Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead,
+			Type: s.Type, Routed: routed, Owner: s.Owner, Pending: s.Pending, Scheduled: s.Scheduled, InFlight: s.InFlight, Dead: s.Dead,
 			DeliveredLastHr: s.DeliveredLastHr, OldestPendingSec: s.OldestPending.Seconds(),
 			InDoubt: s.InDoubt, OldestInDoubtSec: s.OldestInDoubt.Seconds(),
 		})
@@ -257,14 +260,14 @@ func writeStatus(out io.Writer, st *Status) {
 		writeElection(w, &st.Election)
 	}
 	tw, rows := newTable(out, tabwriter.AlignRight)
-	fmt.Fprintln(rows, "TYPE\tOWNER\tPENDING\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
+	fmt.Fprintln(rows, "TYPE\tOWNER\tPENDING\tSCHEDULED\tIN FLIGHT\tDEAD\tDELIVERED 1H\tOLDEST PENDING\t")
 	var unowned []string
 	for _, t := range st.Types {
 		owner := t.Owner
 		switch {
 		case owner == "":
 			owner = "-"
-			if t.Pending > 0 {
+			if t.Pending+t.Scheduled > 0 {
 				unowned = append(unowned, t.Type)
 			}
 		case owner != st.App && t.Routed:
@@ -274,7 +277,7 @@ func writeStatus(out io.Writer, st *Status) {
 		if t.Pending > 0 {
 			oldest = (time.Duration(t.OldestPendingSec * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(rows, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
+		fmt.Fprintf(rows, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", t.Type, owner, t.Pending, t.Scheduled, t.InFlight, t.Dead, t.DeliveredLastHr, oldest)
 	}
 	_ = tw.Flush()
 	for _, t := range st.Types {

@@ -272,9 +272,12 @@ type AppView struct {
 
 // TypeView is one message type's line.
 type TypeView struct {
-	Type             string  `json:"type"`
-	Owner            string  `json:"owner"`
-	Pending          int64   `json:"pending"`
+	Type    string `json:"type"`
+	Owner   string `json:"owner"`
+	Pending int64  `json:"pending"`
+	// Scheduled counts messages not due yet (a NotBefore in the future)
+	// and never attempted; Pending and OldestPendingSec leave them out.
+	Scheduled        int64   `json:"scheduled"`
 	InFlight         int64   `json:"in_flight"`
 	Dead             int64   `json:"dead"`
 	DeliveredLastHr  int64   `json:"delivered_last_hour"`
@@ -402,7 +405,7 @@ func newTypeViews(stats []driver.TypeStats, catalog []driver.Ownership, routes [
 	tv := &typeViews{byType: map[string]*TypeView{}, apps: map[string]bool{}}
 	for _, s := range stats {
 		v := tv.add(s.Type)
-		v.Pending, v.InFlight, v.Dead, v.DeliveredLastHr = s.Pending, s.InFlight, s.Dead, s.DeliveredLastHr
+		v.Pending, v.Scheduled, v.InFlight, v.Dead, v.DeliveredLastHr = s.Pending, s.Scheduled, s.InFlight, s.Dead, s.DeliveredLastHr
 		v.OldestPendingSec = s.OldestPending.Seconds()
 		v.InDoubt, v.OldestInDoubtSec = s.InDoubt, s.OldestInDoubt.Seconds()
 	}

@@ -173,6 +173,7 @@ function renderTypes(types) {
     tr.append(el("td", { class: "type" }, t.type),
       el("td", { class: t.owner ? "owner" : "owner warn" }, t.owner || "no owner"),
       el("td", { class: "n pending" }, String(t.pending)),
+      el("td", { class: "n scheduled" }, String(t.scheduled)),
       el("td", { class: "n in-flight" }, String(t.in_flight)),
       dead,
       doubt,
