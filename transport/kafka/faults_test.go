@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/transport/transporttest"
 )
 
 // Beyond the suite's table (TestConformance, Classify): a broker's
@@ -37,44 +38,6 @@ func TestBrokerErrorNamesTopicAndPartition(t *testing.T) {
 	if isFenced(kerr.TransactionalIDAuthorizationFailed) {
 		t.Error("an authorization failure on the transactional id is taken for a fence")
 	}
-}
-
-// logRecords is a slog handler that keeps every record, for counting the
-// lines a test expects.
-type logRecords struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecords) WithGroup(string) slog.Handler      { return h }
-
-// lines returns the records at level or above whose message contains
-// part, each as "message attr=value ...".
-func (h *logRecords) lines(level slog.Level, part string) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.recs {
-		if r.Level < level || !strings.Contains(r.Message, part) {
-			continue
-		}
-		var b strings.Builder
-		b.WriteString(r.Message)
-		r.Attrs(func(a slog.Attr) bool {
-			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-			return true
-		})
-		out = append(out, b.String())
-	}
-	return out
 }
 
 // outcomes counts a relay's delivery events, and keeps the errors of the
@@ -140,8 +103,8 @@ func (o *outcomes) assertRoute(t *testing.T) {
 type faultRelay struct {
 	store  *pgStore
 	client *mensageria.Client
-	log    *logRecords // the sender's
-	relay  *logRecords // the relay's
+	log    *transporttest.LogRecords // the sender's
+	relay  *transporttest.LogRecords // the relay's
 	out    *outcomes
 	ids    []string
 }
@@ -175,7 +138,7 @@ func testSender(t *testing.T, mode string, brokers []string, topic string, log *
 
 func newFaultRelay(t *testing.T, mode string, brokers []string, lease time.Duration, n int) *faultRelay {
 	t.Helper()
-	r := &faultRelay{store: newPGStore(t), log: &logRecords{}, relay: &logRecords{}, out: newOutcomes()}
+	r := &faultRelay{store: newPGStore(t), log: &transporttest.LogRecords{}, relay: &transporttest.LogRecords{}, out: newOutcomes()}
 	s := testSender(t, mode, brokers, "orders", slog.New(r.log))
 	cl, err := mensageria.New(r.store.drv, &mensageria.Config{
 		App: "shop", Registry: mensageria.NewRegistry().MustRegister("order", s),
@@ -244,7 +207,7 @@ func (r *faultRelay) assertAllDelivered(t *testing.T, brokers []string) {
 			t.Fatalf("%d dead letters of %s", s.Dead, s.Type)
 		}
 	}
-	if dead := r.relay.lines(slog.LevelWarn, "dead"); len(dead) > 0 {
+	if dead := r.relay.Lines(slog.LevelWarn, "dead"); len(dead) > 0 {
 		t.Fatalf("the relay parked messages: %q", dead)
 	}
 	got := countByID(consumeAll(t, brokers, "orders", true))
@@ -330,10 +293,10 @@ func TestBrokerOutageMidBacklogFencesNothing(t *testing.T) {
 		down.Store(false)
 		r.assertAllDelivered(t, c.ListenAddrs())
 		r.out.assertRoute(t)
-		if lines := r.relay.lines(slog.LevelWarn, "another relay"); len(lines) > 0 {
+		if lines := r.relay.Lines(slog.LevelWarn, "another relay"); len(lines) > 0 {
 			t.Fatalf("the relay reported rows owned by another relay: %q", lines)
 		}
-		if fenced := r.log.lines(slog.LevelWarn, "fenced"); len(fenced) > 0 {
+		if fenced := r.log.Lines(slog.LevelWarn, "fenced"); len(fenced) > 0 {
 			t.Fatalf("the sender took the outage for a fence: %q", fenced)
 		}
 		if mode == "transactional" {

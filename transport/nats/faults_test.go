@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/transport/transporttest"
 )
 
 // Beyond the suite's table (TestConformance, Classify): the errors name
@@ -29,44 +29,6 @@ func TestPublishErrorNamesTheDestination(t *testing.T) {
 	if got := classify("ORDERS", "orders.x", jetstream.ErrStreamNotFound).Error(); !strings.Contains(got, `stream "ORDERS"`) {
 		t.Errorf("a missing stream: %q does not name it", got)
 	}
-}
-
-// logRecords is a slog handler that keeps every record, for counting the
-// lines a test expects.
-type logRecords struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecords) WithGroup(string) slog.Handler      { return h }
-
-// lines returns the records at level or above whose message contains
-// part, each as "message attr=value ...".
-func (h *logRecords) lines(level slog.Level, part string) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.recs {
-		if r.Level < level || !strings.Contains(r.Message, part) {
-			continue
-		}
-		var b strings.Builder
-		b.WriteString(r.Message)
-		r.Attrs(func(a slog.Attr) bool {
-			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-			return true
-		})
-		out = append(out, b.String())
-	}
-	return out
 }
 
 // A configured stream that does not exist fails NewSender (the suite's
@@ -96,7 +58,7 @@ func TestFullStreamIsTheRoutesFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
-	log := &logRecords{}
+	log := &transporttest.LogRecords{}
 	s, err := NewSender(testCtx(t), SenderConfig{Conn: nc, Subject: "mt." + name, Stream: name, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +79,7 @@ func TestFullStreamIsTheRoutesFailure(t *testing.T) {
 	}
 	// The outage is the relay's route breaker's to log, once when the
 	// route pauses; the sender adds no line per message.
-	if warns := log.lines(slog.LevelWarn, ""); len(warns) != 0 {
+	if warns := log.Lines(slog.LevelWarn, ""); len(warns) != 0 {
 		t.Fatalf("the sender logged %q", warns)
 	}
 }

@@ -19,44 +19,6 @@ import (
 // msgType is the one type the suite's relay delivers.
 const msgType = "order"
 
-// logRecords is a slog handler that keeps every record, for counting the
-// lines a test expects.
-type logRecords struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecords) WithGroup(string) slog.Handler      { return h }
-
-// lines returns the records at level or above whose message contains
-// part, each as "message attr=value ...".
-func (h *logRecords) lines(level slog.Level, part string) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.recs {
-		if r.Level < level || !strings.Contains(r.Message, part) {
-			continue
-		}
-		var b strings.Builder
-		b.WriteString(r.Message)
-		r.Attrs(func(a slog.Attr) bool {
-			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-			return true
-		})
-		out = append(out, b.String())
-	}
-	return out
-}
-
 // outcomes counts a relay's delivery events and keeps the failed ones:
 // postponed (the route's failure, its attempt not counted) and retried
 // (counted).
@@ -108,8 +70,8 @@ func (o *outcomes) failures() []mensageria.DeliveryEvent {
 type relay struct {
 	drv    driver.Driver
 	client *mensageria.Client
-	sender *logRecords // the Sender's log
-	log    *logRecords // the relay's
+	sender *LogRecords // the Sender's log
+	log    *LogRecords // the relay's
 	out    *outcomes
 	ids    []string
 	sent   int // messages enqueued, numbering the payloads
@@ -125,7 +87,7 @@ type relayConfig struct {
 
 // newRelay builds a relay for sender, whose log is senderLog. It is not
 // started.
-func newRelay(t *testing.T, sender mensageria.Sender, senderLog *logRecords, rc relayConfig) *relay {
+func newRelay(t *testing.T, sender mensageria.Sender, senderLog *LogRecords, rc relayConfig) *relay {
 	t.Helper()
 	pool := testdb.Pool(t)
 	drv, err := postgres.New(pool, &postgres.Config{Schema: testdb.Schema(t)})
@@ -135,7 +97,7 @@ func newRelay(t *testing.T, sender mensageria.Sender, senderLog *logRecords, rc 
 	if _, err := drv.Migrate(ctxOf(t), driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{drv: drv, sender: senderLog, log: &logRecords{}, out: newOutcomes()}
+	r := &relay{drv: drv, sender: senderLog, log: &LogRecords{}, out: newOutcomes()}
 	var opts []mensageria.RouteOption
 	if rc.ordered {
 		opts = append(opts, mensageria.Ordered())
@@ -158,7 +120,7 @@ func newRelay(t *testing.T, sender mensageria.Sender, senderLog *logRecords, rc 
 // for it.
 func senderUnder(t *testing.T, newSender func(*testing.T, *slog.Logger) mensageria.Sender, rc relayConfig) (mensageria.Sender, *relay) {
 	t.Helper()
-	log := &logRecords{}
+	log := &LogRecords{}
 	s := newSender(t, slog.New(log))
 	return s, newRelay(t, s, log, rc)
 }
@@ -255,7 +217,7 @@ func (r *relay) assertNoneDead(t *testing.T) {
 	if s := r.stats(t); s.Dead > 0 {
 		t.Fatalf("%d dead letters", s.Dead)
 	}
-	if dead := r.log.lines(slog.LevelWarn, "dead"); len(dead) > 0 {
+	if dead := r.log.Lines(slog.LevelWarn, "dead"); len(dead) > 0 {
 		t.Fatalf("the relay parked messages: %q", dead)
 	}
 }
@@ -293,7 +255,7 @@ func (r *relay) assertRouteFailures(t *testing.T) {
 // saying it.
 func (r *relay) assertOneOutage(t *testing.T, startWarning string, want ...string) {
 	t.Helper()
-	down := r.log.lines(slog.LevelWarn, "route paused:")
+	down := r.log.Lines(slog.LevelWarn, "route paused:")
 	if len(down) != 1 {
 		t.Fatalf("the outage's start logged %d times, want once: %q", len(down), down)
 	}
@@ -302,15 +264,15 @@ func (r *relay) assertOneOutage(t *testing.T, startWarning string, want ...strin
 			t.Fatalf("the outage's line does not say %q: %s", w, down[0])
 		}
 	}
-	if up := r.log.lines(slog.LevelInfo, "route resumed"); len(up) != 1 {
+	if up := r.log.Lines(slog.LevelInfo, "route resumed"); len(up) != 1 {
 		t.Fatalf("the outage's end logged %d times, want once: %q", len(up), up)
 	}
 	for _, bad := range []string{"lease expired", "another relay", "dead"} {
-		if lines := r.log.lines(slog.LevelWarn, bad); len(lines) > 0 {
+		if lines := r.log.Lines(slog.LevelWarn, bad); len(lines) > 0 {
 			t.Fatalf("the relay logged %q: %q", bad, lines)
 		}
 	}
-	warns := r.sender.lines(slog.LevelWarn, "")
+	warns := r.sender.Lines(slog.LevelWarn, "")
 	want1 := 0
 	if startWarning != "" {
 		want1 = 1

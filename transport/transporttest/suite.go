@@ -330,7 +330,7 @@ func testPoison(t *testing.T, h *Harness) {
 	if n := r.out.count(mensageria.OutcomeDead); n != 1 {
 		t.Fatalf("%d deliveries dead, want the poison's", n)
 	}
-	if paused := r.log.lines(slog.LevelWarn, "route paused"); len(paused) > 0 {
+	if paused := r.log.Lines(slog.LevelWarn, "route paused"); len(paused) > 0 {
 		t.Fatalf("one refused message paused the route: %q", paused)
 	}
 	good := append(slices.Clone(r.ids[:at]), r.ids[at+1:]...)
@@ -348,7 +348,7 @@ func testBatch(t *testing.T, h *Harness) {
 	if h.Poison == nil {
 		t.Skip("the harness has no message its destination refuses")
 	}
-	log := &logRecords{}
+	log := &LogRecords{}
 	s, ok := h.NewSender(t, slog.New(log)).(mensageria.BatchSender)
 	if !ok {
 		t.Skip("the Sender is not a BatchSender")
