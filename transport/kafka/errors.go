@@ -190,7 +190,7 @@ func (e *NoAckError) Unwrap() []error {
 }
 
 // classify sorts the answer for one record of topic (the table in
-// docs/config.md, "Broker errors", which TestBrokerErrorClassification
+// docs/config.md, "Broker errors", which transporttest.Run (TestConformance)
 // checks row by row). A record no retry can fix is Permanent: the
 // relay parks it. A failure of the destination (the topic missing, no
 // authorization, no leader, the brokers unreachable or too slow) is
