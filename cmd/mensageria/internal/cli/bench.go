@@ -56,6 +56,8 @@ type benchOptions struct {
 	private       bool
 	stressRelay   bool
 	stressOutbox  []string
+	peer          string
+	riverTuning   string
 }
 
 const benchLong = `bench runs the scenarios behind docs/benchmarks.md against the config's
@@ -146,6 +148,21 @@ root) and runs every PostgreSQL scenario there instead of the config's
 database, which is then not needed. The stress result's notes name the
 server's settings and say when autovacuum is off.
 
+--peer river runs steady, tax and drain (those of them --scenario names)
+for mensageria and then for River (github.com/riverqueue/river, in a
+schema of its own migrated by rivermigrate) on the same server in this
+process, with one harness: the same business transaction, producers and
+clock, pickup latency from commit to the handler's start. River runs at
+its defaults and with its documented fetch tuning (FetchCooldown 5ms,
+FetchPollInterval 50ms) as peers river and river-tuned (--river-tuning).
+It prints one table: every system's figures and mensageria's ratio to
+each peer (m÷<peer>), with which way is better. steady runs --duration
+with --producers, tax --rounds alternating rounds of --tax-run (tax-ratio:
+transactions a second with one message over without), drain a backlog of
+--messages; rss-mb is the process's peak resident set during the system's
+run, alloc-kb/msg what the run allocated per message. Other scenarios run
+for mensageria alone.
+
 --json prints one JSON object per scenario.`
 
 func (a *app) benchCommand() *cobra.Command {
@@ -195,6 +212,8 @@ func benchFlags(cmd *cobra.Command, o *benchOptions) {
 	f.BoolVar(&o.private, "private-server", false, "run the PostgreSQL scenarios on a private server with production defaults, started and removed by bench")
 	f.BoolVar(&o.stressRelay, "stress-relay", false, "internal: run as the stress scenario's relay process")
 	_ = f.MarkHidden("stress-relay")
+	f.StringVar(&o.peer, "peer", "", "run steady, tax and drain for mensageria and for this peer (river), one table of ratios")
+	f.StringVar(&o.riverTuning, "river-tuning", "both", "--peer river: River at its defaults (default), with its fetch tuning (tuned), or both")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
 }
@@ -247,6 +266,9 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 	case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
 		return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
 	}
+	if _, err := o.peers(); err != nil {
+		return err
+	}
 	if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
 		return usageErr("--stress-outbox-set: %v", err)
 	}
@@ -264,6 +286,26 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 		return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
 	}
 	return a.runBench(cmd.Context(), c, o)
+}
+
+// peers are the peer variants --peer and --river-tuning ask for (none
+// without --peer).
+func (o benchOptions) peers() ([]string, error) {
+	if o.peer == "" {
+		return nil, nil
+	}
+	if o.peer != "river" {
+		return nil, usageErr("--peer %q: the peer is river", o.peer)
+	}
+	switch o.riverTuning {
+	case "both":
+		return []string{bench.PeerRiver, bench.PeerRiverTuned}, nil
+	case "default":
+		return []string{bench.PeerRiver}, nil
+	case "tuned":
+		return []string{bench.PeerRiverTuned}, nil
+	}
+	return nil, usageErr("--river-tuning %q: use both, default or tuned", o.riverTuning)
 }
 
 // onlyPrivate reports whether every scenario asked for brings its own
@@ -329,9 +371,20 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benchOptions) error {
 	var err error
 	failed := 0
+	peers, _ := o.peers() // checked by runBenchCommand
+	peerRan := false
 	for _, s := range benchScenarios {
 		if !slices.Contains(o.scenarios, s) {
 			continue
+		}
+		if peers != nil && slices.Contains(bench.PeerScenarios, s) {
+			// One comparison runs every peer scenario asked for, at the
+			// first of them.
+			if peerRan {
+				continue
+			}
+			peerRan = true
+			s = "peer"
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -341,6 +394,9 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		}
 		var r bench.Result
 		switch s {
+		case "peer":
+			r, err = bench.PeerCompare(ctx, env, bench.PeerConfig{Peers: peers, Producers: o.producers, SteadyFor: o.duration,
+				TaxRun: o.taxRun, TaxRounds: o.rounds, Messages: o.messages, Scenarios: peerScenarios(o.scenarios)})
 		case "drain":
 			r, err = bench.Drain(ctx, env, o.messages)
 		case "steady":
@@ -391,6 +447,18 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		return silentExit(ExitFailure)
 	}
 	return nil
+}
+
+// peerScenarios are the scenarios of the peer comparison among those
+// asked for.
+func peerScenarios(asked []string) []string {
+	var out []string
+	for _, s := range bench.PeerScenarios {
+		if slices.Contains(asked, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // daemonRelay runs the relay command itself, in process, from a config
@@ -585,6 +653,10 @@ func writeBenchResult(a *app, r bench.Result) {
 		width = max(width, len(k))
 	}
 	fmt.Fprintf(a.io.Out, "%s\n", r.Scenario)
+	if r.Scenario == "peer" {
+		// The table in the notes is the result; --json has every figure.
+		names = nil
+	}
 	for _, k := range names {
 		fmt.Fprintf(a.io.Out, "  %-*s %12.2f\n", width, k, r.Metrics[k])
 	}
