@@ -183,9 +183,24 @@ func PeerCompare(ctx context.Context, e Env, cfg PeerConfig) (Result, error) {
 		}
 	}
 	setPeerRatios(&r, cfg)
-	r.Notes = strings.TrimSpace(PeerTable(r) + "\n" + notes + fmt.Sprintf("\nproducers %d, steady %s, tax %d rounds of %s, drain %d messages; %d CPUs",
-		cfg.Producers, cfg.SteadyFor, cfg.TaxRounds, cfg.TaxRun, cfg.Messages, runtime.NumCPU()))
+	r.Notes = strings.TrimSpace(PeerTable(r) + "\n" + notes + "\n" + cfg.sizes())
 	return r, nil
+}
+
+// sizes says how long and how large the scenarios that ran were.
+func (c PeerConfig) sizes() string {
+	var parts []string
+	for _, s := range c.Scenarios {
+		switch s {
+		case "steady":
+			parts = append(parts, fmt.Sprintf("steady %s of %d producers", c.SteadyFor, c.Producers))
+		case "tax":
+			parts = append(parts, fmt.Sprintf("tax %d rounds of %s, %d producers", c.TaxRounds, c.TaxRun, c.Producers))
+		case "drain":
+			parts = append(parts, fmt.Sprintf("drain of %d messages", c.Messages))
+		}
+	}
+	return strings.Join(parts, "; ") + fmt.Sprintf("; %d CPUs", runtime.NumCPU())
 }
 
 // peerSchema names peer's schema next to the bench's: River refuses a

@@ -386,6 +386,9 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 			peerRan = true
 			s = "peer"
 		}
+		if peers != nil && s == "stress" && !o.asJSON {
+			fmt.Fprintln(a.io.Err, "bench: stress runs for mensageria alone: the peer comparison covers steady, tax and drain")
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
