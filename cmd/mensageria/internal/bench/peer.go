@@ -182,7 +182,7 @@ func PeerCompare(ctx context.Context, e Env, cfg PeerConfig) (Result, error) {
 			}
 		}
 	}
-	setPeerRatios(&r, cfg)
+	setPeerRatios(&r, peerFigures, cfg.Peers)
 	r.Notes = strings.TrimSpace(PeerTable(r) + "\n" + notes + "\n" + cfg.sizes())
 	return r, nil
 }
@@ -216,10 +216,7 @@ func peerSchema(schema, peer string) string {
 
 // peerFigures are the figures the table shows per scenario, in order, and
 // whether higher is better.
-var peerFigures = []struct {
-	scenario, figure string
-	higher           bool
-}{
+var peerFigures = []peerFigure{
 	{"steady", "enqueue/s", true},
 	{"steady", "delivered/s", true},
 	{"steady", "pickup-p50-ms", false},
@@ -236,15 +233,22 @@ var peerFigures = []struct {
 	{"drain", "table-mb", false},
 }
 
+// peerFigure is one line of a peer table: a figure of a scenario (or of
+// a stress phase), and whether higher is better.
+type peerFigure struct {
+	scenario, figure string
+	higher           bool
+}
+
 // setPeerRatios sets mensageria's ratio to each peer for every figure
 // both have.
-func setPeerRatios(r *Result, cfg PeerConfig) {
-	for _, f := range peerFigures {
+func setPeerRatios(r *Result, figures []peerFigure, peers []string) {
+	for _, f := range figures {
 		m, ok := r.Metrics[f.scenario+"/mensageria/"+f.figure]
 		if !ok {
 			continue
 		}
-		for _, p := range cfg.Peers {
+		for _, p := range peers {
 			if v, ok := r.Metrics[f.scenario+"/"+p+"/"+f.figure]; ok && v != 0 {
 				r.Set(f.scenario+"/mensageria÷"+p+"/"+f.figure, m/v)
 			}
@@ -254,7 +258,9 @@ func setPeerRatios(r *Result, cfg PeerConfig) {
 
 // PeerTable lays out a PeerCompare result: one line per figure, every
 // system's value and mensageria's ratio to each peer.
-func PeerTable(r Result) string {
+func PeerTable(r Result) string { return peerTable(r, peerFigures) }
+
+func peerTable(r Result, figures []peerFigure) string {
 	var peers []string
 	for _, p := range Peers {
 		for k := range r.Metrics {
@@ -265,14 +271,18 @@ func PeerTable(r Result) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-22s %6s %12s", "figure", "better", "mensageria")
+	width := len("figure")
+	for _, f := range figures {
+		width = max(width, len(f.scenario)+1+len(f.figure))
+	}
+	fmt.Fprintf(&b, "%-*s %6s %12s", width, "figure", "better", "mensageria")
 	for _, p := range peers {
 		fmt.Fprintf(&b, " %12s", p)
 	}
 	for _, p := range peers {
 		fmt.Fprintf(&b, " %14s", "m÷"+p)
 	}
-	for _, f := range peerFigures {
+	for _, f := range figures {
 		m, ok := r.Metrics[f.scenario+"/mensageria/"+f.figure]
 		if !ok {
 			continue
@@ -281,9 +291,13 @@ func PeerTable(r Result) string {
 		if f.higher {
 			better = "higher"
 		}
-		fmt.Fprintf(&b, "\n%-22s %6s %12s", f.scenario+" "+f.figure, better, peerNum(m))
+		fmt.Fprintf(&b, "\n%-*s %6s %12s", width, f.scenario+" "+f.figure, better, peerNum(m))
 		for _, p := range peers {
-			fmt.Fprintf(&b, " %12s", peerNum(r.Metrics[f.scenario+"/"+p+"/"+f.figure]))
+			if v, ok := r.Metrics[f.scenario+"/"+p+"/"+f.figure]; ok {
+				fmt.Fprintf(&b, " %12s", peerNum(v))
+			} else {
+				fmt.Fprintf(&b, " %12s", "-")
+			}
 		}
 		for _, p := range peers {
 			if v, ok := r.Metrics[f.scenario+"/mensageria÷"+p+"/"+f.figure]; ok {

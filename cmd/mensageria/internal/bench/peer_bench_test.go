@@ -51,3 +51,29 @@ func TestPeerRiverSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerRiverStressSmoke runs the stress phases for River at a size of
+// seconds: the crash phase left out, every committed message delivered,
+// and the side-by-side table built from it.
+func TestPeerRiverStressSmoke(t *testing.T) {
+	phases := bench.StandardStressPhases(500*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond)
+	r, err := bench.RiverStress(context.Background(), bench.Env{Pool: testdb.Pool(t), Schema: testdb.Schema(t)}, bench.StressConfig{
+		Rate: 50, Producers: 2, Phases: phases, ReaderTx: 100 * time.Millisecond, Sample: 100 * time.Millisecond,
+	}, bench.PeerRiverTuned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Metrics["committed"] <= 0 || r.Metrics["lost"] != 0 || r.Metrics["undelivered"] != 0 {
+		t.Errorf("committed %v, lost %v, undelivered %v", r.Metrics["committed"], r.Metrics["lost"], r.Metrics["undelivered"])
+	}
+	if _, ok := r.Metrics["crash/delivered/s"]; ok {
+		t.Error("River ran the crash phase")
+	}
+	if _, ok := r.Metrics["idle-in-tx/p99-ms"]; !ok {
+		t.Errorf("no idle-in-tx figures: %v", r.Metrics)
+	}
+	side := bench.StressPeerCompare(r, []bench.Result{r}, phases)
+	if !strings.Contains(side.Notes, "stress:clean p99-ms") || !strings.Contains(side.Notes, "m÷river-tuned") {
+		t.Errorf("the side-by-side table:\n%s", side.Notes)
+	}
+}

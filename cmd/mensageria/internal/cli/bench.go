@@ -149,19 +149,23 @@ database, which is then not needed. The stress result's notes name the
 server's settings and say when autovacuum is off.
 
 --peer river runs steady, tax and drain (those of them --scenario names)
-for mensageria and then for River (github.com/riverqueue/river, in a
-schema of its own migrated by rivermigrate) on the same server in this
-process, with one harness: the same business transaction, producers and
-clock, pickup latency from commit to the handler's start. River runs at
-its defaults and with its documented fetch tuning (FetchCooldown 5ms,
-FetchPollInterval 50ms) as peers river and river-tuned (--river-tuning).
-It prints one table: every system's figures and mensageria's ratio to
-each peer (m÷<peer>), with which way is better. steady runs --duration
-with --producers, tax --rounds alternating rounds of --tax-run (tax-ratio:
-transactions a second with one message over without), drain a backlog of
---messages; rss-mb is the process's peak resident set during the system's
-run, alloc-kb/msg what the run allocated per message. Other scenarios run
-for mensageria alone.
+(and stress, when named) for mensageria and then for River
+(github.com/riverqueue/river, in a schema of its own migrated by
+rivermigrate) on the same server in this process, with one harness: the
+same business transaction, producers and clock, pickup latency from
+commit to the handler's start. River runs at its defaults and with its
+documented fetch tuning (FetchCooldown 5ms, FetchPollInterval 50ms) as
+peers river and river-tuned (--river-tuning). It prints one table: every
+system's figures and mensageria's ratio to each peer (m÷<peer>), with
+which way is better. steady runs --duration with --producers, tax
+--rounds alternating rounds of --tax-run (tax-ratio: transactions a
+second with one message over without), drain a backlog of --messages;
+rss-mb is the process's peak resident set during the system's run,
+alloc-kb/msg what the run allocated per message. stress runs its phases
+for River too, River's client in this process in place of the relay and
+without the crash phase (River takes a killed client's jobs back after
+an hour, not a lease), and prints a table of the phases side by side
+(stress-peer). Other scenarios run for mensageria alone.
 
 --json prints one JSON object per scenario.`
 
@@ -386,9 +390,6 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 			peerRan = true
 			s = "peer"
 		}
-		if peers != nil && s == "stress" && !o.asJSON {
-			fmt.Fprintln(a.io.Err, "bench: stress runs for mensageria alone: the peer comparison covers steady, tax and drain")
-		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -428,8 +429,12 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		case "nats":
 			r, err = benchNats(ctx, env, o)
 		case "stress":
-			r, err = bench.Stress(ctx, env, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
-				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand})
+			cfg := bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
+				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand}
+			r, err = bench.Stress(ctx, env, cfg)
+			if err == nil && peers != nil {
+				r, err = a.benchStressPeers(ctx, env, cfg, r, peers, o.asJSON)
+			}
 		case "tax":
 			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})
 		case "stress-sqlite":
@@ -450,6 +455,30 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		return silentExit(ExitFailure)
 	}
 	return nil
+}
+
+// benchStressPeers runs the stress scenario for each peer after
+// mensageria's run m, writes m and each peer's result, and returns the
+// table of them side by side.
+func (a *app) benchStressPeers(ctx context.Context, env bench.Env, cfg bench.StressConfig, m bench.Result, peers []string, asJSON bool) (bench.Result, error) {
+	if err := a.writeBench(m, asJSON); err != nil {
+		return bench.Result{}, err
+	}
+	var rs []bench.Result
+	for _, p := range peers {
+		if !asJSON {
+			fmt.Fprintf(a.io.Err, "bench: running stress for %s...\n", p)
+		}
+		r, err := bench.RiverStress(ctx, env, cfg, p)
+		if err != nil {
+			return bench.Result{}, fmt.Errorf("%s: %w", p, err)
+		}
+		if err := a.writeBench(r, asJSON); err != nil {
+			return bench.Result{}, err
+		}
+		rs = append(rs, r)
+	}
+	return bench.StressPeerCompare(m, rs, cfg.Phases), nil
 }
 
 // peerScenarios are the scenarios of the peer comparison among those
@@ -656,7 +685,7 @@ func writeBenchResult(a *app, r bench.Result) {
 		width = max(width, len(k))
 	}
 	fmt.Fprintf(a.io.Out, "%s\n", r.Scenario)
-	if r.Scenario == "peer" {
+	if r.Scenario == "peer" || r.Scenario == "stress-peer" {
 		// The table in the notes is the result; --json has every figure.
 		names = nil
 	}
