@@ -253,7 +253,18 @@ func (e Env) stressPin(ctx context.Context) (func() error, error) {
 // stressReader is stressDB.reader: an analytics scan of the outbox,
 // again and again in one snapshot for txFor, then a new snapshot.
 func (e Env) stressReader(ctx context.Context, txFor, pause time.Duration, scans *atomic.Int64) error {
-	scan := "SELECT count(*), max(id), min(created_at) FROM " + e.Schema + ".outbox"
+	return e.tableReader(e.Schema+".outbox")(ctx, txFor, pause, scans)
+}
+
+// tableReader is stressDB.reader over table, whose rows have an id and a
+// created_at (the outbox, River's river_job).
+func (e Env) tableReader(table string) func(ctx context.Context, txFor, pause time.Duration, scans *atomic.Int64) error {
+	return func(ctx context.Context, txFor, pause time.Duration, scans *atomic.Int64) error {
+		return e.scanRepeatedly(ctx, "SELECT count(*), max(id), min(created_at) FROM "+table, txFor, pause, scans)
+	}
+}
+
+func (e Env) scanRepeatedly(ctx context.Context, scan string, txFor, pause time.Duration, scans *atomic.Int64) error {
 	for ctx.Err() == nil {
 		err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			began := time.Now()
@@ -292,11 +303,15 @@ func (e Env) serverNotes(ctx context.Context) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	var opts []string
-	if err := e.Pool.QueryRow(ctx, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1)", e.Schema+".outbox").Scan(&opts); err != nil {
+	// None where the schema has no outbox (a peer's).
+	var opts *[]string
+	if err := e.Pool.QueryRow(ctx, "SELECT (SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1))", e.Schema+".outbox").Scan(&opts); err != nil {
 		return "", err
 	}
-	notes := "server: " + strings.Join(parts, " ") + "; outbox: " + strings.Join(opts, " ")
+	notes := "server: " + strings.Join(parts, " ")
+	if opts != nil {
+		notes += "; outbox: " + strings.Join(*opts, " ")
+	}
 	if autovacuum != "on" {
 		notes = "NOT PRODUCTION SETTINGS: autovacuum is off on this server. " + notes
 	}

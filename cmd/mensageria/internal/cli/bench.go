@@ -56,6 +56,8 @@ type benchOptions struct {
 	private       bool
 	stressRelay   bool
 	stressOutbox  []string
+	peer          string
+	riverTuning   string
 }
 
 const benchLong = `bench runs the scenarios behind docs/benchmarks.md against the config's
@@ -146,6 +148,25 @@ root) and runs every PostgreSQL scenario there instead of the config's
 database, which is then not needed. The stress result's notes name the
 server's settings and say when autovacuum is off.
 
+--peer river runs steady, tax and drain (those of them --scenario names)
+(and stress, when named) for mensageria and then for River
+(github.com/riverqueue/river, in a schema of its own migrated by
+rivermigrate) on the same server in this process, with one harness: the
+same business transaction, producers and clock, pickup latency from
+commit to the handler's start. River runs at its defaults and with its
+documented fetch tuning (FetchCooldown 5ms, FetchPollInterval 50ms) as
+peers river and river-tuned (--river-tuning). It prints one table: every
+system's figures and mensageria's ratio to each peer (m÷<peer>), with
+which way is better. steady runs --duration with --producers, tax
+--rounds alternating rounds of --tax-run (tax-ratio: transactions a
+second with one message over without), drain a backlog of --messages;
+rss-mb is the process's peak resident set during the system's run,
+alloc-kb/msg what the run allocated per message. stress runs its phases
+for River too, River's client in this process in place of the relay and
+without the crash phase (River takes a killed client's jobs back after
+an hour, not a lease), and prints a table of the phases side by side
+(stress-peer). Other scenarios run for mensageria alone.
+
 --json prints one JSON object per scenario.`
 
 func (a *app) benchCommand() *cobra.Command {
@@ -195,6 +216,8 @@ func benchFlags(cmd *cobra.Command, o *benchOptions) {
 	f.BoolVar(&o.private, "private-server", false, "run the PostgreSQL scenarios on a private server with production defaults, started and removed by bench")
 	f.BoolVar(&o.stressRelay, "stress-relay", false, "internal: run as the stress scenario's relay process")
 	_ = f.MarkHidden("stress-relay")
+	f.StringVar(&o.peer, "peer", "", "run steady, tax and drain for mensageria and for this peer (river), one table of ratios")
+	f.StringVar(&o.riverTuning, "river-tuning", "both", "--peer river: River at its defaults (default), with its fetch tuning (tuned), or both")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
 }
@@ -247,6 +270,9 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 	case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
 		return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
 	}
+	if _, err := o.peers(); err != nil {
+		return err
+	}
 	if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
 		return usageErr("--stress-outbox-set: %v", err)
 	}
@@ -264,6 +290,26 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 		return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
 	}
 	return a.runBench(cmd.Context(), c, o)
+}
+
+// peers are the peer variants --peer and --river-tuning ask for (none
+// without --peer).
+func (o benchOptions) peers() ([]string, error) {
+	if o.peer == "" {
+		return nil, nil
+	}
+	if o.peer != "river" {
+		return nil, usageErr("--peer %q: the peer is river", o.peer)
+	}
+	switch o.riverTuning {
+	case "both":
+		return []string{bench.PeerRiver, bench.PeerRiverTuned}, nil
+	case "default":
+		return []string{bench.PeerRiver}, nil
+	case "tuned":
+		return []string{bench.PeerRiverTuned}, nil
+	}
+	return nil, usageErr("--river-tuning %q: use both, default or tuned", o.riverTuning)
 }
 
 // onlyPrivate reports whether every scenario asked for brings its own
@@ -329,9 +375,20 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benchOptions) error {
 	var err error
 	failed := 0
+	peers, _ := o.peers() // checked by runBenchCommand
+	peerRan := false
 	for _, s := range benchScenarios {
 		if !slices.Contains(o.scenarios, s) {
 			continue
+		}
+		if peers != nil && slices.Contains(bench.PeerScenarios, s) {
+			// One comparison runs every peer scenario asked for, at the
+			// first of them.
+			if peerRan {
+				continue
+			}
+			peerRan = true
+			s = "peer"
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -341,6 +398,9 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		}
 		var r bench.Result
 		switch s {
+		case "peer":
+			r, err = bench.PeerCompare(ctx, env, bench.PeerConfig{Peers: peers, Producers: o.producers, SteadyFor: o.duration,
+				TaxRun: o.taxRun, TaxRounds: o.rounds, Messages: o.messages, Scenarios: peerScenarios(o.scenarios)})
 		case "drain":
 			r, err = bench.Drain(ctx, env, o.messages)
 		case "steady":
@@ -369,8 +429,12 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		case "nats":
 			r, err = benchNats(ctx, env, o)
 		case "stress":
-			r, err = bench.Stress(ctx, env, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
-				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand})
+			cfg := bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
+				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand}
+			r, err = bench.Stress(ctx, env, cfg)
+			if err == nil && peers != nil {
+				r, err = a.benchStressPeers(ctx, env, cfg, r, peers, o.asJSON)
+			}
 		case "tax":
 			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})
 		case "stress-sqlite":
@@ -391,6 +455,42 @@ func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benc
 		return silentExit(ExitFailure)
 	}
 	return nil
+}
+
+// benchStressPeers runs the stress scenario for each peer after
+// mensageria's run m, writes m and each peer's result, and returns the
+// table of them side by side.
+func (a *app) benchStressPeers(ctx context.Context, env bench.Env, cfg bench.StressConfig, m bench.Result, peers []string, asJSON bool) (bench.Result, error) {
+	if err := a.writeBench(m, asJSON); err != nil {
+		return bench.Result{}, err
+	}
+	var rs []bench.Result
+	for _, p := range peers {
+		if !asJSON {
+			fmt.Fprintf(a.io.Err, "bench: running stress for %s...\n", p)
+		}
+		r, err := bench.RiverStress(ctx, env, cfg, p)
+		if err != nil {
+			return bench.Result{}, fmt.Errorf("%s: %w", p, err)
+		}
+		if err := a.writeBench(r, asJSON); err != nil {
+			return bench.Result{}, err
+		}
+		rs = append(rs, r)
+	}
+	return bench.StressPeerCompare(m, rs, cfg.Phases), nil
+}
+
+// peerScenarios are the scenarios of the peer comparison among those
+// asked for.
+func peerScenarios(asked []string) []string {
+	var out []string
+	for _, s := range bench.PeerScenarios {
+		if slices.Contains(asked, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // daemonRelay runs the relay command itself, in process, from a config
@@ -585,6 +685,10 @@ func writeBenchResult(a *app, r bench.Result) {
 		width = max(width, len(k))
 	}
 	fmt.Fprintf(a.io.Out, "%s\n", r.Scenario)
+	if r.Scenario == "peer" || r.Scenario == "stress-peer" {
+		// The table in the notes is the result; --json has every figure.
+		names = nil
+	}
 	for _, k := range names {
 		fmt.Fprintf(a.io.Out, "  %-*s %12.2f\n", width, k, r.Metrics[k])
 	}
