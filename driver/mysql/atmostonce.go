@@ -107,7 +107,7 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 		if err := rows.Err(); err != nil || len(ids) == 0 {
 			return wrap("claim in doubt", err)
 		}
-		q, qargs := inList("UPDATE "+d.q.outbox+" SET lease_token = ?, lease_until = ? WHERE id IN ", ids, p.Token, now+p.Lease.Microseconds())
+		q, qargs := inList("UPDATE "+d.prefix+"outbox"+" SET lease_token = ?, lease_until = ? WHERE id IN ", ids, p.Token, now+p.Lease.Microseconds())
 		if _, err := w.ExecContext(ctx, q, qargs...); err != nil {
 			return wrap("claim in doubt", err)
 		}

@@ -22,14 +22,12 @@ import (
 // queries holds the statements whose table names depend on the prefix.
 type queries struct {
 	named
-	outbox     string
 	insertHead string
 }
 
 func newQueries(p string) queries {
 	return queries{
 		named:      loadNamed(p),
-		outbox:     p + "outbox",
 		insertHead: "INSERT INTO " + p + "outbox (message_id, type, `key`, payload, headers) VALUES ",
 	}
 }
@@ -268,7 +266,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 		until := now + p.Lease.Microseconds()
 		// The attempts a plain INSERT gave a row count from 0 to
 		// 1,000,000,000, so "+ 1" never overflows.
-		q, args := inList("UPDATE "+d.q.outbox+" SET lease_token = ?, lease_until = ?, available_at = ?, attempts = LEAST(GREATEST(attempts, 0), 1000000000) + 1 WHERE id IN ", ids, p.Token, until, until)
+		q, args := inList("UPDATE "+d.prefix+"outbox"+" SET lease_token = ?, lease_until = ?, available_at = ?, attempts = LEAST(GREATEST(attempts, 0), 1000000000) + 1 WHERE id IN ", ids, p.Token, until, until)
 		if _, err := w.ExecContext(ctx, q, args...); err != nil {
 			return wrap("claim", err)
 		}
@@ -285,7 +283,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 // types not marked by an at-most-once attempt; an ordered type's only at
 // the head of its key.
 func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, ordered map[string]bool, now int64) ([]int64, error) {
-	o := d.q.outbox
+	o := d.prefix + "outbox"
 	// The oldest unsettled row of its key: no pending row of the same
 	// (type, key) with a smaller id, whether leased, waiting to retry or
 	// due. The subquery is a plain read: FOR UPDATE locks the outer rows
@@ -358,7 +356,7 @@ func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, o
 
 // jobsByID reads the rows of ids in id order.
 func (d *Driver) jobsByID(ctx context.Context, w writer, ids []int64, now int64) ([]driver.Job, error) {
-	q, args := inList("SELECT "+jobCols(now)+" FROM "+d.q.outbox+" WHERE id IN ", ids)
+	q, args := inList("SELECT "+jobCols(now)+" FROM "+d.prefix+"outbox"+" WHERE id IN ", ids)
 	rows, err := w.QueryContext(ctx, q+" ORDER BY id", args...)
 	if err != nil {
 		return nil, wrap("claim", err)
@@ -556,7 +554,7 @@ type settlement struct {
 func (st *settlement) change(head string, setArgs []any, ids []int64, count bool) error {
 	for len(ids) > 0 {
 		n := min(len(ids), chunk)
-		q, args := inList("SELECT id, type FROM "+st.d.q.outbox+" WHERE id IN ", ids[:n])
+		q, args := inList("SELECT id, type FROM "+st.d.prefix+"outbox"+" WHERE id IN ", ids[:n])
 		rows, err := st.w.QueryContext(st.ctx, q+settledGuard+" FOR UPDATE", append(args, st.p.Token, st.now)...)
 		if err != nil {
 			return wrap("settle", err)
@@ -594,7 +592,7 @@ func (st *settlement) change(head string, setArgs []any, ids []int64, count bool
 // per type and minute, so Stats knows the recent deliveries without the
 // rows.
 func (st *settlement) delivered() error {
-	o, now := st.d.q.outbox, st.now
+	o, now := st.d.prefix+"outbox", st.now
 	if st.p.KeepDelivered {
 		if err := st.change("UPDATE "+o+" SET state = 'delivered', delivered_at = ?, lease_token = NULL, lease_until = NULL", []any{now}, st.p.Delivered, true); err != nil {
 			return err
@@ -632,14 +630,14 @@ func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
 // A release also clears an at-most-once mark: the relay releases only
 // rows it did not send.
 func (st *settlement) released() error {
-	return st.change("UPDATE "+st.d.q.outbox+" SET attempts = GREATEST(attempts - 1, 0), available_at = ?, attempted_at = NULL, lease_token = NULL, lease_until = NULL", []any{st.now}, st.p.Release, false)
+	return st.change("UPDATE "+st.d.prefix+"outbox"+" SET attempts = GREATEST(attempts - 1, 0), available_at = ?, attempted_at = NULL, lease_token = NULL, lease_until = NULL", []any{st.now}, st.p.Release, false)
 }
 
 // failed records the retries, the dead and the rows left in doubt. An
 // empty route is stored as none, so a row never shows the route of an
 // older attempt next to a newer error.
 func (st *settlement) failed() error {
-	o, now, p := st.d.q.outbox, st.now, st.p
+	o, now, p := st.d.prefix+"outbox", st.now, st.p
 	for _, r := range p.Retry {
 		delay := max(r.Delay, 0)
 		back := 0
@@ -687,7 +685,7 @@ func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
 		return res, nil
 	}
 	expired := map[int64]bool{}
-	q, args := inList("SELECT id FROM "+st.d.q.outbox+" WHERE id IN ", rest)
+	q, args := inList("SELECT id FROM "+st.d.prefix+"outbox"+" WHERE id IN ", rest)
 	rows, err := st.w.QueryContext(st.ctx, q+" AND state = 'pending' AND lease_token = ? AND lease_until <= ?", append(args, st.p.Token, st.now)...)
 	if err != nil {
 		return res, wrap("settle", err)
@@ -733,7 +731,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 		MIN(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > `+n+`) THEN created_at END),
 		COALESCE(SUM(`+doubtCond(now)+`), 0),
 		MIN(CASE WHEN `+doubtCond(now)+` THEN attempted_at END)
-		FROM `+d.q.outbox+` WHERE state IN ('pending', 'dead') GROUP BY type
+		FROM `+d.prefix+"outbox"+` WHERE state IN ('pending', 'dead') GROUP BY type
 		UNION ALL
 		SELECT type, 0, 0, 0, SUM(n), NULL, 0, NULL FROM `+d.prefix+`delivered_counts WHERE minute > ? GROUP BY type`,
 		now-time.Hour.Microseconds())
@@ -847,7 +845,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 		limit = defaultListLimit
 	}
 	limit = min(limit, maxListLimit)
-	q := "SELECT " + jobCols(now) + ", (SELECT w.app FROM " + d.prefix + "owners w WHERE w.kind = 'type' AND w.name = " + d.q.outbox + ".type) FROM " + d.q.outbox
+	q := "SELECT " + jobCols(now) + ", (SELECT w.app FROM " + d.prefix + "owners w WHERE w.kind = 'type' AND w.name = " + d.prefix + "outbox" + ".type) FROM " + d.prefix + "outbox"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -888,7 +886,7 @@ func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error)
 	if !p.ClearMark {
 		retryWhere += " AND attempted_at IS NULL"
 	}
-	o := d.q.outbox
+	o := d.prefix + "outbox"
 	var n int64
 	err := d.write(ctx, func(w writer, now int64) error {
 		var res sql.Result

@@ -29,7 +29,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 		if len(types) > 0 && p.DeliveredBefore >= 0 {
 			// No ORDER BY: everything past the age goes, so which batch
 			// goes first does not matter.
-			q, args := inList("DELETE FROM "+d.q.outbox+" WHERE state = 'delivered' AND type IN ", types)
+			q, args := inList("DELETE FROM "+d.prefix+"outbox"+" WHERE state = 'delivered' AND type IN ", types)
 			r, err := w.ExecContext(ctx, q+" AND delivered_at <= ? LIMIT ?", append(args, now-p.DeliveredBefore.Microseconds(), batch)...)
 			if err != nil {
 				return wrap("purge outbox", err)
