@@ -53,8 +53,8 @@ func TestEveryMigrationSplits(t *testing.T) {
 
 func TestDSNFromURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"mysql://root@127.0.0.1:3306/test":           "root@tcp(127.0.0.1:3306)/test",
-		"mariadb://u:p%40ss@db/orders?tls=true":      "u:p@ss@tcp(db:3306)/orders?tls=true",
+		"mysql://root@127.0.0.1:3306/test":            "root@tcp(127.0.0.1:3306)/test",
+		"mariadb://u:p%40ss@db/orders?tls=true":       "u:p@ss@tcp(db:3306)/orders?tls=true",
 		"mysql://u@[::1]/x?timeout=5s&readTimeout=1s": "u@tcp([::1]:3306)/x?",
 	} {
 		got, err := DSNFromURL(in)
