@@ -11,7 +11,7 @@ import (
 	"github.com/xadm/mensageria/driver/mysql/mysqltest"
 )
 
-func openT(t *testing.T, url string, cfg *mysql.Config) *mysql.Driver {
+func openT(t testing.TB, url string, cfg *mysql.Config) *mysql.Driver {
 	t.Helper()
 	d, err := mysql.Open(url, cfg)
 	if err != nil {
@@ -22,7 +22,7 @@ func openT(t *testing.T, url string, cfg *mysql.Config) *mysql.Driver {
 }
 
 // migrated opens a fresh database of its own, migrated.
-func migrated(t *testing.T) (*mysql.Driver, string) {
+func migrated(t testing.TB) (*mysql.Driver, string) {
 	t.Helper()
 	url := mysqltest.Database(t)
 	d := openT(t, url, nil)
