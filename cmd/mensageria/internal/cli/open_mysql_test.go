@@ -142,3 +142,17 @@ func TestReceiveOnMySQL(t *testing.T) {
 	}
 	var _ driver.InboxQueueReader = drv
 }
+
+// The demo on MariaDB, in process: every check of its report passes, with
+// the killed relay on connections of its own.
+func TestDemoMySQL(t *testing.T) {
+	r := run(t, "", nil, "demo", "--messages", "300", "--db", mysqltest.Database(t))
+	if r.code != 0 || !strings.Contains(r.out, "PASS") || !strings.Contains(r.out, "on MariaDB/MySQL") {
+		t.Fatalf("demo exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	for _, want := range []string{"KILL pedidos#1 mid-batch", "takes over", "foreign rows untouched", "dead, with reasons"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
