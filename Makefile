@@ -22,7 +22,7 @@ lint:
 	@# at the version the go.mod files require (docs/development.md, "Releases")
 	@GO=$(GO) bash scripts/gowork-off.sh $(GO) vet ./...
 
-## services: install the tools the tests need, start PostgreSQL and NATS if they are down (idempotent)
+## services: install the tools the tests need, start PostgreSQL, NATS and MariaDB if they are down (idempotent)
 services: tools
 	@bash scripts/services.sh
 

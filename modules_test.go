@@ -11,7 +11,7 @@ import (
 )
 
 // The repository holds several modules, each versioned on its own (the
-// core, the SQLite driver, the Kafka and NATS transports and their otel
+// core, the SQLite and MySQL drivers, the Kafka and NATS transports and their otel
 // modules, mensageriaotel, the command). A module that imports another's
 // internal/ package compiles here, where the directories nest, but binds
 // itself to code the other module may change in any release; what the

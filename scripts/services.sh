@@ -24,6 +24,29 @@ if ! nats_up; then
 fi
 nats_up || { echo "NATS did not start" >&2; exit 1; }
 
+# MariaDB, for the MySQL driver (driver/mysql) and the command on it: the
+# tests' database is test, reached as root without a password from
+# 127.0.0.1 (mysqltest.DefaultURL); every test makes its own database.
+mysql_up() { mysqladmin --protocol=tcp -h 127.0.0.1 -P 3306 -u root ping >/dev/null 2>&1; }
+if ! mysql_up; then
+  if ! command -v mysqld_safe >/dev/null 2>&1 && ! command -v mariadbd-safe >/dev/null 2>&1; then
+    echo "installing mariadb-server"
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y mariadb-server
+  fi
+  echo "starting MariaDB"
+  service mariadb start >/dev/null 2>&1 || service mysql start >/dev/null 2>&1 || {
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+    (nohup mysqld_safe --bind-address=127.0.0.1 >/var/log/mysqld_safe.log 2>&1 &)
+  }
+  for _ in $(seq 1 60); do mysql_up && break; sleep 0.5; done
+fi
+mysql_up || { echo "MariaDB did not start" >&2; exit 1; }
+# root over TCP without a password (Debian's root authenticates by socket
+# only), and the tests' database.
+mysql --protocol=tcp -h 127.0.0.1 -u root -e "SELECT 1" >/dev/null 2>&1 \
+  || mysql -u root -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''; GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES"
+mysql --protocol=tcp -h 127.0.0.1 -u root -e "CREATE DATABASE IF NOT EXISTS test CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+
 # The SQLite driver's black-box tests enqueue with a plain INSERT from the
 # programs other apps use, on the SQLite the distribution ships: Python's
 # sqlite3 module and the sqlite3 shell.
@@ -34,7 +57,7 @@ if [ "${#tools[@]}" -gt 0 ]; then
   echo "installing ${tools[*]}"
   apt-get update && apt-get install -y "${tools[@]}"
 fi
-echo "services: PostgreSQL and NATS are up; python3 and sqlite3 are installed"
+echo "services: PostgreSQL, NATS and MariaDB are up; python3 and sqlite3 are installed"
 
 # Java, Node.js and the contract tools, for the tests in other languages.
 bash scripts/polyglot.sh

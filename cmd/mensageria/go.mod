@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/xadm/mensageria v0.1.0
+	github.com/xadm/mensageria/driver/mysql v0.1.0
 	github.com/xadm/mensageria/driver/sqlite v0.1.0
 	github.com/xadm/mensageria/mensageriaotel v0.1.0
 	github.com/xadm/mensageria/transport/kafka v0.1.0
@@ -36,6 +37,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -44,6 +46,7 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-sql-driver/mysql v1.10.2 // indirect
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

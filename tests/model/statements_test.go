@@ -26,10 +26,13 @@ var (
 		"driver/postgres/migrations/*.sql",
 		"driver/sqlite/queries/*.sql",
 		"driver/sqlite/migrations/*.sql",
+		"driver/mysql/queries/*.sql",
+		"driver/mysql/migrations/*.sql",
 	}
 	goGlobs = []string{
 		"driver/postgres/*.go",
 		"driver/sqlite/*.go",
+		"driver/mysql/*.go",
 	}
 	// The tables whose rows the model follows.
 	modelled = map[string]bool{"outbox": true, "leader": true}
@@ -247,7 +250,8 @@ func columns(list string, assignments bool) string {
 		if assignments {
 			part, _, _ = strings.Cut(part, "=")
 		}
-		part = strings.TrimSpace(part)
+		// MySQL quotes a reserved column name (`key`) with backticks.
+		part = strings.Trim(strings.TrimSpace(part), "`")
 		if i := strings.LastIndexByte(part, '.'); i >= 0 {
 			part = part[i+1:] // o.col
 		}

@@ -30,7 +30,8 @@ type Config struct {
 	// File is the name the config was read from, for messages about its
 	// fields found after parsing (a CA file that holds no certificate).
 	File string
-	// Database is a postgres:// (or postgresql://) URL, or sqlite:PATH.
+	// Database is a postgres:// (or postgresql://) URL, a mysql:// (or
+	// mariadb://) URL, or sqlite:PATH.
 	Database string
 	Schema   string
 	App      string
@@ -182,10 +183,13 @@ type RelayConfig struct {
 	ReconcileInterval time.Duration
 }
 
-// Backend returns "postgres" or "sqlite".
+// Backend returns "postgres", "mysql" or "sqlite".
 func (c *Config) Backend() string {
 	if strings.HasPrefix(c.Database, "sqlite:") {
 		return "sqlite"
+	}
+	if isMySQL(c.Database) {
+		return "mysql"
 	}
 	return "postgres"
 }
@@ -871,17 +875,21 @@ func (p *parser) database(raw *rawConfig, c *Config) error {
 	}
 	switch {
 	case c.Database == "":
-		return p.errAt([]any{"database"}, "required: a postgres://user@host/db URL or sqlite:/path/file.db")
+		return p.errAt([]any{"database"}, "required: a postgres://user@host/db URL, a mysql://user@host/db URL or sqlite:/path/file.db")
 	case strings.HasPrefix(c.Database, "sqlite:"):
 		if strings.TrimPrefix(c.Database, "sqlite:") == "" {
 			return p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/mensageria.db")
+		}
+	case isMySQL(c.Database):
+		if why := checkMySQLURL(c.Database); why != "" {
+			return p.errAt([]any{"database"}, "%s", why)
 		}
 	case strings.HasPrefix(c.Database, "postgres://"), strings.HasPrefix(c.Database, "postgresql://"):
 		if u, perr := url.Parse(c.Database); perr != nil || u.Host == "" {
 			return p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
 		}
 	default:
-		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact.Text(redact.URL(c.Database)))
+		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://..., mysql://... (or mariadb://...) or sqlite:/path/file.db", redact.Text(redact.URL(c.Database)))
 	}
 	if c.Schema == "" {
 		c.Schema = "mensageria"

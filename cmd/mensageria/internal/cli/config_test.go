@@ -304,7 +304,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"duplicate type", base(route + "  - type: pedido.criado\n    http: {url: http://h/, token: x}\n"), 6, "routes[1].type", "already routed by routes[0]"},
 		{"bad ordering", base("routes:\n  - type: t\n    ordering: fifo\n    http: {url: http://h/, token: x}\n"), 5, "routes[0].ordering", `unknown ordering "fifo"`},
 		{"no database", "app: a\n" + route, 1, "database", "required"},
-		{"bad database scheme", "database: mysql://x/y\napp: a\n" + route, 1, "database", "unsupported database"},
+		{"bad database scheme", "database: oracle://x/y\napp: a\n" + route, 1, "database", "unsupported database"},
 		{"bad schema", base(route) + "schema: Bad-Name\n", 6, "schema", "lower-case SQL identifier"},
 		{"no app", "database: sqlite:/x\n" + route, 1, "app", "required"},
 		{"bad app", "database: sqlite:/x\napp: '-x'\n" + route, 2, "app", "must be 1-100"},

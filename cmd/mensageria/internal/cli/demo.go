@@ -88,10 +88,10 @@ that is dropped afterwards.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.db, "db", "", "run on this PostgreSQL (postgres://...) instead of embedded SQLite")
+	f.StringVar(&o.db, "db", "", "run on this PostgreSQL (postgres://...) or MariaDB/MySQL (mysql://...) instead of embedded SQLite")
 	f.IntVar(&o.messages, "messages", 2000, "orders to create")
 	f.DurationVar(&o.timeout, "timeout", 90*time.Second, "give up after this long")
-	f.BoolVar(&o.keep, "keep", false, "keep the database afterwards (SQLite file or PostgreSQL schema)")
+	f.BoolVar(&o.keep, "keep", false, "keep the database afterwards (SQLite file, PostgreSQL schema or MySQL database)")
 	f.Uint64Var(&o.seed, "seed", 0, "fault injection seed (default random)")
 	_ = f.MarkHidden("seed")
 	return cmd
@@ -104,7 +104,10 @@ type demo struct {
 	tty   bool
 	start time.Time
 
-	pg      bool
+	// remote is a database server (PostgreSQL, MariaDB/MySQL), where a
+	// relay may have connections of its own; label names it in the report.
+	remote  bool
+	label   string
 	schema  string
 	effects string // qualified name of the effects table
 	orders  string
@@ -170,11 +173,16 @@ func (d *demo) setup(ctx context.Context) error {
 		d.schema = "mensageria"
 		d.effects, d.orders = "demo_effects", "demo_orders"
 		d.newConn = func() (*backend, error) { return openSQLite(path, d.schema) }
+		d.label = "SQLite"
+	} else if isMySQL(d.opt.db) {
+		if err := d.setupMySQL(); err != nil {
+			return err
+		}
 	} else {
 		if !strings.HasPrefix(d.opt.db, "postgres://") && !strings.HasPrefix(d.opt.db, "postgresql://") {
-			return usageErr("--db must be a postgres:// URL")
+			return usageErr("--db must be a postgres://, mysql:// or mariadb:// URL")
 		}
-		d.pg = true
+		d.remote, d.label = true, "PostgreSQL"
 		d.schema = fmt.Sprintf("mensageria_demo_%08x", rand.Uint32())
 		d.effects, d.orders = d.schema+".demo_effects", d.schema+".demo_orders"
 		admin, err := pgxpool.New(ctx, d.opt.db)
@@ -222,10 +230,12 @@ func (d *demo) setup(ctx context.Context) error {
 	// The effects table has no unique key on purpose: a duplicate effect
 	// must be visible, not turned into an error.
 	return d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		if err := execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.effects+" (consumer TEXT NOT NULL, key TEXT NOT NULL, message_id TEXT NOT NULL)"); err != nil {
+		// VARCHAR, and no column named key: MySQL indexes no TEXT whole
+		// and reserves the word.
+		if err := execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.effects+" (consumer VARCHAR(200) NOT NULL, order_key VARCHAR(200) NOT NULL, message_id VARCHAR(36) NOT NULL)"); err != nil {
 			return err
 		}
-		return execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.orders+" (key TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL)")
+		return execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.orders+" (order_key VARCHAR(200) PRIMARY KEY, amount_cents INTEGER NOT NULL)")
 	})
 }
 
@@ -301,7 +311,7 @@ func (d *demo) progress(ctx context.Context) (progress, error) {
 		p.inflight += s.InFlight
 		p.dead += s.Dead
 	}
-	err = d.query(ctx, "SELECT consumer, count(DISTINCT key) FROM "+d.effects+" GROUP BY consumer", nil, func(scan func(...any) error) error {
+	err = d.query(ctx, "SELECT consumer, count(DISTINCT order_key) FROM "+d.effects+" GROUP BY consumer", nil, func(scan func(...any) error) error {
 		var c string
 		var k int
 		if err := scan(&c, &k); err != nil {

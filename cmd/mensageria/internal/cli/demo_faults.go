@@ -246,7 +246,7 @@ func demoClientConfig(app string, election mensageria.Election, reg *mensageria.
 func (d *demo) startRelay(ctx context.Context, name, app string, election mensageria.Election, types []string, own bool) (*relayProc, error) {
 	p := &relayProc{name: name, conn: &backend{drv: d.main.drv}}
 	switch {
-	case own && d.pg:
+	case own && d.remote:
 		// Killing it closes its pool: its sessions end and its election
 		// lease runs out, as when a process dies.
 		conn, err := d.newConn()
@@ -279,7 +279,7 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 		}
 	}
 	cfg := demoClientConfig(app, election, reg, p)
-	if !d.pg {
+	if !d.remote {
 		// One SQLite file has one write lock: fewer deliveries at once
 		// keep the receivers' inbox transactions from queueing on it.
 		cfg.Concurrency = 8

@@ -177,7 +177,7 @@ func (d *demo) readEnd(ctx context.Context, r *demoReport) (*demoEnd, error) {
 		}
 		after = jobs[len(jobs)-1].ID
 	}
-	err := d.query(ctx, "SELECT consumer, key, count(*) FROM "+d.effects+" GROUP BY consumer, key", nil, func(scan func(...any) error) error {
+	err := d.query(ctx, "SELECT consumer, order_key, count(*) FROM "+d.effects+" GROUP BY consumer, order_key", nil, func(scan func(...any) error) error {
 		var c, k string
 		var n int
 		if err := scan(&c, &k, &n); err != nil {
@@ -274,7 +274,7 @@ func (r *demoReport) ok() bool {
 
 func (r *demoReport) write(d *demo) {
 	w := d.out
-	fmt.Fprintf(w, "\nfinished in %.1fs on %s\n\n", r.elapsed.Seconds(), map[bool]string{false: "SQLite", true: "PostgreSQL"}[d.pg])
+	fmt.Fprintf(w, "\nfinished in %.1fs on %s\n\n", r.elapsed.Seconds(), d.label)
 	// Under 80 columns, so the table survives a narrow terminal.
 	rows := []struct{ key, label string }{
 		{"sent", "sent"}, {"rolled back (never sent)", "rolled back"}, {"delivered", "delivered"},

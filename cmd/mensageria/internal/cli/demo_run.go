@@ -117,7 +117,7 @@ func (d *demo) startReceivers(ctx context.Context) error {
 	}
 	pedRecv, err := m2mhttp.NewReceiver(m2mhttp.ReceiverConfig{Tokens: []string{demoToken}, Logger: quiet, Handlers: map[string]m2mhttp.Handler{
 		typFatura: {Inbox: inboxPed, Effect: func(ctx context.Context, tx mensageria.Tx, dl *mensageria.Delivery) error {
-			return execRaw(ctx, tx.Raw(), "INSERT INTO "+d.effects+" (consumer, key, message_id) VALUES ($1, $2, $3)", inboxPed.Consumer(), dl.Key, dl.ID.String())
+			return execRaw(ctx, tx.Raw(), "INSERT INTO "+d.effects+" (consumer, order_key, message_id) VALUES ($1, $2, $3)", inboxPed.Consumer(), dl.Key, dl.ID.String())
 		}},
 	}})
 	if err != nil {
@@ -145,7 +145,7 @@ func (d *demo) invoiceEffect(in *mensageria.Inbox, fatEnq *mensageria.Client) me
 		if d.chance(0.01) {
 			return errors.New("injected: effect failed, rolled back")
 		}
-		if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.effects+" (consumer, key, message_id) VALUES ($1, $2, $3)", in.Consumer(), dl.Key, dl.ID.String()); err != nil {
+		if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.effects+" (consumer, order_key, message_id) VALUES ($1, $2, $3)", in.Consumer(), dl.Key, dl.ID.String()); err != nil {
 			return err
 		}
 		_, err := fatEnq.EnqueueTx(ctx, tx.Raw(), mensageria.Message{Type: typFatura, Key: dl.Key, Payload: json.RawMessage(`{"invoice":"` + dl.Key + `"}`)})
@@ -282,7 +282,7 @@ func (d *demo) order(ctx context.Context, pedidos *mensageria.Client, i int) {
 	var err error
 	for try := 0; try < 5; try++ {
 		err = d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-			if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
+			if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (order_key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
 				return err
 			}
 			if _, err := pedidos.EnqueueTx(ctx, tx.Raw(), mensageria.Message{Type: typPedido, Key: key, Payload: json.RawMessage(payload)}); err != nil {

@@ -24,8 +24,8 @@ import (
 // backend is an opened database.
 type backend struct {
 	drv   driver.Driver
-	pool  *pgxpool.Pool // nil on SQLite
-	sqlDB *sql.DB       // SQLite's handle, for reads that need no write lock
+	pool  *pgxpool.Pool // nil on SQLite and MySQL
+	sqlDB *sql.DB       // SQLite's or MySQL's handle, for reads outside the driver
 	close func()
 }
 
@@ -49,6 +49,9 @@ func openDatabase(ctx context.Context, database, schema string, create bool) (*b
 	if len(database) > len("sqlite:") && database[:len("sqlite:")] == "sqlite:" {
 		return openSQLiteFile(database[len("sqlite:"):], schema, create)
 	}
+	if isMySQL(database) {
+		return openMySQL(database, schema)
+	}
 	pcfg, err := pgxpool.ParseConfig(database)
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("database: %v", err)}
@@ -68,12 +71,16 @@ func openDatabase(ctx context.Context, database, schema string, create bool) (*b
 // ping verifies the database answers, so a command fails with one clear
 // message instead of a deep driver error.
 func (b *backend) ping(ctx context.Context) error {
-	if b.pool == nil {
+	if b.pool == nil && b.sqlDB == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := b.pool.Ping(ctx); err != nil {
+	ping := b.sqlDB.PingContext
+	if b.pool != nil {
+		ping = b.pool.Ping
+	}
+	if err := ping(ctx); err != nil {
 		return fmt.Errorf("database unreachable: %w", err)
 	}
 	return nil

@@ -22,7 +22,8 @@ type ReceiveConfig struct {
 	// tracer, when --trace is on, wraps every consumer's effect; it is
 	// not read from the file.
 	tracer *mensageriaotel.Tracer
-	// Database is a postgres:// (or postgresql://) URL, or sqlite:PATH:
+	// Database is a postgres:// (or postgresql://) URL, a mysql:// (or
+	// mariadb://) URL, or sqlite:PATH:
 	// the receiving app's database, where the inbox queue lives.
 	Database string
 	Schema   string
@@ -226,17 +227,21 @@ func (p *parser) buildReceive(raw *rawReceiveFile) (*ReceiveConfig, error) {
 func (p *parser) checkDatabase(db string) error {
 	switch {
 	case db == "":
-		return p.errAt([]any{"database"}, "required: a postgres://user@host/db URL or sqlite:/path/file.db (the receiving app's database)")
+		return p.errAt([]any{"database"}, "required: a postgres://user@host/db URL, a mysql://user@host/db URL or sqlite:/path/file.db (the receiving app's database)")
 	case strings.HasPrefix(db, "sqlite:"):
 		if strings.TrimPrefix(db, "sqlite:") == "" {
 			return p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/app.db")
+		}
+	case isMySQL(db):
+		if why := checkMySQLURL(db); why != "" {
+			return p.errAt([]any{"database"}, "%s", why)
 		}
 	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
 		if u, perr := url.Parse(db); perr != nil || u.Host == "" {
 			return p.errAt([]any{"database"}, "not a valid PostgreSQL URL (postgres://user:password@host:5432/db)")
 		}
 	default:
-		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://... or sqlite:/path/file.db", redact.Text(redact.URL(db)))
+		return p.errAt([]any{"database"}, "unsupported database %q: use postgres://..., mysql://... (or mariadb://...) or sqlite:/path/file.db", redact.Text(redact.URL(db)))
 	}
 	return nil
 }

@@ -1,0 +1,6 @@
+-- The rows of ids {{ids}} that mark.sql may mark: still leased to token ?
+-- under a live lease at {{now}}, not marked yet; locked until the commit.
+SELECT id FROM {{p}}outbox
+ WHERE id IN ({{ids}})
+   AND state = 'pending' AND lease_token = ? AND lease_until > {{now}} AND attempted_at IS NULL
+   FOR UPDATE;

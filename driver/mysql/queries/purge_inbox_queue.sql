@@ -1,0 +1,6 @@
+-- Deletes up to ?3 applied rows of consumer ?1 received before ?2: the
+-- rows go with their dedup records, after the consumer's window. Pending
+-- and dead rows are never deleted.
+DELETE FROM {{p}}inbox_queue
+ WHERE consumer = ? AND state = 'applied' AND received_at < ?
+ ORDER BY received_at LIMIT ?;
