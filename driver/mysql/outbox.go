@@ -41,6 +41,70 @@ func jobCols(now int64) string {
 
 // doubtCond is true of a row in doubt at now: pending, marked by an
 // at-most-once attempt (queries/mark.sql), not under a live lease.
+// schedCond is true of a scheduled row: pending, not due yet at now, never
+// attempted and no error recorded (a retry's backoff records one). A claim
+// counts an attempt, so a leased row, whose available_at the claim sets to
+// its lease's end, is never one. Never NULL, so that NOT of it is true of
+// every other row.
+func schedCond(now int64) string {
+	n := strconv.FormatInt(now, 10)
+	return "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > " + n + " AND attempts = 0 AND last_error IS NULL, 0)"
+}
+
+// scheduledInsert is the INSERT of rows that also sets available_at: the
+// later of each row's NotBefore (0 for none) and the database clock, so a
+// NotBefore in the past is due at once, as a row without one is.
+func (d *Driver) scheduledInsert(n int) string {
+	head := strings.Replace(d.q.insertHead, "headers)", "headers, available_at)", 1)
+	return head + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, GREATEST(?, "+nowExpr+")), ", n), ", ")
+}
+
+// scheduledArgs adds each row's NotBefore, in unix microseconds, to the
+// five arguments per row of args.
+func scheduledArgs(rows []driver.InsertRow, args []any) []any {
+	out := make([]any, 0, len(rows)*6)
+	for i, r := range rows {
+		var notBefore int64
+		if !r.NotBefore.IsZero() {
+			notBefore = r.NotBefore.UnixMicro()
+		}
+		out = append(out, args[i*5:i*5+5]...)
+		out = append(out, notBefore)
+	}
+	return out
+}
+
+var _ driver.DueReporter = (*Driver)(nil)
+
+// NextDue reports how long until the earliest pending row of types that is
+// not due yet comes due, on the database clock: a scheduled row or one
+// waiting for a retry. A leased row and a row in doubt are left out; each
+// type's range of the claim index is read from now on.
+func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
+	if len(types) == 0 {
+		return 0, false, nil
+	}
+	now, err := d.now(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	n := strconv.FormatInt(now, 10)
+	var next sql.NullInt64
+	q := "SELECT MIN(available_at) FROM " + d.prefix + "outbox WHERE state = 'pending' AND type IN (?" + strings.Repeat(", ?", len(types)-1) + ") AND available_at > " + n +
+		" AND attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= " + n + ")"
+	args := make([]any, len(types))
+	for i, t := range types {
+		args[i] = t
+	}
+	if err := d.db.QueryRowContext(ctx, q, args...).Scan(&next); err != nil {
+		return 0, false, wrap("next due", err)
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(next.Int64-now) * time.Microsecond, true, nil
+}
+
 func doubtCond(now int64) string {
 	n := strconv.FormatInt(now, 10)
 	return "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= " + n + "))"
@@ -205,6 +269,9 @@ func (d *Driver) insertRows(ctx context.Context, w writer, rows []driver.InsertR
 			args = append(args, uuid.UUID(r.MessageID).String(), r.Type, r.Key, payload, headers)
 		}
 		q := d.q.insertHead + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ")
+		if (&driver.InsertParams{Rows: rows[:n]}).Scheduled() {
+			q, args = d.scheduledInsert(n), scheduledArgs(rows[:n], args)
+		}
 		if _, err := w.ExecContext(ctx, q, args...); err != nil {
 			return d.refusal(ctx, w, rows[:n], err)
 		}
@@ -724,16 +791,17 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	// and are counted in delivered_counts. A row in doubt counts in the
 	// in-doubt column only, with the age of its mark.
 	rows, err := d.db.QueryContext(ctx, `SELECT type,
-		COALESCE(SUM(state = 'pending' AND attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= `+n+`)), 0),
+		COALESCE(SUM(state = 'pending' AND attempted_at IS NULL AND (lease_until IS NULL OR lease_until <= `+n+`) AND NOT `+schedCond(now)+`), 0),
 		COALESCE(SUM(state = 'pending' AND lease_until > `+n+`), 0),
 		COALESCE(SUM(state = 'dead'), 0),
 		0,
-		MIN(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > `+n+`) THEN created_at END),
+		MIN(CASE WHEN state = 'pending' AND (attempted_at IS NULL OR lease_until > `+n+`) AND NOT `+schedCond(now)+` THEN created_at END),
 		COALESCE(SUM(`+doubtCond(now)+`), 0),
-		MIN(CASE WHEN `+doubtCond(now)+` THEN attempted_at END)
+		MIN(CASE WHEN `+doubtCond(now)+` THEN attempted_at END),
+		COALESCE(SUM(`+schedCond(now)+`), 0)
 		FROM `+d.prefix+"outbox"+` WHERE state IN ('pending', 'dead') GROUP BY type
 		UNION ALL
-		SELECT type, 0, 0, 0, SUM(n), NULL, 0, NULL FROM `+d.prefix+`delivered_counts WHERE minute > ? GROUP BY type`,
+		SELECT type, 0, 0, 0, SUM(n), NULL, 0, NULL, 0 FROM `+d.prefix+`delivered_counts WHERE minute > ? GROUP BY type`,
 		now-time.Hour.Microseconds())
 	if err != nil {
 		return nil, wrap("stats", err)
@@ -743,7 +811,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	for rows.Next() {
 		var s driver.TypeStats
 		var oldest, oldestDoubt sql.NullInt64
-		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt); err != nil {
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled); err != nil {
 			return nil, wrap("stats", err)
 		}
 		s.OldestPending = ageOf(oldest, now)
@@ -756,6 +824,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 			prev.OldestPending = max(prev.OldestPending, s.OldestPending)
 			prev.InDoubt += s.InDoubt
 			prev.OldestInDoubt = max(prev.OldestInDoubt, s.OldestInDoubt)
+			prev.Scheduled += s.Scheduled
 			continue
 		}
 		byType[s.Type] = &s
