@@ -27,6 +27,9 @@ type Counts struct {
 // TypeCounts are the counts of one type.
 type TypeCounts struct {
 	Type string
+	// Owner is the type's owning app in the catalog at the count; "" for
+	// none.
+	Owner string
 	Counts
 }
 
@@ -59,7 +62,7 @@ func (o *Ops) Count(ctx context.Context) ([]TypeCounts, error) {
 	}
 	out := make([]TypeCounts, len(stats))
 	for i, s := range stats {
-		out[i] = TypeCounts{Type: s.Type, Counts: Counts{Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead, DeliveredLastHour: s.DeliveredLastHr,
+		out[i] = TypeCounts{Type: s.Type, Owner: s.Owner, Counts: Counts{Pending: s.Pending, InFlight: s.InFlight, Dead: s.Dead, DeliveredLastHour: s.DeliveredLastHr,
 			InDoubt: s.InDoubt, OldestPending: s.OldestPending, OldestInDoubt: s.OldestInDoubt}}
 	}
 	return out, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/kafka"
 )
@@ -72,7 +73,7 @@ func newMetrics(app string, drv driver.Driver, elector driver.Elector, log *slog
 		m.failures.WithLabelValues(string(k))
 	}
 	m.reg.MustRegister(m.deliveries, m.latency, m.duration, m.deadTotal, m.leader, m.epoch, m.failures,
-		&outboxCollector{app: app, drv: drv, elector: elector, log: log}, routeCollector{m},
+		&outboxCollector{app: app, ops: ops.New(drv, ops.AllApps()), elector: elector, log: log}, routeCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -152,7 +153,7 @@ var (
 
 type outboxCollector struct {
 	app     string
-	drv     driver.Driver
+	ops     *ops.Ops       // every app's: every relay of a schema reports every type
 	elector driver.Elector // nil with election none
 	log     *slog.Logger
 }
@@ -166,7 +167,7 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	stats, err := c.drv.Stats(ctx)
+	stats, err := c.ops.Count(ctx)
 	if err != nil {
 		c.log.Warn("metrics: outbox stats failed", "err", err)
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0, c.app)
@@ -178,7 +179,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), l...)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), l...)
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), l...)
-		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHr), l...)
+		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.GaugeValue, float64(s.DeliveredLastHour), l...)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), l...)
 		ch <- prometheus.MustNewConstMetric(descInDoubt, prometheus.GaugeValue, float64(s.InDoubt), l...)
 		ch <- prometheus.MustNewConstMetric(descDoubtAge, prometheus.GaugeValue, s.OldestInDoubt.Seconds(), l...)
