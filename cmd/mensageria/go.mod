@@ -7,6 +7,7 @@ require (
 	github.com/xadm/mensageria/driver/mysql v0.1.0
 	github.com/xadm/mensageria/driver/sqlite v0.1.0
 	github.com/xadm/mensageria/mensageriaotel v0.1.0
+	github.com/xadm/mensageria/mensageriaprom v0.1.0
 	github.com/xadm/mensageria/transport/kafka v0.1.0
 	github.com/xadm/mensageria/transport/nats v0.1.0
 )

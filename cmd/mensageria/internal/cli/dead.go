@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -11,12 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/redact"
+	"github.com/xadm/mensageria/ops"
 )
 
 // DeadMessage is one dead letter as `dead list|show --json` print it.
@@ -36,17 +35,15 @@ type DeadMessage struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-func deadOf(j driver.Job, full bool) DeadMessage {
-	// redact: a row written before the relay masked its reasons may
-	// still quote a secret of a URL.
-	d := DeadMessage{ID: j.ID, MessageID: uuid.UUID(j.MessageID).String(), Type: j.Type, Key: j.Key, Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), LastError: redact.Text(j.LastError),
-		LastRoute: redact.Text(j.LastRoute), Owner: j.Owner}
+func deadOf(m ops.Message, full bool) DeadMessage {
+	d := DeadMessage{ID: m.ID, MessageID: m.MessageID, Type: m.Type, Key: m.Key, Attempts: m.Attempts, CreatedAt: m.CreatedAt, LastError: m.LastError,
+		LastRoute: m.LastRoute, Owner: m.Owner}
 	if full {
-		if json.Valid(j.Payload) {
-			d.Payload = j.Payload
+		if json.Valid(m.Payload) {
+			d.Payload = m.Payload
 		}
-		if len(j.Headers) > 0 {
-			_ = json.Unmarshal(j.Headers, &d.Headers)
+		if len(m.Headers) > 0 {
+			_ = json.Unmarshal(m.Headers, &d.Headers)
 		}
 	}
 	return d
@@ -78,86 +75,50 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-// deadScope is what one dead command may act on: the types the catalog
-// gives the config's app, or, with --all-apps, every row of the schema.
-type deadScope struct {
-	app     string
-	schema  string
-	allApps bool
-	types   []string // the app's own types; unused with allApps
-}
-
-// connectInScope connects to the config's current schema and resolves the
-// scope of a dead or doubt command: the app's types, or every app's.
-func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *backend, deadScope, error) {
+// connectInScope connects to the config's current schema and returns the
+// operator's verbs within the scope of a dead or doubt command: the types
+// the catalog gives the config's app, or, with --all-apps, every app's.
+func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *backend, *ops.Ops, error) {
 	c, b, err := a.connectCurrent(ctx)
 	if err != nil {
-		return nil, nil, deadScope{}, err
+		return nil, nil, nil, err
 	}
-	scope, err := newDeadScope(ctx, c, b.drv, allApps)
-	if err != nil {
-		b.Close()
-		return nil, nil, deadScope{}, err
-	}
-	return c, b, scope, nil
-}
-
-func newDeadScope(ctx context.Context, c *Config, drv driver.Driver, allApps bool) (deadScope, error) {
-	s := deadScope{app: c.App, schema: c.Schema, allApps: allApps}
+	scope := ops.ForApps(c.App)
 	if allApps {
-		return s, nil
+		scope = ops.AllApps()
 	}
-	var err error
-	s.types, err = ownedTypes(ctx, drv, c.App)
-	return s, err
+	return c, b, ops.New(b.drv, scope), nil
 }
 
-// filter narrows the types a command asked for (none: all of the scope's)
-// to the scope, refusing a type of another app with its owner's name.
-func (s deadScope) filter(ctx context.Context, drv driver.Driver, asked []string) ([]string, error) {
-	if s.allApps {
-		return asked, nil
-	}
-	if len(asked) == 0 {
-		return s.types, nil
-	}
-	for _, t := range asked {
-		if slices.Contains(s.types, t) {
-			continue
+// refusal words ops' refusals as the command's usage errors (exit 2);
+// any other error is returned as it is.
+func refusal(ctx context.Context, o *ops.Ops, err error) error {
+	var oos *ops.OutOfScopeError
+	var amo *ops.AtMostOnceError
+	switch {
+	case errors.As(err, &oos) && oos.ID != 0:
+		owner := "no app owns its type"
+		if oos.Owner != "" {
+			owner = "its type is owned by app " + strconv.Quote(oos.Owner)
 		}
-		o, ok, err := lookupOwner(ctx, drv, driver.ResourceType, t)
-		if err != nil {
-			return nil, err
-		}
+		return usageErr("message %d (type %s) is not app %s's: %s; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.ID, oos.Type, strings.Join(oos.Apps, ", "), owner)
+	case errors.As(err, &oos):
 		owner := "no app owns it"
-		if ok {
-			owner = "it is owned by " + quoteApp(o.App)
+		// An entry the upgrade to the catalog left unclaimed is named so.
+		if e, lerr := o.Owner(ctx, driver.ResourceType, oos.Type); lerr == nil {
+			owner = "it is owned by " + quoteApp(e.App)
 		}
-		return nil, usageErr("message type %q is not app %s's (%s): its dead letters are not this config's to touch; nothing changed (use the owning app's config, or --all-apps to act across apps)", t, s.app, owner)
+		return usageErr("message type %q is not app %s's (%s): its dead letters are not this config's to touch; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.Type, strings.Join(oos.Apps, ", "), owner)
+	case errors.As(err, &amo):
+		return usageErr("%d dead message(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
+			"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, run 'mensageria dead retry --allow-duplicate' "+
+			"with the same selection; if it does, 'mensageria dead discard' them (messages still in doubt are decided with 'mensageria doubt resolve')",
+			len(amo.IDs), joinIDs(amo.IDs))
+	case errors.Is(err, ops.ErrNoAtMostOnce):
+		return failErr("this database's driver keeps no messages in doubt (no at-most-once support)")
 	}
-	return asked, nil
+	return err
 }
-
-// check refuses rows whose type the scope does not own, naming the owner.
-func (s deadScope) check(jobs []driver.Job) error {
-	if s.allApps {
-		return nil
-	}
-	for _, j := range jobs {
-		if !slices.Contains(s.types, j.Type) {
-			owner := "no app owns its type"
-			if j.Owner != "" {
-				owner = "its type is owned by app " + strconv.Quote(j.Owner)
-			}
-			return usageErr("message %d (type %s) is not app %s's: %s; nothing changed (use the owning app's config, or --all-apps to act across apps)", j.ID, j.Type, s.app, owner)
-		}
-	}
-	return nil
-}
-
-// none reports an app that owns no types: with an empty type list a
-// filter would select every app's rows.
-func (s deadScope) none() bool { return !s.allApps && len(s.types) == 0 }
 
 // listOptions are the flags the dead and doubt list commands share: which
 // types, how many, from where, as JSON, and whether every app's.
@@ -190,18 +151,10 @@ func (o *listOptions) check() error {
 	return nil
 }
 
-// listPage is one page of a list command: its rows, and whether more
-// follow (asked for as the row after the page).
-type listPage struct {
-	jobs      []driver.Job
-	truncated bool
-	nextAfter int64 // the --after of the next page when truncated
-}
-
 // nextPage tells how to ask for the next page when more rows follow.
-func (o *listOptions) nextPage(out io.Writer, p listPage) {
-	if p.truncated {
-		fmt.Fprintf(out, "(first %d; more follow: next page with --after %d)\n", o.limit, p.nextAfter)
+func (o *listOptions) nextPage(out io.Writer, p *ops.Page) {
+	if p.Truncated {
+		fmt.Fprintf(out, "(first %d; more follow: next page with --after %d)\n", o.limit, p.NextAfter)
 	}
 }
 
@@ -218,31 +171,25 @@ type DeadPage struct {
 // o.after, as 'dead list' and 'doubt list' do: a type of another app is
 // refused with its owner's name, and an app that owns nothing lists
 // nothing.
-func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, deadScope, listPage, error) {
+func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, *ops.Page, error) {
 	if err := o.check(); err != nil {
-		return nil, deadScope{}, listPage{}, err
+		return nil, nil, err
 	}
-	c, b, scope, err := a.connectInScope(ctx, o.all)
+	c, b, op, err := a.connectInScope(ctx, o.all)
 	if err != nil {
-		return nil, deadScope{}, listPage{}, err
+		return nil, nil, err
 	}
 	defer b.Close()
-	types, err := scope.filter(ctx, b.drv, o.types)
-	if err != nil || scope.none() {
-		return c, scope, listPage{}, err
+	list := op.DeadLetters
+	if state == driver.StateInDoubt {
+		list = op.InDoubt
 	}
-	// One row more than the page says whether more follow.
-	limit := o.limit + 1
-	if o.limit == maxListLimit {
-		limit = o.limit // the driver's own bound; the next page tells
+	// A negative --after has always listed from the first row.
+	page, err := list(ctx, ops.ListParams{Types: o.types, After: max(o.after, 0), Limit: o.limit})
+	if err != nil {
+		return nil, nil, refusal(ctx, op, err)
 	}
-	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: o.after, Limit: limit})
-	p := listPage{jobs: jobs}
-	if len(jobs) > o.limit || (len(jobs) == maxListLimit && o.limit == maxListLimit) {
-		p.jobs, p.truncated = jobs[:o.limit], true
-		p.nextAfter = p.jobs[len(p.jobs)-1].ID
-	}
-	return c, scope, p, err
+	return c, page, nil
 }
 
 const deadLong = `dead operates the messages the relay parked as dead (refused permanently by
@@ -289,21 +236,20 @@ func (a *app) deadListCommand() *cobra.Command {
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, scope, page, err := a.listInScope(cmd.Context(), driver.StateDead, o)
+			c, page, err := a.listInScope(cmd.Context(), driver.StateDead, o)
 			if err != nil {
 				return err
 			}
-			jobs := page.jobs
 			if o.json {
-				out := DeadPage{Messages: make([]DeadMessage, len(jobs)), Truncated: page.truncated, NextAfter: page.nextAfter}
-				for i, j := range jobs {
-					out.Messages[i] = deadOf(j, false)
+				out := DeadPage{Messages: make([]DeadMessage, len(page.Messages)), Truncated: page.Truncated, NextAfter: page.NextAfter}
+				for i, m := range page.Messages {
+					out.Messages[i] = deadOf(m, false)
 				}
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
-			if len(jobs) == 0 {
+			if len(page.Messages) == 0 {
 				switch {
-				case scope.none():
+				case page.NoTypes:
 					fmt.Fprintf(a.io.Out, "no dead messages: app %s owns no message types in schema %s (--all-apps lists every app's)\n", c.App, c.Schema)
 				case o.all:
 					fmt.Fprintln(a.io.Out, "no dead messages")
@@ -314,9 +260,9 @@ func (a *app) deadListCommand() *cobra.Command {
 			}
 			tw, rows := newTable(a.io.Out, 0)
 			fmt.Fprintln(rows, "ID\tTYPE\tOWNER\tKEY\tATTEMPTS\tCREATED\tLAST ROUTE\tLAST ERROR")
-			for _, j := range jobs {
-				fmt.Fprintf(rows, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, ownerCell(j.Owner), oneLine(j.Key, 40), j.Attempt, j.CreatedAt.UTC().Format(time.RFC3339),
-					cellOr(oneLine(redact.Text(j.LastRoute), 50)), oneLine(redact.Text(j.LastError), 100))
+			for _, m := range page.Messages {
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Type, ownerCell(m.Owner), oneLine(m.Key, 40), m.Attempts, m.CreatedAt.Format(time.RFC3339),
+					cellOr(oneLine(m.LastRoute, 50)), oneLine(m.LastError, 100))
 			}
 			_ = tw.Flush()
 			o.nextPage(a.io.Out, page)
@@ -348,26 +294,22 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 	if err != nil {
 		return err
 	}
-	c, b, scope, err := a.connectInScope(ctx, showAll)
+	c, b, op, err := a.connectInScope(ctx, showAll)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
-	if err != nil {
-		return err
-	}
-	if len(jobs) == 0 {
+	m, err := op.Show(ctx, ids[0])
+	if errors.Is(err, ops.ErrNotFound) {
 		return failErr("no message with id %d in schema %s", ids[0], c.Schema)
 	}
-	if err := scope.check(jobs); err != nil {
-		return err
+	if err != nil {
+		return refusal(ctx, op, err)
 	}
-	j := jobs[0]
-	if j.State != driver.StateDead {
-		fmt.Fprintf(a.io.Err, "note: message %d is %s, not dead\n", j.ID, j.State)
+	if m.State != driver.StateDead {
+		fmt.Fprintf(a.io.Err, "note: message %d is %s, not dead\n", m.ID, m.State)
 	}
-	d := deadOf(j, true)
+	d := deadOf(*m, true)
 	if showJSON {
 		enc := json.NewEncoder(a.io.Out)
 		enc.SetIndent("", "  ")
@@ -375,7 +317,7 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 	}
 	w := visibleWriter{a.io.Out}
 	fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nowner       %s\nkey         %s\nstate       %s\nattempts    %d\ncreated     %s\n",
-		d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, j.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
+		d.ID, d.MessageID, d.Type, ownerCell(d.Owner), d.Key, m.State, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
 	hk := make([]string, 0, len(d.Headers))
 	for k := range d.Headers {
 		hk = append(hk, k)
@@ -384,7 +326,7 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 	for _, k := range hk {
 		fmt.Fprintf(w, "header      %s: %s\n", k, d.Headers[k])
 	}
-	fmt.Fprintf(w, "last route  %s\nlast error  %s\npayload     %s\n", cellOr(d.LastRoute), d.LastError, string(j.Payload))
+	fmt.Fprintf(w, "last route  %s\nlast error  %s\npayload     %s\n", cellOr(d.LastRoute), d.LastError, string(m.Payload))
 	return nil
 }
 
@@ -413,46 +355,42 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				return usageErr("dead %s takes message ids or --type, not both", verb)
 			}
 			ctx := cmd.Context()
-			c, b, scope, err := a.connectInScope(ctx, allApps)
+			c, b, op, err := a.connectInScope(ctx, allApps)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			p := driver.ReviveParams{IDs: ids, Types: types, Discard: discard, ClearMark: allowDuplicate}
-			var left []string // the ids named that are not dead letters, and why
-			if len(types) > 0 {
-				if _, err := scope.filter(ctx, b.drv, types); err != nil {
-					return err
-				}
-			} else {
-				// Every id is checked before anything changes: one row of
-				// another app refuses the whole call; ids that are not
-				// dead letters are named, and the others acted on.
-				jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: len(ids)})
-				if err != nil {
-					return err
-				}
-				if err := scope.check(jobs); err != nil {
-					return err
-				}
-				p.IDs, left = deadAmong(ids, jobs)
-				if len(p.IDs) == 0 {
-					return failErr("nothing to %s in schema %s: %s; nothing changed", verb, c.Schema, strings.Join(left, ", "))
-				}
+			// Every id is checked before anything changes: one row of
+			// another app refuses the whole call; ids that are not dead
+			// letters are named, and the others acted on.
+			sel := ops.Selection{IDs: ids, Types: types, AllowDuplicate: allowDuplicate}
+			plan := op.PlanRetry
+			if discard {
+				plan = op.PlanDiscard
 			}
-			if !discard {
-				if err := a.checkMarked(ctx, b.drv, p, verb); err != nil {
-					return err
-				}
+			p, err := plan(ctx, sel)
+			if err != nil {
+				return refusal(ctx, op, err)
 			}
-			if err := a.confirmRevive(cmd, b.drv, verb, c.Schema, p.IDs, types, yes); err != nil {
+			left := make([]string, len(p.Left))
+			for i, l := range p.Left {
+				left[i] = l.String()
+			}
+			if len(ids) > 0 && len(p.IDs) == 0 {
+				return failErr("nothing to %s in schema %s: %s; nothing changed", verb, c.Schema, strings.Join(left, ", "))
+			}
+			if len(p.Marked) > 0 {
+				fmt.Fprintf(a.io.Err, "warning: %d dead message(s) of at_most_once routes (%s) will be sent again although their last attempt may have reached the receiver: an effect it applied will apply twice\n",
+					len(p.Marked), joinIDs(p.Marked))
+			}
+			if err := a.confirmRevive(ctx, op, verb, c.Schema, p.IDs, types, yes); err != nil {
 				return err
 			}
-			n, err := b.drv.Revive(ctx, p)
+			res, err := op.Apply(ctx, p)
 			if err != nil {
 				return err
 			}
-			return a.printRevived(verb, n, left, asJSON)
+			return a.printRevived(verb, res.Changed, left, asJSON)
 		}),
 	}
 	cmd.Flags().StringSliceVarP(&types, "type", "t", nil, "every dead message of these types")
@@ -464,47 +402,6 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 			"also send again dead letters of at_most_once routes whose last attempt may have reached the receiver (its effect may apply twice)")
 	}
 	return cmd
-}
-
-// deadAmong splits the ids asked for into the dead letters among jobs
-// (the rows found) and the others, each named with why it is left alone.
-func deadAmong(ids []int64, jobs []driver.Job) (dead []int64, left []string) {
-	byID := make(map[int64]driver.Job, len(jobs))
-	for _, j := range jobs {
-		byID[j.ID] = j
-	}
-	for _, id := range ids {
-		j, ok := byID[id]
-		switch {
-		case !ok:
-			left = append(left, fmt.Sprintf("%d (no such message)", id))
-		case j.State != driver.StateDead:
-			left = append(left, fmt.Sprintf("%d (%s, not dead)", id, strings.ReplaceAll(string(j.State), "_", " ")))
-		default:
-			dead = append(dead, id)
-		}
-	}
-	return dead, left
-}
-
-// checkMarked refuses a retry that selects dead letters an at-most-once
-// attempt marked, unless p.ClearMark (--allow-duplicate): their last
-// request may have reached the receiver, so sending again may apply the
-// effect twice (ADR 0015). With the flag it warns, naming them.
-func (a *app) checkMarked(ctx context.Context, drv driver.Driver, p driver.ReviveParams, verb string) error {
-	marked, err := driver.MarkedDead(ctx, drv, p)
-	if err != nil || len(marked) == 0 {
-		return err
-	}
-	if p.ClearMark {
-		fmt.Fprintf(a.io.Err, "warning: %d dead message(s) of at_most_once routes (%s) will be sent again although their last attempt may have reached the receiver: an effect it applied will apply twice\n",
-			len(marked), joinIDs(marked))
-		return nil
-	}
-	return usageErr("%d dead message(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
-		"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, run 'mensageria dead %s --allow-duplicate' "+
-		"with the same selection; if it does, 'mensageria dead discard' them (messages still in doubt are decided with 'mensageria doubt resolve')",
-		len(marked), joinIDs(marked), verb)
 }
 
 // printRevived says what dead retry or discard changed; ids named that
@@ -530,13 +427,13 @@ func (a *app) printRevived(verb string, n int, left []string, asJSON bool) error
 
 // confirmRevive asks before a dead retry or discard of several messages
 // or of whole types, unless yes; a refusal changes nothing and fails.
-func (a *app) confirmRevive(cmd *cobra.Command, drv driver.Driver, verb, schema string, ids []int64, types []string, yes bool) error {
+func (a *app) confirmRevive(ctx context.Context, op *ops.Ops, verb, schema string, ids []int64, types []string, yes bool) error {
 	if len(ids) < 2 && len(types) == 0 {
 		return nil
 	}
 	what := fmt.Sprintf("%d dead messages (%s)", len(ids), joinIDs(ids))
 	if len(types) > 0 {
-		n, err := countDead(cmd, drv, types)
+		n, err := countDead(ctx, op, types)
 		if err != nil {
 			return err
 		}
@@ -570,19 +467,17 @@ func cellOr(s string) string {
 	return s
 }
 
-func joinIDs(ids []int64) string { return console.IDList(ids) }
+func joinIDs(ids []int64) string { return ops.IDList(ids) }
 
-func countDead(cmd *cobra.Command, drv driver.Driver, types []string) (int64, error) {
-	stats, err := drv.Stats(cmd.Context())
+func countDead(ctx context.Context, op *ops.Ops, types []string) (int64, error) {
+	counts, err := op.Count(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
-	for _, s := range stats {
-		for _, t := range types {
-			if s.Type == t {
-				n += s.Dead
-			}
+	for _, c := range counts {
+		if slices.Contains(types, c.Type) {
+			n += c.Dead
 		}
 	}
 	return n, nil

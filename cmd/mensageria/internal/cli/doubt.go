@@ -9,11 +9,10 @@ import (
 	"os/user"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/redact"
+	"github.com/xadm/mensageria/ops"
 )
 
 // DoubtMessage is one message in doubt as `doubt list|show --json` print it.
@@ -44,21 +43,12 @@ type DoubtResolution struct {
 	At      time.Time `json:"at"`
 }
 
-func doubtOf(j driver.Job, full bool) DoubtMessage {
-	d := DoubtMessage{DeadMessage: deadOf(j, full)}
-	if j.AttemptedAt != nil {
-		t := j.AttemptedAt.UTC()
-		d.AttemptedAt = &t
+func doubtOf(m ops.Message, full bool) DoubtMessage {
+	d := DoubtMessage{DeadMessage: deadOf(m, full), AttemptedAt: m.AttemptedAt}
+	for _, r := range m.Resolutions {
+		d.Resolutions = append(d.Resolutions, DoubtResolution{Outcome: string(r.Outcome), By: r.By, Reason: r.Reason, At: r.At})
 	}
 	return d
-}
-
-func atMostOnceOf(drv driver.Driver) (driver.AtMostOnce, error) {
-	a, ok := drv.(driver.AtMostOnce)
-	if !ok {
-		return nil, failErr("this database's driver keeps no messages in doubt (no at-most-once support)")
-	}
-	return a, nil
 }
 
 // operator names who runs a command, for the record of a resolution.
@@ -113,30 +103,29 @@ func (a *app) doubtListCommand() *cobra.Command {
 		Short: "List messages in doubt",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, _, page, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
+			c, page, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
 			if err != nil {
 				return err
 			}
-			jobs := page.jobs
 			if o.json {
-				out := DoubtPage{Messages: make([]DoubtMessage, len(jobs)), Truncated: page.truncated, NextAfter: page.nextAfter}
-				for i, j := range jobs {
-					out.Messages[i] = doubtOf(j, false)
+				out := DoubtPage{Messages: make([]DoubtMessage, len(page.Messages)), Truncated: page.Truncated, NextAfter: page.NextAfter}
+				for i, m := range page.Messages {
+					out.Messages[i] = doubtOf(m, false)
 				}
 				return json.NewEncoder(a.io.Out).Encode(out)
 			}
-			if len(jobs) == 0 {
+			if len(page.Messages) == 0 {
 				fmt.Fprintf(a.io.Out, "no messages in doubt of app %s\n", c.App)
 				return nil
 			}
 			tw, rows := newTable(a.io.Out, 0)
 			fmt.Fprintln(rows, "ID\tTYPE\tKEY\tATTEMPTS\tATTEMPTED\tLAST ROUTE\tLAST ERROR")
-			for _, j := range jobs {
+			for _, m := range page.Messages {
 				at := "-"
-				if j.AttemptedAt != nil {
-					at = j.AttemptedAt.UTC().Format(time.RFC3339)
+				if m.AttemptedAt != nil {
+					at = m.AttemptedAt.Format(time.RFC3339)
 				}
-				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Type, oneLine(j.Key, 40), j.Attempt, at, cellOr(oneLine(redact.Text(j.LastRoute), 50)), oneLine(redact.Text(j.LastError), 100))
+				fmt.Fprintf(rows, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Type, oneLine(m.Key, 40), m.Attempts, at, cellOr(oneLine(m.LastRoute, 50)), oneLine(m.LastError, 100))
 			}
 			_ = tw.Flush()
 			o.nextPage(a.io.Out, page)
@@ -169,52 +158,19 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 	if err != nil {
 		return err
 	}
-	c, b, scope, err := a.connectInScope(ctx, showAll)
+	c, b, op, err := a.connectInScope(ctx, showAll)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	amo, err := atMostOnceOf(b.drv)
+	m, err := op.ShowInDoubt(ctx, ids[0])
+	if errors.Is(err, ops.ErrNotFound) {
+		return failErr("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
+	}
 	if err != nil {
-		return err
+		return refusal(ctx, op, err)
 	}
-	jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: 1})
-	if err != nil {
-		return err
-	}
-	var d DoubtMessage
-	var recs []driver.ResolutionRecord
-	if len(jobs) == 1 {
-		if err := scope.check(jobs); err != nil {
-			return err
-		}
-		d = doubtOf(jobs[0], true)
-		if recs, err = amo.Resolutions(ctx, [][16]byte{jobs[0].MessageID}, 20); err != nil {
-			return err
-		}
-	} else {
-		// A message resolved delivered is gone from the outbox; its
-		// record is kept.
-		all, err := amo.Resolutions(ctx, nil, 1000)
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			if r.OutboxID == ids[0] {
-				recs = append(recs, r)
-			}
-		}
-		if len(recs) == 0 {
-			return failErr("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
-		}
-		if err := scope.check([]driver.Job{{ID: ids[0], Type: recs[0].Type}}); err != nil {
-			return err
-		}
-		d.ID, d.MessageID, d.Type, d.Key = ids[0], uuid.UUID(recs[0].MessageID).String(), recs[0].Type, recs[0].Key
-	}
-	for _, r := range recs {
-		d.Resolutions = append(d.Resolutions, DoubtResolution{Outcome: string(r.Outcome), By: r.By, Reason: r.Reason, At: r.At.UTC()})
-	}
+	d := doubtOf(*m, !m.Gone)
 	if showJSON {
 		enc := json.NewEncoder(a.io.Out)
 		enc.SetIndent("", "  ")
@@ -222,8 +178,8 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 	}
 	w := visibleWriter{a.io.Out}
 	state := "gone from the outbox (resolved delivered)"
-	if len(jobs) == 1 {
-		state = string(jobs[0].State)
+	if !m.Gone {
+		state = string(m.State)
 	}
 	at := "-"
 	if d.AttemptedAt != nil {
@@ -231,8 +187,8 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 	}
 	fmt.Fprintf(w, "id          %d\nmessage id  %s\ntype        %s\nkey         %s\nstate       %s\nattempts    %d\nattempted   %s\nlast route  %s\nlast error  %s\n",
 		d.ID, d.MessageID, d.Type, d.Key, state, d.Attempts, at, cellOr(d.LastRoute), d.LastError)
-	if len(jobs) == 1 {
-		fmt.Fprintf(w, "payload     %s\n", string(jobs[0].Payload))
+	if !m.Gone {
+		fmt.Fprintf(w, "payload     %s\n", string(m.Payload))
 	}
 	for _, r := range d.Resolutions {
 		fmt.Fprintf(w, "resolved    %s by %s at %s: %s\n", r.Outcome, r.By, r.At.Format(time.RFC3339), r.Reason)
@@ -257,28 +213,19 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 			if by == "" {
 				by = operator()
 			}
-			p := driver.ResolveParams{IDs: ids, Outcome: driver.Resolution(outcome), By: by, Reason: reason, KeepDelivered: keep}
-			if err := driver.CheckResolve(p); err != nil {
+			d := ops.Decision{IDs: ids, Outcome: driver.Resolution(outcome), By: by, Reason: reason, KeepDelivered: keep}
+			if err := d.Check(); err != nil {
 				return usageErr("%v (see 'mensageria doubt resolve --help')", err)
 			}
 			ctx := cmd.Context()
-			c, b, scope, err := a.connectInScope(ctx, allApps)
+			c, b, op, err := a.connectInScope(ctx, allApps)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			amo, err := atMostOnceOf(b.drv)
+			p, err := op.PlanResolve(ctx, d)
 			if err != nil {
-				return err
-			}
-			if !allApps {
-				jobs, err := b.drv.ListMessages(ctx, driver.ListFilter{IDs: ids, Limit: len(ids)})
-				if err != nil {
-					return err
-				}
-				if err := scope.check(jobs); err != nil {
-					return err
-				}
+				return refusal(ctx, op, err)
 			}
 			if len(ids) > 1 && !yes {
 				ok, err := confirm(a, fmt.Sprintf("Resolve %d messages in doubt (%s) as %s in schema %s?", len(ids), joinIDs(ids), outcome, c.Schema))
@@ -290,7 +237,7 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 					return silentExit(ExitFailure)
 				}
 			}
-			res, err := amo.Resolve(ctx, p)
+			res, err := op.Apply(ctx, p)
 			if errors.Is(err, driver.ErrInvalidResolve) {
 				return usageErr("%v", err)
 			}
@@ -312,7 +259,7 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 
 // printResolved says what doubt resolve changed; rows it left alone make
 // the exit code a failure.
-func (a *app) printResolved(res driver.ResolveResult, outcome, by string, asJSON bool) error {
+func (a *app) printResolved(res *ops.Result, outcome, by string, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(a.io.Out).Encode(map[string]any{"outcome": outcome, "by": by, "resolved": orEmpty(res.Resolved), "not_in_doubt": orEmpty(res.NotInDoubt)})
 	}

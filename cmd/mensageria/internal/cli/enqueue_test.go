@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xadm/mensageria/mensageriaprom"
 )
 
 // --not-before schedules the message: an RFC 3339 time with its offset,
@@ -64,7 +66,7 @@ func TestEnqueueNotBefore(t *testing.T) {
 	}
 	defer b.Close()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(&outboxCollector{app: "pedidos", drv: b.drv, log: slog.New(slog.DiscardHandler)})
+	reg.MustRegister(mensageriaprom.OutboxCollector("pedidos", b.drv, nil, slog.New(slog.DiscardHandler)))
 	var metrics strings.Builder
 	mfs, err := reg.Gather()
 	if err != nil {

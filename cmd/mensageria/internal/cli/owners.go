@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 )
 
 // OwnerEntry is one catalog entry as `owners list --json` prints it.
@@ -169,22 +170,6 @@ func checkSchema(ctx context.Context, c *Config, drv driver.Driver) error {
 	return nil
 }
 
-// ownedTypes is what the catalog gives app: the types its commands may
-// act on.
-func ownedTypes(ctx context.Context, drv driver.Driver, app string) ([]string, error) {
-	entries, err := drv.Owners(ctx, app)
-	if err != nil {
-		return nil, fmt.Errorf("ownership catalog: %w", err)
-	}
-	var out []string
-	for _, o := range entries {
-		if o.Kind == driver.ResourceType && o.App == app {
-			out = append(out, o.Name)
-		}
-	}
-	return out, nil
-}
-
 // lookupOwner finds one entry of the catalog.
 func lookupOwner(ctx context.Context, drv driver.Driver, kind driver.ResourceKind, name string) (driver.Ownership, bool, error) {
 	all, err := drv.Owners(ctx, "")
@@ -246,16 +231,15 @@ every entry of the schema.`,
 				return err
 			}
 			defer b.Close()
-			all, err := b.drv.Owners(cmd.Context(), "")
-			if err != nil {
-				return fmt.Errorf("ownership catalog: %w", err)
+			scope := ops.ForApps(c.App)
+			if allApps {
+				scope = ops.AllApps()
 			}
-			var list []driver.Ownership
-			for _, o := range all {
-				_, routed := c.Route(o.Name)
-				if allApps || o.App == c.App || (o.App == "" && o.Kind == driver.ResourceType && routed) {
-					list = append(list, o)
-				}
+			// With the entries the upgrade left unclaimed for the types
+			// the config routes.
+			list, err := ops.New(b.drv, scope).Owners(cmd.Context(), c.Types()...)
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				out := make([]OwnerEntry, len(list))
@@ -334,7 +318,7 @@ nothing.`,
 			for i, r := range c.Routes {
 				res[i] = driver.Resource{Kind: driver.ResourceType, Name: r.Type}
 			}
-			rr, err := b.drv.Register(cmd.Context(), driver.RegisterParams{App: c.App, Resources: res})
+			rr, err := ops.New(b.drv, ops.ForApps(c.App)).Register(cmd.Context(), c.App, res)
 			var oce *driver.OwnerConflictError
 			if errors.As(err, &oce) {
 				return conflictErr(oce, "register its types", a.configPath)
@@ -377,7 +361,7 @@ func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *Confi
 		res[i] = driver.Resource{Kind: driver.ResourceConsumer, Name: k.Name, Window: k.Window}
 		names[i] = k.Name
 	}
-	rr, err := drv.Register(ctx, driver.RegisterParams{App: c.App, Resources: res})
+	rr, err := ops.New(drv, ops.ForApps(c.App)).Register(ctx, c.App, res)
 	var oce *driver.OwnerConflictError
 	if errors.As(err, &oce) {
 		return conflictErr(oce, "register its consumers", a.configPath)
@@ -443,13 +427,22 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			}
 			defer b.Close()
 			ctx := cmd.Context()
-			err = b.drv.Transfer(ctx, driver.TransferParams{Kind: kind, Name: name, From: from, To: to})
-			var oce *driver.OwnerConflictError
+			// The catalog's own step between apps: no app's scope.
+			op := ops.New(b.drv, ops.AllApps())
+			if release {
+				err = op.Release(ctx, kind, name, from)
+			} else {
+				err = op.Transfer(ctx, kind, name, from, to)
+			}
+			var nf *ops.NotFoundError
+			var tce *ops.TransferConflictError
 			switch {
-			case errors.Is(err, driver.ErrNotOwned):
+			case errors.As(err, &nf):
 				return usageErr("%s is not in the ownership catalog of schema %s; nothing changed (see 'mensageria owners list --all-apps')", thing(kind, name), c.Schema)
-			case errors.As(err, &oce):
-				return transferConflict(ctx, b.drv, oce, kind, name, from)
+			case errors.As(err, &tce) && !tce.Known:
+				return usageErr("%s is not owned by %s; nothing changed", thing(kind, name), quoteApp(from))
+			case errors.As(err, &tce):
+				return usageErr("%s is owned by %s, not %s; nothing changed (pass --from %s if that is the app it moves from)", thing(kind, name), quoteApp(tce.Owner), quoteApp(from), shellArg(tce.Owner))
 			case err != nil:
 				return fmt.Errorf("owners %s: %w", verb, err)
 			}
@@ -462,28 +455,6 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-// transferConflict explains a transfer or release refused because --from
-// is not the entry's owner: who owns it, if anyone.
-func transferConflict(ctx context.Context, drv driver.Driver, oce *driver.OwnerConflictError, kind driver.ResourceKind, name, from string) error {
-	owner, known := "", false
-	for _, x := range oce.Conflicts {
-		if x.Kind == kind && x.Name == name {
-			owner, known = x.App, true
-		}
-	}
-	if !known {
-		o, ok, lerr := lookupOwner(ctx, drv, kind, name)
-		if lerr != nil {
-			return lerr
-		}
-		owner, known = o.App, ok
-	}
-	if !known {
-		return usageErr("%s is not owned by %s; nothing changed", thing(kind, name), quoteApp(from))
-	}
-	return usageErr("%s is owned by %s, not %s; nothing changed (pass --from %s if that is the app it moves from)", thing(kind, name), quoteApp(owner), quoteApp(from), shellArg(owner))
 }
 
 // printTransfer says what owners transfer or release changed, and what

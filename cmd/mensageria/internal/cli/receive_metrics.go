@@ -1,16 +1,15 @@
 package cli
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriaprom"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -23,13 +22,6 @@ type receiveMetrics struct {
 	reloads  *prometheus.CounterVec
 	notifies *prometheus.CounterVec
 }
-
-var (
-	descQueuePending = prometheus.NewDesc("mensageria_inbox_queue_pending", "Inbox queue rows waiting for the app, due or waiting for a retry, by consumer.", []string{"app", "consumer"}, nil)
-	descQueueDead    = prometheus.NewDesc("mensageria_inbox_queue_dead", "Inbox queue rows the app parked as dead, by consumer.", []string{"app", "consumer"}, nil)
-	descQueueOldest  = prometheus.NewDesc("mensageria_inbox_queue_oldest_pending_seconds", "Age of the oldest pending inbox queue row since it was received, by consumer.", []string{"app", "consumer"}, nil)
-	descQueueUp      = prometheus.NewDesc("mensageria_inbox_queue_stats_up", "1 when the last read of the inbox queue succeeded.", []string{"app"}, nil)
-)
 
 func newReceiveMetrics(app string, q driver.InboxQueueReader, rc func() *m2mhttp.Receiver, log *slog.Logger) *receiveMetrics {
 	l := prometheus.Labels{"app": app}
@@ -53,38 +45,9 @@ func newReceiveMetrics(app string, q driver.InboxQueueReader, rc func() *m2mhttp
 			func() float64 { return float64(rc().WrongTokens()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mensageria_receive_tokens",
 			Help: "Bearer tokens accepted now.", ConstLabels: l}, func() float64 { return float64(rc().Tokens()) }),
-		&queueCollector{app: app, q: q, log: log},
+		mensageriaprom.InboxQueueCollector(app, q, log),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
-}
-
-type queueCollector struct {
-	app string
-	q   driver.InboxQueueReader
-	log *slog.Logger
-}
-
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueuePending, descQueueDead, descQueueOldest, descQueueUp} {
-		ch <- d
-	}
-}
-
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stats, err := c.q.InboxQueueStats(ctx)
-	if err != nil {
-		c.log.Warn("metrics: inbox queue stats failed", "err", err)
-		ch <- prometheus.MustNewConstMetric(descQueueUp, prometheus.GaugeValue, 0, c.app)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(descQueueUp, prometheus.GaugeValue, 1, c.app)
-	for _, s := range stats {
-		ch <- prometheus.MustNewConstMetric(descQueuePending, prometheus.GaugeValue, float64(s.Pending), c.app, s.Consumer)
-		ch <- prometheus.MustNewConstMetric(descQueueDead, prometheus.GaugeValue, float64(s.Dead), c.app, s.Consumer)
-		ch <- prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), c.app, s.Consumer)
-	}
 }
 
 // countStatus wraps h so that every answer is counted by its status code.

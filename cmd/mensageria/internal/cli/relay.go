@@ -231,7 +231,7 @@ func relayMetrics(b *backend, c *Config, log *slog.Logger) (*metrics, error) {
 	}
 	m := newMetrics(c.App, b.drv, el, log)
 	if c.Relay.Election == mensageria.ElectionNone {
-		m.leader.Set(1)
+		m.AlwaysLeader()
 	}
 	return m, nil
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/redact"
+	"github.com/xadm/mensageria/ops"
 )
 
 // StatusType is one type's line of `status --json`.
@@ -101,109 +101,72 @@ type Status struct {
 }
 
 func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, error) {
-	stats, err := drv.Stats(ctx)
+	o := ops.New(drv, ops.ForApps(c.App))
+	counts, err := o.Count(ctx) // the outbox's only: status shows no inbox queue
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	p := ops.StatusParams{Counted: &ops.Counted{Types: counts}, Types: c.Types()}
+	// A receive daemon's config relays nothing here; election none
+	// elects nobody.
+	if c.Receive == nil && c.Relay.Election != mensageria.ElectionNone {
+		p.Elections = []string{c.App}
+	}
+	full, err := o.Status(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	st := &Status{App: c.App, Schema: c.Schema, At: time.Now().UTC(), Election: StatusElection{Mode: electionName(c.Relay.Election)}}
-	seen := map[string]bool{}
-	for _, s := range stats {
-		_, routed := c.Route(s.Type)
-		seen[s.Type] = true
+	for _, t := range full.Types {
+		_, routed := c.Route(t.Type)
+		// A type with no rows gets a line when the config routes it: "0
+		// pending" is an answer an operator wants to see, and so is its
+		// owner.
+		if !t.Counted && !routed {
+			continue
+		}
 		st.Types = append(st.Types, StatusType{
-			Type: s.Type, Routed: routed, Owner: s.Owner, Pending: s.Pending, Scheduled: s.Scheduled, InFlight: s.InFlight, Dead: s.Dead,
-			DeliveredLastHr: s.DeliveredLastHr, OldestPendingSec: s.OldestPending.Seconds(),
-			InDoubt: s.InDoubt, OldestInDoubtSec: s.OldestInDoubt.Seconds(),
+			Type: t.Type, Routed: routed, Owner: t.Owner, Pending: t.Pending, Scheduled: t.Scheduled, InFlight: t.InFlight, Dead: t.Dead,
+			DeliveredLastHr: t.DeliveredLastHour, OldestPendingSec: t.OldestPending.Seconds(),
+			InDoubt: t.InDoubt, OldestInDoubtSec: t.OldestInDoubt.Seconds(), Route: statusRoute(t.Route),
 		})
 	}
-	if err := addIdleRoutedTypes(ctx, c, drv, st, seen); err != nil {
-		return nil, err
-	}
-	routes, err := drv.RouteStates(ctx, "")
-	if err != nil {
-		return nil, fmt.Errorf("status: route states: %w", err)
-	}
-	for i := range st.Types {
-		t := &st.Types[i]
-		for _, r := range routes {
-			if r.Type == t.Type && (t.Owner == "" || r.App == t.Owner) {
-				sr := &StatusRoute{Name: redact.Text(r.Route), State: r.State, Since: r.Since.UTC(), Failures: r.Failures, LastError: redact.Text(r.LastError), Recorded: r.UpdatedAt.UTC()}
-				if !r.Until.IsZero() {
-					u := r.Until.UTC()
-					sr.Until = &u
-				}
-				t.Route = sr
-			}
-		}
-	}
-	slices.SortFunc(st.Types, func(a, b StatusType) int {
-		if a.Routed != b.Routed {
-			if a.Routed {
-				return -1
-			}
-			return 1
-		}
-		if a.Type < b.Type {
+	// Routed types first, each part by type (ops sorts by type).
+	slices.SortStableFunc(st.Types, func(a, b StatusType) int {
+		switch {
+		case a.Routed == b.Routed:
+			return 0
+		case a.Routed:
 			return -1
 		}
-		if a.Type > b.Type {
-			return 1
-		}
-		return 0
+		return 1
 	})
-	if err := statusElection(ctx, c, drv, &st.Election); err != nil {
-		return nil, err
+	if c.Receive != nil {
+		st.Election.Mode = "receive"
+	}
+	for _, e := range full.Elections {
+		if e.Err != nil {
+			return nil, fmt.Errorf("status: election: %w", e.Err)
+		}
+		statusElection(e.Leader, &st.Election)
 	}
 	return st, nil
 }
 
-// addIdleRoutedTypes adds a line, with its owner, for each routed type
-// that has no rows yet: "0 pending" is an answer an operator wants to
-// see, and so is its owner.
-func addIdleRoutedTypes(ctx context.Context, c *Config, drv driver.Driver, st *Status, seen map[string]bool) error {
-	var err error
-	var catalog []driver.Ownership
-	loaded := false
-	for _, t := range c.Types() {
-		if seen[t] {
-			continue
-		}
-		if !loaded {
-			if catalog, err = drv.Owners(ctx, ""); err != nil {
-				return fmt.Errorf("status: ownership catalog: %w", err)
-			}
-			loaded = true
-		}
-		owner := ""
-		for _, o := range catalog {
-			if o.Kind == driver.ResourceType && o.Name == t {
-				owner = o.App
-			}
-		}
-		st.Types = append(st.Types, StatusType{Type: t, Routed: true, Owner: owner})
+func statusRoute(r *ops.Route) *StatusRoute {
+	if r == nil {
+		return nil
 	}
-	return nil
+	sr := &StatusRoute{Name: r.Name, State: r.State, Since: r.Since, Failures: r.Failures, LastError: r.LastError, Recorded: r.Recorded}
+	if !r.Until.IsZero() {
+		u := r.Until
+		sr.Until = &u
+	}
+	return sr
 }
 
-// statusElection fills e with the app's election holder, when the config
-// elects one.
-func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *StatusElection) error {
-	if c.Receive != nil {
-		// A receive daemon's config: this app runs no relay here.
-		e.Mode = "receive"
-		return nil
-	}
-	if c.Relay.Election == mensageria.ElectionNone {
-		return nil
-	}
-	el, err := drv.Elector(c.App, c.Effective().Lease)
-	if err != nil {
-		return fmt.Errorf("status: election: %w", err)
-	}
-	h, err := el.Holder(ctx)
-	if err != nil {
-		return fmt.Errorf("status: election: %w", err)
-	}
+// statusElection fills e with the app's election holder h.
+func statusElection(h driver.Leader, e *StatusElection) {
 	e.Holder, e.Epoch = h.Holder, h.Epoch
 	if !h.Since.IsZero() && h.Holder != "" {
 		since := h.Since.UTC()
@@ -221,7 +184,6 @@ func statusElection(ctx context.Context, c *Config, drv driver.Driver, e *Status
 		}
 	}
 	e.Lapsed, e.Health, e.Outsider = h.Lapsed, h.Health, h.Outsider
-	return nil
 }
 
 // writeElection says who holds the election, and what is wrong with it.

@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 	"github.com/xadm/mensageria/redact"
 )
 
@@ -319,10 +319,6 @@ type RouteView struct {
 
 const chartMinutes = 60
 
-// electionLease is what the console hands Driver.Elector: it only reads
-// the holder, so the lease is never used to lead.
-const electionLease = 30 * time.Second
-
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ principal) {
 	ov, err := c.Overview(r.Context())
 	if err != nil {
@@ -337,167 +333,104 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, _ principal) 
 // a small table or an index range; none reads the outbox).
 func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	ov := &Overview{At: time.Now().UTC(), ReadOnly: c.opt.ReadOnly, Timings: map[string]float64{}}
-	step := func(name string, began time.Time) {
-		ov.Timings[name] = float64(time.Since(began).Microseconds()) / 1000
-	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	began := time.Now()
 	snap, err := c.counts.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	step("counts", began)
+	ov.Timings["counts"] = ms(time.Since(began))
 	if snap.err != nil {
 		ov.CountError = redact.Text(snap.err.Error())
-		if snap.stats == nil {
+		if snap.counted == nil {
 			return nil, snap.err
 		}
 	}
-	ov.CountedAt, ov.CountTookMs = snap.at.UTC(), float64(snap.took.Microseconds())/1000
+	ov.CountedAt, ov.CountTookMs = snap.at.UTC(), ms(snap.took)
 
-	began = time.Now()
-	catalog, err := c.opt.Driver.Owners(ctx, "")
+	st, err := c.every().Status(ctx, ops.StatusParams{Counted: snap.counted, AllElections: true})
 	if err != nil {
 		return nil, err
 	}
-	step("owners", began)
-	began = time.Now()
-	routes, err := c.opt.Driver.RouteStates(ctx, "")
-	if err != nil {
-		return nil, err
+	for _, step := range []string{"owners", "routes", "elections"} {
+		ov.Timings[step] = ms(st.Timings[step])
 	}
-	step("routes", began)
-
-	types := newTypeViews(snap.stats, catalog, routes)
+	scope := c.scoped().Scope()
+	views := map[string]*TypeView{}
+	names := make([]string, 0, len(st.Types))
+	for _, t := range st.Types {
+		v := &TypeView{Type: t.Type, Owner: t.Owner, Pending: t.Pending, Scheduled: t.Scheduled, InFlight: t.InFlight, Dead: t.Dead, DeliveredLastHr: t.DeliveredLastHour,
+			OldestPendingSec: t.OldestPending.Seconds(), InDoubt: t.InDoubt, OldestInDoubtSec: t.OldestInDoubt.Seconds(),
+			PerMinute: make([]int64, chartMinutes), Actionable: !c.opt.ReadOnly && scope.Has(t.Owner), Route: routeView(t.Route)}
+		views[t.Type] = v
+		names = append(names, t.Type)
+	}
 	began = time.Now()
-	c.perMinute(ctx, ov, types)
-	step("per_minute", began)
-	began = time.Now()
-	c.elections(ctx, ov, types.apps)
-	step("elections", began)
-	for _, q := range snap.inbox {
-		iv := InboxView{Consumer: q.Consumer, Pending: q.Pending, Dead: q.Dead, OldestPendingSec: q.OldestPending.Seconds()}
-		for _, o := range catalog {
-			if o.Kind == driver.ResourceConsumer && o.Name == q.Consumer {
-				iv.Owner = o.App
-			}
+	c.perMinute(ctx, ov, names, views)
+	ov.Timings["per_minute"] = ms(time.Since(began))
+	for _, e := range st.Elections {
+		av := AppView{App: e.App, Holder: e.Leader.Holder, Epoch: e.Leader.Epoch}
+		if e.Err != nil {
+			av = AppView{App: e.App}
+			ov.Errors = append(ov.Errors, "election of "+e.App+": "+redact.Text(e.Err.Error()))
+		} else if l := e.Leader; l.Holder != "" && !l.Since.IsZero() {
+			s := l.Since.UTC()
+			av.Since = &s
 		}
-		ov.Inbox = append(ov.Inbox, iv)
+		ov.Apps = append(ov.Apps, av)
 	}
-	for _, t := range types.order {
-		v := types.byType[t]
-		v.Actionable = !c.opt.ReadOnly && c.mayAct(v.Owner)
-		ov.Types = append(ov.Types, *v)
+	for _, q := range st.Inbox {
+		ov.Inbox = append(ov.Inbox, InboxView{Consumer: q.Consumer, Owner: q.Owner, Pending: q.Pending, Dead: q.Dead, OldestPendingSec: q.OldestPending.Seconds()})
+	}
+	for _, t := range names {
+		ov.Types = append(ov.Types, *views[t])
 	}
 	return ov, nil
 }
 
-// typeViews are the page's type lines being assembled, and the apps that
-// the catalog and the route states name.
-type typeViews struct {
-	byType map[string]*TypeView
-	order  []string // sorted once assembled
-	apps   map[string]bool
-}
-
-// newTypeViews assembles a line per type from the count, the catalog and
-// the route states.
-func newTypeViews(stats []driver.TypeStats, catalog []driver.Ownership, routes []driver.RouteState) *typeViews {
-	tv := &typeViews{byType: map[string]*TypeView{}, apps: map[string]bool{}}
-	for _, s := range stats {
-		v := tv.add(s.Type)
-		v.Pending, v.Scheduled, v.InFlight, v.Dead, v.DeliveredLastHr = s.Pending, s.Scheduled, s.InFlight, s.Dead, s.DeliveredLastHr
-		v.OldestPendingSec = s.OldestPending.Seconds()
-		v.InDoubt, v.OldestInDoubtSec = s.InDoubt, s.OldestInDoubt.Seconds()
+func routeView(r *ops.Route) *RouteView {
+	if r == nil {
+		return nil
 	}
-	// The owner comes from the catalog as it is now, not as it was at the
-	// count; a type with no rows yet still gets its line.
-	for _, o := range catalog {
-		if o.App != "" {
-			tv.apps[o.App] = true
-		}
-		if o.Kind == driver.ResourceType {
-			tv.add(o.Name).Owner = o.App
-		}
+	rv := &RouteView{Name: r.Name, State: r.State, Since: r.Since, Failures: r.Failures, LastError: r.LastError, Recorded: r.Recorded}
+	if !r.Until.IsZero() {
+		u := r.Until
+		rv.Until = &u
 	}
-	for _, rs := range routes {
-		tv.apps[rs.App] = true
-		v := tv.add(rs.Type)
-		if v.Owner != "" && rs.App != v.Owner {
-			continue // a former owner's record
-		}
-		rv := &RouteView{Name: redact.Text(rs.Route), State: rs.State, Since: rs.Since.UTC(), Failures: rs.Failures, LastError: redact.Text(rs.LastError), Recorded: rs.UpdatedAt.UTC()}
-		if !rs.Until.IsZero() {
-			u := rs.Until.UTC()
-			rv.Until = &u
-		}
-		v.Route = rv
-	}
-	slices.Sort(tv.order)
-	return tv
-}
-
-// add returns t's line, a new one the first time.
-func (tv *typeViews) add(t string) *TypeView {
-	if v, ok := tv.byType[t]; ok {
-		return v
-	}
-	v := &TypeView{Type: t, PerMinute: make([]int64, chartMinutes)}
-	tv.byType[t] = v
-	tv.order = append(tv.order, t)
-	return v
+	return rv
 }
 
 // perMinute sets the chart's minutes and, where the driver keeps them,
 // each type's deliveries per minute; a failed read is one of the page's
 // errors.
-func (c *Console) perMinute(ctx context.Context, ov *Overview, types *typeViews) {
+func (c *Console) perMinute(ctx context.Context, ov *Overview, types []string, views map[string]*TypeView) {
 	now := time.Now().UTC().Truncate(time.Minute)
 	for i := range chartMinutes {
 		ov.Minutes = append(ov.Minutes, now.Add(time.Duration(i-chartMinutes+1)*time.Minute))
 	}
 	h, ok := c.opt.Driver.(driver.DeliveryHistory)
-	if !ok || len(types.order) == 0 {
+	if !ok || len(types) == 0 {
 		return
 	}
-	mins, err := h.DeliveredPerMinute(ctx, types.order, chartMinutes*time.Minute)
+	mins, err := h.DeliveredPerMinute(ctx, types, chartMinutes*time.Minute)
 	if err != nil {
 		ov.Errors = append(ov.Errors, "deliveries per minute: "+redact.Text(err.Error()))
 	}
 	for _, m := range mins {
 		i := chartMinutes - 1 - int(now.Sub(m.Minute.UTC().Truncate(time.Minute))/time.Minute)
-		if v := types.byType[m.Type]; v != nil && i >= 0 && i < chartMinutes {
+		if v := views[m.Type]; v != nil && i >= 0 && i < chartMinutes {
 			v.PerMinute[i] += m.N
 		}
 	}
 }
 
-// elections adds a line per app, sorted, with its election's holder; a
-// failed read is one of the page's errors.
-func (c *Console) elections(ctx context.Context, ov *Overview, apps map[string]bool) {
-	names := make([]string, 0, len(apps))
-	for a := range apps {
-		names = append(names, a)
-	}
-	slices.Sort(names)
-	for _, a := range names {
-		av := AppView{App: a}
-		el, err := c.opt.Driver.Elector(a, electionLease)
-		if err == nil {
-			var l driver.Leader
-			if l, err = el.Holder(ctx); err == nil {
-				av.Holder, av.Epoch = l.Holder, l.Epoch
-				if l.Holder != "" && !l.Since.IsZero() {
-					s := l.Since.UTC()
-					av.Since = &s
-				}
-			}
-		}
-		if err != nil {
-			ov.Errors = append(ov.Errors, "election of "+a+": "+redact.Text(err.Error()))
-		}
-		ov.Apps = append(ov.Apps, av)
-	}
-}
+// scoped is the operator's verbs within the console's apps (Options.Apps;
+// every app's without): what its actions may touch.
+func (c *Console) scoped() *ops.Ops { return ops.New(c.opt.Driver, ops.ForApps(c.opt.Apps...)) }
+
+// every is the verbs over every app: the console shows every app's types
+// and messages, and acts only within scoped.
+func (c *Console) every() *ops.Ops { return ops.New(c.opt.Driver, ops.AllApps()) }
 
 // Letter is a dead letter in the list.
 type Letter struct {
@@ -531,23 +464,17 @@ type DeadPage struct {
 	NextAfter int64 `json:"next_after,omitempty"`
 }
 
-func uuidString(b [16]byte) string {
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-func letterOf(j driver.Job, detail bool) Letter {
+func letterOf(m ops.Message, detail bool) Letter {
 	l := Letter{
-		ID: j.ID, MessageID: uuidString(j.MessageID), Type: j.Type, Key: j.Key, State: string(j.State),
-		Attempts: j.Attempt, CreatedAt: j.CreatedAt.UTC(), Reason: redact.Text(j.LastError), Route: redact.Text(j.LastRoute), Owner: j.Owner,
-	}
-	if j.AttemptedAt != nil {
-		at := j.AttemptedAt.UTC()
-		l.AttemptedAt = &at
+		ID: m.ID, MessageID: m.MessageID, Type: m.Type, Key: m.Key, State: string(m.State),
+		Attempts: m.Attempts, CreatedAt: m.CreatedAt, Reason: m.LastError, Route: m.LastRoute, Owner: m.Owner, AttemptedAt: m.AttemptedAt,
 	}
 	if detail {
-		l.Payload = rawOrString(j.Payload)
-		l.Headers = rawOrString(j.Headers)
+		l.Payload = rawOrString(m.Payload)
+		l.Headers = rawOrString(m.Headers)
+		if m.Resolutions != nil {
+			l.Resolutions = resolutionViews(m.Resolutions)
+		}
 	}
 	return l
 }
@@ -590,18 +517,18 @@ func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state driver.St
 		problem(w, r, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit= must be between 1 and %d", maxPage))
 		return
 	}
-	jobs, err := c.opt.Driver.ListMessages(r.Context(), driver.ListFilter{State: state, Types: []string{typ}, AfterID: after, Limit: int(limit) + 1})
+	list := c.every().DeadLetters
+	if state == driver.StateInDoubt {
+		list = c.every().InDoubt
+	}
+	p, err := list(r.Context(), ops.ListParams{Types: []string{typ}, After: after, Limit: int(limit)})
 	if err != nil {
 		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	}
-	page := DeadPage{Type: typ, Letters: []Letter{}}
-	if len(jobs) > int(limit) {
-		jobs = jobs[:limit]
-		page.NextAfter = jobs[len(jobs)-1].ID
-	}
-	for _, j := range jobs {
-		page.Letters = append(page.Letters, letterOf(j, false))
+	page := DeadPage{Type: typ, Letters: []Letter{}, NextAfter: p.NextAfter}
+	for _, m := range p.Messages {
+		page.Letters = append(page.Letters, letterOf(m, false))
 	}
 	writeJSON(w, page)
 }
@@ -619,25 +546,16 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, _ principal) {
 		problem(w, r, http.StatusBadRequest, "bad_request", "the message id must be a positive integer")
 		return
 	}
-	jobs, err := c.opt.Driver.ListMessages(r.Context(), driver.ListFilter{IDs: []int64{id}, Limit: 1})
+	m, err := c.every().Show(r.Context(), id)
+	if errors.Is(err, ops.ErrNotFound) {
+		problem(w, r, http.StatusNotFound, "not_found", fmt.Sprintf("no message %d in the outbox (delivered and deleted, discarded, or never there)", id))
+		return
+	}
 	if err != nil {
 		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 		return
 	}
-	if len(jobs) == 0 {
-		problem(w, r, http.StatusNotFound, "not_found", fmt.Sprintf("no message %d in the outbox (delivered and deleted, discarded, or never there)", id))
-		return
-	}
-	l := letterOf(jobs[0], true)
-	if amo, ok := c.opt.Driver.(driver.AtMostOnce); ok {
-		recs, err := amo.Resolutions(r.Context(), [][16]byte{jobs[0].MessageID}, 20)
-		if err != nil {
-			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
-			return
-		}
-		l.Resolutions = resolutionViews(recs)
-	}
-	writeJSON(w, l)
+	writeJSON(w, letterOf(*m, true))
 }
 
 // ActionResult is what an action answers.
@@ -662,31 +580,23 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
-		if refusal, err := c.outOfScope(r.Context(), p); err != nil {
-			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
-			return
-		} else if refusal != "" {
-			problem(w, r, http.StatusForbidden, "other_app", refusal)
-			return
+		sel := ops.Selection{IDs: p.IDs, Types: p.Types, AllowDuplicate: p.ClearMark}
+		o := c.scoped()
+		plan := o.PlanRetry
+		if discard {
+			plan = o.PlanDiscard
 		}
-		var marked []int64
-		if !discard {
-			if marked, err = driver.MarkedDead(r.Context(), c.opt.Driver, p); err != nil {
-				problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
-				return
-			}
-			if len(marked) > 0 && !p.ClearMark {
-				problem(w, r, http.StatusConflict, "at_most_once", fmt.Sprintf("%d dead letter(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
-					"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, retry with allow_duplicate: true; if it does, discard them",
-					len(marked), IDList(marked)))
-				return
-			}
-		}
-		n, err := c.opt.Driver.Revive(r.Context(), p)
+		pl, err := plan(r.Context(), sel)
 		if err != nil {
-			problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
+			c.refused(w, r, err)
 			return
 		}
+		res, err := o.Apply(r.Context(), pl)
+		if err != nil {
+			c.refused(w, r, err)
+			return
+		}
+		n, marked := res.Changed, res.Marked
 		c.counts.invalidate()
 		// The operator is who the console knows: the user of a login or
 		// of basic auth, or the token's holder; never a credential.
@@ -700,66 +610,31 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 	}
 }
 
-// IDList names up to ten ids, in the console's messages and the
-// command's.
-func IDList(ids []int64) string {
-	s := make([]string, 0, len(ids))
-	for i, id := range ids {
-		if i == 10 {
-			s = append(s, "…")
-			break
+// refused answers ops' refusals as the console's problems: another app's
+// message or type is 403 other_app, a retry of dead letters that may
+// reach their receiver twice 409 at_most_once; anything else is the
+// database's.
+func (c *Console) refused(w http.ResponseWriter, r *http.Request, err error) {
+	var oos *ops.OutOfScopeError
+	var amo *ops.AtMostOnceError
+	switch {
+	case errors.As(err, &oos):
+		owner := "no app owns it"
+		if oos.Owner != "" {
+			owner = "it is owned by app " + strconv.Quote(oos.Owner)
 		}
-		s = append(s, strconv.FormatInt(id, 10))
-	}
-	return strings.Join(s, ", ")
-}
-
-// mayAct reports whether the console acts on dead letters of a type owner
-// owns.
-func (c *Console) mayAct(owner string) bool {
-	return len(c.opt.Apps) == 0 || (owner != "" && slices.Contains(c.opt.Apps, owner))
-}
-
-// outOfScope names the first selected dead letter, or type, that another
-// app owns (Options.Apps), or returns "" when the console may act on all
-// of them. Nothing is changed either way.
-func (c *Console) outOfScope(ctx context.Context, p driver.ReviveParams) (string, error) {
-	if len(c.opt.Apps) == 0 {
-		return "", nil
-	}
-	scope := strings.Join(c.opt.Apps, ", ")
-	owner := func(o string) string {
-		if o == "" {
-			return "no app owns it"
+		what := fmt.Sprintf("message type %q", oos.Type)
+		if oos.ID != 0 {
+			what = fmt.Sprintf("message %d (type %s)", oos.ID, oos.Type)
 		}
-		return "it is owned by app " + strconv.Quote(o)
+		problem(w, r, http.StatusForbidden, "other_app", fmt.Sprintf("%s is not %s's: %s; nothing changed (the owning app's console acts on it, or one with all_apps: true)", what, strings.Join(oos.Apps, ", "), owner))
+	case errors.As(err, &amo):
+		problem(w, r, http.StatusConflict, "at_most_once", fmt.Sprintf("%d dead letter(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
+			"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, retry with allow_duplicate: true; if it does, discard them",
+			len(amo.IDs), ops.IDList(amo.IDs)))
+	case errors.Is(err, driver.ErrInvalidResolve):
+		problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
+	default:
+		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
 	}
-	if len(p.IDs) > 0 {
-		jobs, err := c.opt.Driver.ListMessages(ctx, driver.ListFilter{IDs: p.IDs, Limit: len(p.IDs)})
-		if err != nil {
-			return "", err
-		}
-		for _, j := range jobs {
-			if !c.mayAct(j.Owner) {
-				return fmt.Sprintf("message %d (type %s) is not %s's: %s; nothing changed (the owning app's console acts on it, or one with all_apps: true)", j.ID, j.Type, scope, owner(j.Owner)), nil
-			}
-		}
-		return "", nil
-	}
-	catalog, err := c.opt.Driver.Owners(ctx, "")
-	if err != nil {
-		return "", err
-	}
-	for _, t := range p.Types {
-		o := ""
-		for _, e := range catalog {
-			if e.Kind == driver.ResourceType && e.Name == t {
-				o = e.App
-			}
-		}
-		if !c.mayAct(o) {
-			return fmt.Sprintf("message type %q is not %s's: %s; nothing changed (the owning app's console acts on it, or one with all_apps: true)", t, scope, owner(o)), nil
-		}
-	}
-	return "", nil
 }

@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 )
 
-// counter keeps the last per-type counts (driver.Driver.Stats, which reads
+// counter keeps the last per-type counts (ops.ReadCounts, which reads
 // every pending row) and recounts in the background when they are older
 // than the refresh interval: a page load never waits for a count except
 // the very first, and however many pages load, the database counts at most
@@ -19,7 +20,7 @@ import (
 // tenth of one database backend's time.
 type counter struct {
 	ctx context.Context
-	drv driver.Driver
+	ops *ops.Ops
 	min time.Duration
 	log *slog.Logger
 
@@ -31,18 +32,17 @@ type counter struct {
 }
 
 type countSnapshot struct {
-	at    time.Time // when the count began
-	took  time.Duration
-	stats []driver.TypeStats
-	// inbox is the receive daemon's inbox queue per consumer, on a
-	// backend whose schema holds it (nil otherwise): counted with the
-	// outbox, for the same reason.
-	inbox []driver.InboxQueueStats
-	err   error
+	at   time.Time // when the count began
+	took time.Duration
+	// counted is the outbox per type with, on a backend whose schema
+	// holds it, the receive daemon's inbox queue per consumer (counted
+	// with the outbox, for the same reason); nil when no count succeeded.
+	counted *ops.Counted
+	err     error
 }
 
 func newCounter(ctx context.Context, drv driver.Driver, min time.Duration, log *slog.Logger) *counter {
-	c := &counter{ctx: ctx, drv: drv, min: min, log: log}
+	c := &counter{ctx: ctx, ops: ops.New(drv, ops.AllApps()), min: min, log: log}
 	c.mu.Lock()
 	c.startLocked()
 	c.mu.Unlock()
@@ -98,22 +98,15 @@ func (c *counter) startLocked() {
 		defer c.wg.Done()
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
-		stats, err := c.drv.Stats(ctx)
-		var inbox []driver.InboxQueueStats
-		if q, ok := c.drv.(driver.InboxQueueReader); ok && err == nil {
-			inbox, err = q.InboxQueueStats(ctx)
-		}
+		counted, err := c.ops.ReadCounts(ctx)
 		cancel()
-		s := &countSnapshot{at: began, took: time.Since(began), stats: stats, inbox: inbox, err: err}
+		s := &countSnapshot{at: began, took: time.Since(began), counted: counted, err: err}
 		if err != nil {
 			c.log.Warn("console: counting the outbox failed", "err", err)
 		}
 		c.mu.Lock()
 		// A failed recount keeps showing the last good counts (their age
 		// says how old they are) rather than none.
-		if err != nil {
-			s.stats, s.inbox = nil, nil // a count is whole or not at all
-		}
 		if err == nil || c.last == nil || c.last.err != nil {
 			c.last = s
 		} else {

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 	"github.com/xadm/mensageria/redact"
 )
 
@@ -27,10 +27,10 @@ type ResolutionView struct {
 	At      time.Time `json:"at"`
 }
 
-func resolutionViews(recs []driver.ResolutionRecord) []ResolutionView {
+func resolutionViews(recs []ops.Resolution) []ResolutionView {
 	out := make([]ResolutionView, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, ResolutionView{Outcome: string(r.Outcome), By: r.By, Reason: redact.Text(r.Reason), At: r.At.UTC()})
+		out = append(out, ResolutionView{Outcome: string(r.Outcome), By: r.By, Reason: redact.Text(r.Reason), At: r.At})
 	}
 	return out
 }
@@ -97,24 +97,23 @@ type ResolveResult struct {
 	NotInDoubt []int64 `json:"not_in_doubt"`
 }
 
-func (c *Console) atMostOnce(w http.ResponseWriter, r *http.Request) (driver.AtMostOnce, bool) {
-	amo, ok := c.opt.Driver.(driver.AtMostOnce)
+func (c *Console) atMostOnce(w http.ResponseWriter, r *http.Request) bool {
+	ok := c.every().AtMostOnce()
 	if !ok {
 		problem(w, r, http.StatusNotImplemented, "no_at_most_once", "this database's driver keeps no messages in doubt (no at-most-once support)")
 	}
-	return amo, ok
+	return ok
 }
 
 func (c *Console) doubtList(w http.ResponseWriter, r *http.Request, _ principal) {
-	if _, ok := c.atMostOnce(w, r); !ok {
+	if !c.atMostOnce(w, r) {
 		return
 	}
 	c.listOf(w, r, driver.StateInDoubt, "messages in doubt")
 }
 
 func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
-	amo, ok := c.atMostOnce(w, r)
-	if !ok {
+	if !c.atMostOnce(w, r) {
 		return
 	}
 	if !jsonBody(r) {
@@ -127,20 +126,15 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	rp.By = p.by
-	if refusal, err := c.outOfScope(r.Context(), driver.ReviveParams{IDs: rp.IDs}); err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
-		return
-	} else if refusal != "" {
-		problem(w, r, http.StatusForbidden, "other_app", refusal)
-		return
-	}
-	res, err := amo.Resolve(r.Context(), rp)
-	if errors.Is(err, driver.ErrInvalidResolve) {
-		problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
-		return
-	}
+	o := c.scoped()
+	plan, err := o.PlanResolve(r.Context(), ops.Decision{IDs: rp.IDs, Outcome: rp.Outcome, By: rp.By, Reason: rp.Reason})
 	if err != nil {
-		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))
+		c.refused(w, r, err)
+		return
+	}
+	res, err := o.Apply(r.Context(), plan)
+	if err != nil {
+		c.refused(w, r, err)
 		return
 	}
 	c.counts.invalidate()
