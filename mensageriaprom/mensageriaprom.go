@@ -228,7 +228,11 @@ var (
 	// descTypeClaimed follows the ownership catalog while the relay runs:
 	// an operator's 'owners transfer' turns a type's line to 0 within a
 	// lease.
-	descTypeClaimed = prometheus.NewDesc("mensageria_relay_type_claimed", "1 for each type the config routes that this relay claims; 0 for one the ownership catalog now gives another app (or none), which it no longer claims.", []string{"app", "route", "type"}, nil)
+	descTypeClaimed = prometheus.NewDesc("mensageria_relay_type_claimed", "1 for each type the config routes that this relay claims; 0 for one the ownership catalog now gives another app (or none), which it no longer claims; 0 too while an operator paused it (mensageria_route_type_paused).", []string{"app", "route", "type"}, nil)
+	// descTypePaused is an operator's pause of a type: intended, so it is
+	// no failure, but a backlog behind it should be explained on a
+	// dashboard (who and why are in the log, 'status' and the console).
+	descTypePaused = prometheus.NewDesc("mensageria_route_type_paused", "1 for each type the config routes that an operator paused on purpose ('mensageria routes pause'): no relay of the app claims it until resumed.", []string{"app", "route", "type"}, nil)
 )
 
 var routeStates = []mensageria.RouteState{mensageria.RouteFlowing, mensageria.RoutePaused, mensageria.RouteProbing}
@@ -250,6 +254,7 @@ func (routeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRouteFailures
 	ch <- descRouteMaxRate
 	ch <- descTypeClaimed
+	ch <- descTypePaused
 }
 
 func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -269,12 +274,20 @@ func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.MaxRate > 0 {
 			ch <- prometheus.MustNewConstMetric(descRouteMaxRate, prometheus.GaugeValue, r.MaxRate, l...)
 		}
+		paused := map[string]bool{}
+		for _, p := range r.OperatorPaused {
+			paused[p.Type] = true
+		}
 		for _, typ := range r.Types {
-			v := 1.0
-			if slices.Contains(r.NotOwned, typ) {
-				v = 0
+			claimed, p := 1.0, 0.0
+			if paused[typ] {
+				claimed, p = 0, 1
 			}
-			ch <- prometheus.MustNewConstMetric(descTypeClaimed, prometheus.GaugeValue, v, c.app, r.Route, typ)
+			if slices.Contains(r.NotOwned, typ) {
+				claimed = 0
+			}
+			ch <- prometheus.MustNewConstMetric(descTypeClaimed, prometheus.GaugeValue, claimed, c.app, r.Route, typ)
+			ch <- prometheus.MustNewConstMetric(descTypePaused, prometheus.GaugeValue, p, c.app, r.Route, typ)
 		}
 	}
 }

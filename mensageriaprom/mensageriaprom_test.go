@@ -113,22 +113,30 @@ mensageria_inbox_queue_stats_up{app="recebedor"} 0
 	}
 }
 
-// A route's state is one-hot, and a type the catalog moved away reads 0.
+// A route's state is one-hot, a type the catalog moved away reads 0
+// claimed, and one an operator paused reads 0 claimed and 1 paused.
 func TestRouteCollector(t *testing.T) {
 	routes := mensageriaprom.RouteCollector("pedidos", func() []mensageria.RouteHealth {
-		return []mensageria.RouteHealth{{Route: "r", Types: []string{"a", "b"}, State: mensageria.RoutePaused, Failures: 2, NotOwned: []string{"b"}}}
+		return []mensageria.RouteHealth{{Route: "r", Types: []string{"a", "b", "c"}, State: mensageria.RoutePaused, Failures: 2, NotOwned: []string{"b"},
+			OperatorPaused: []mensageria.OperatorPause{{Type: "c", By: "cli:ana", Reason: "upgrade"}}}}
 	})
 	if err := testutil.CollectAndCompare(routes, strings.NewReader(`
-# HELP mensageria_relay_type_claimed 1 for each type the config routes that this relay claims; 0 for one the ownership catalog now gives another app (or none), which it no longer claims.
+# HELP mensageria_relay_type_claimed 1 for each type the config routes that this relay claims; 0 for one the ownership catalog now gives another app (or none), which it no longer claims; 0 too while an operator paused it (mensageria_route_type_paused).
 # TYPE mensageria_relay_type_claimed gauge
 mensageria_relay_type_claimed{app="pedidos",route="r",type="a"} 1
 mensageria_relay_type_claimed{app="pedidos",route="r",type="b"} 0
+mensageria_relay_type_claimed{app="pedidos",route="r",type="c"} 0
+# HELP mensageria_route_type_paused 1 for each type the config routes that an operator paused on purpose ('mensageria routes pause'): no relay of the app claims it until resumed.
+# TYPE mensageria_route_type_paused gauge
+mensageria_route_type_paused{app="pedidos",route="r",type="a"} 0
+mensageria_route_type_paused{app="pedidos",route="r",type="b"} 0
+mensageria_route_type_paused{app="pedidos",route="r",type="c"} 1
 # HELP mensageria_route_state 1 for the state each route (one destination) is in: flowing; paused (its destination failed; its types are not claimed until the probe); probing (one message is being tried).
 # TYPE mensageria_route_state gauge
-mensageria_route_state{app="pedidos",route="r",state="flowing",types="a,b"} 0
-mensageria_route_state{app="pedidos",route="r",state="paused",types="a,b"} 1
-mensageria_route_state{app="pedidos",route="r",state="probing",types="a,b"} 0
-`), "mensageria_relay_type_claimed", "mensageria_route_state"); err != nil {
+mensageria_route_state{app="pedidos",route="r",state="flowing",types="a,b,c"} 0
+mensageria_route_state{app="pedidos",route="r",state="paused",types="a,b,c"} 1
+mensageria_route_state{app="pedidos",route="r",state="probing",types="a,b,c"} 0
+`), "mensageria_relay_type_claimed", "mensageria_route_type_paused", "mensageria_route_state"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(mensageriaprom.RouteCollector("pedidos", nil)); n != 0 {

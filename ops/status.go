@@ -106,6 +106,9 @@ type TypeStatus struct {
 	// Route is the flow control of the type's route as its owner's active
 	// relay last recorded it; nil before any relay of the owner ran.
 	Route *Route
+	// Paused is an operator's pause of the type (PauseRoute), with who
+	// and why; nil when it is not paused.
+	Paused *driver.RoutePause
 }
 
 // Route is a route's state as its relay last recorded it. Its texts are
@@ -226,6 +229,15 @@ func (o *Ops) Status(ctx context.Context, p StatusParams) (*Status, error) {
 		}
 		v.Route = &Route{App: r.App, Name: redact.Text(r.Route), State: r.State, Since: r.Since.UTC(), Until: utc(r.Until), Failures: r.Failures,
 			LastError: redact.Text(r.LastError), Recorded: r.UpdatedAt.UTC()}
+	}
+	pauses, err := o.RoutePauses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range pauses {
+		v := line(x.Type)
+		x.Reason, x.PausedBy = redact.Text(x.Reason), redact.Text(x.PausedBy)
+		v.Paused = &x
 	}
 	slices.Sort(order)
 	for _, t := range order {

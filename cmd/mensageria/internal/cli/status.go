@@ -38,6 +38,9 @@ type StatusType struct {
 	// Route is the flow control of the type's route as its active relay
 	// last recorded it; absent before any relay of the owner ran.
 	Route *StatusRoute `json:"route,omitempty"`
+	// Paused is an operator's pause of the type ('mensageria routes
+	// pause'), with who and why; absent when it is not paused.
+	Paused *pausedJSON `json:"paused,omitempty"`
 }
 
 // StatusRoute is a route's state in `status --json`.
@@ -128,7 +131,7 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		st.Types = append(st.Types, StatusType{
 			Type: t.Type, Routed: routed, Owner: t.Owner, Pending: t.Pending, Scheduled: t.Scheduled, InFlight: t.InFlight, Dead: t.Dead,
 			DeliveredLastHr: t.DeliveredLastHour, OldestPendingSec: t.OldestPending.Seconds(),
-			InDoubt: t.InDoubt, OldestInDoubtSec: t.OldestInDoubt.Seconds(), Route: statusRoute(t.Route),
+			InDoubt: t.InDoubt, OldestInDoubtSec: t.OldestInDoubt.Seconds(), Route: statusRoute(t.Route), Paused: statusPause(t.Paused),
 		})
 	}
 	// Routed types first, each part by type (ops sorts by type).
@@ -151,6 +154,14 @@ func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, 
 		statusElection(e.Leader, &st.Election)
 	}
 	return st, nil
+}
+
+func statusPause(p *driver.RoutePause) *pausedJSON {
+	if p == nil {
+		return nil
+	}
+	j := pauseJSON(*p)
+	return &j
 }
 
 func statusRoute(r *ops.Route) *StatusRoute {
@@ -255,6 +266,12 @@ func writeStatus(out io.Writer, st *Status) {
 	}
 	if len(unowned) > 0 {
 		fmt.Fprintf(w, "no app owns %s: those rows stay pending until their app's relay starts (or 'mensageria owners register')\n", strings.Join(unowned, ", "))
+	}
+	for _, t := range st.Types {
+		if p := t.Paused; p != nil {
+			fmt.Fprintf(w, "%s: paused by %s since %s: %s; no relay of app %s claims it, its messages stay pending ('mensageria routes resume %s')\n",
+				t.Type, p.PausedBy, p.PausedAt.Format(time.RFC3339), p.Reason, p.App, t.Type)
+		}
 	}
 	// A route that is not flowing is the one thing an operator must act
 	// on; a flowing one is the normal case and says nothing.
