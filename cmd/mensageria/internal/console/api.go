@@ -293,6 +293,9 @@ type TypeView struct {
 	// Options.Apps).
 	Actionable bool       `json:"actionable"`
 	Route      *RouteView `json:"route,omitempty"`
+	// Paused is an operator's pause of the type (POST /api/routes/pause,
+	// 'mensageria routes pause'); absent when it is not paused.
+	Paused *PauseView `json:"paused,omitempty"`
 }
 
 // InboxView is one consumer's inbox queue: deliveries accepted by
@@ -361,7 +364,7 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	for _, t := range st.Types {
 		v := &TypeView{Type: t.Type, Owner: t.Owner, Pending: t.Pending, Scheduled: t.Scheduled, InFlight: t.InFlight, Dead: t.Dead, DeliveredLastHr: t.DeliveredLastHour,
 			OldestPendingSec: t.OldestPending.Seconds(), InDoubt: t.InDoubt, OldestInDoubtSec: t.OldestInDoubt.Seconds(),
-			PerMinute: make([]int64, chartMinutes), Actionable: !c.opt.ReadOnly && scope.Has(t.Owner), Route: routeView(t.Route)}
+			PerMinute: make([]int64, chartMinutes), Actionable: !c.opt.ReadOnly && scope.Has(t.Owner), Route: routeView(t.Route), Paused: pauseView(t.Paused)}
 		views[t.Type] = v
 		names = append(names, t.Type)
 	}

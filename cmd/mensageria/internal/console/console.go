@@ -180,6 +180,8 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /api/dead/discard", c.authed(c.action(c.revive(true), true)))
 	m.HandleFunc("GET /api/doubt", c.authed(c.doubtList))
 	m.HandleFunc("POST /api/doubt/resolve", c.authed(c.action(c.resolve, true)))
+	m.HandleFunc("POST /api/routes/pause", c.authed(c.action(c.pauseRoute, true)))
+	m.HandleFunc("POST /api/routes/resume", c.authed(c.action(c.resumeRoute, true)))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// The mux sends a known path under a wrong method to the
 		// catch-all; answer it as what it is.
@@ -403,7 +405,7 @@ func (c *Console) action(next func(http.ResponseWriter, *http.Request, principal
 			return
 		}
 		if mutates && c.opt.ReadOnly {
-			problem(w, r, http.StatusForbidden, "read_only", "this console is read-only: retry, discard and resolve are refused")
+			problem(w, r, http.StatusForbidden, "read_only", "this console is read-only: retry, discard, resolve, pause and resume are refused")
 			return
 		}
 		next(w, r, p)

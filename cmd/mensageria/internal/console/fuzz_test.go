@@ -126,3 +126,36 @@ func FuzzDecodeResolve(f *testing.F) {
 		}
 	})
 }
+
+// A pause body names a type (1 to 200 bytes of UTF-8) and, for a pause, a
+// non-blank reason within the drivers' bound; a resume carries no reason.
+// Anything refused is an ErrBadRequest; what is accepted passes the
+// drivers' own check.
+func FuzzDecodePause(f *testing.F) {
+	for _, s := range []string{`{"type":"pedido.criado","reason":"upgrade"}`, `{"type":"pedido.criado"}`, `{"type":"","reason":"x"}`,
+		`{"type":"t","reason":"  "}`, `{"type":"t","reason":"a\u0000b"}`, `{"type":"t","reason":"x","by":"root"}`, `[]`, `null`} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, pause bool) {
+		q, err := DecodePause(bytes.NewReader(body), pause)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("%q: error %v is not ErrBadRequest", body, err)
+			}
+			return
+		}
+		if q.Type == "" || len(q.Type) > 200 {
+			t.Fatalf("%q: accepted type %q", body, q.Type)
+		}
+		if !pause {
+			if q.Reason != "" {
+				t.Fatalf("%q: a resume kept a reason", body)
+			}
+			return
+		}
+		if err := driver.CheckPauseRoute(driver.PauseRouteParams{App: "a", Type: q.Type, PausedBy: "op", Reason: q.Reason}); err != nil {
+			t.Fatalf("%q: accepted %+v, which the drivers refuse: %v", body, q, err)
+		}
+	})
+}

@@ -170,6 +170,19 @@ function renderTypes(types) {
         (t.route.until ? "\nnext probe " + new Date(t.route.until).toLocaleTimeString() : "");
       if (t.route.state !== "flowing") route.append(" (" + t.route.failures + " failures)");
     } else route.textContent = visible("-");
+    // An operator's pause is intended, not a failure: who and why, and the
+    // button that lifts it (or sets one) where this console acts.
+    if (t.paused) {
+      tr.classList.add("paused");
+      const p = el("span", { class: "paused-by bad" }, " paused by " + t.paused.paused_by);
+      p.title = visible(t.paused.reason) + "\nsince " + new Date(t.paused.paused_at).toLocaleString();
+      route.append(p);
+    }
+    if (t.actionable) {
+      const b = el("button", { class: t.paused ? "resume-route" : "pause-route" }, t.paused ? "resume" : "pause");
+      b.addEventListener("click", () => (t.paused ? resumeRoute(t.type) : pauseRoute(t.type)));
+      route.append(" ", b);
+    }
     tr.append(el("td", { class: "type" }, t.type),
       el("td", { class: t.owner ? "owner" : "owner warn" }, t.owner || "no owner"),
       el("td", { class: "n pending" }, String(t.pending)),
@@ -375,6 +388,31 @@ async function resolveDoubt(outcome, ids, what) {
   }
   if (state.doubtType) openDoubt(state.doubtType);
   if (state.detail) openDetail(state.detail.id, true);
+  refresh();
+}
+
+// pauseRoute asks why, then pauses a type under the logged-in operator's
+// name: no relay of its app claims it until someone resumes it.
+async function pauseRoute(type) {
+  const reason = await confirmAction("Pause " + type + "? No relay of its app will claim its messages, which stay pending, until it is resumed. Recorded as paused by " + state.operator + ".", true);
+  if (!reason) return;
+  try {
+    await api("POST", "/api/routes/pause", { type, reason });
+    notice("paused " + type + "; its relays stop claiming it within a third of their lease", "ok");
+  } catch (e) {
+    notice("pause refused: " + e.message, "error");
+  }
+  refresh();
+}
+
+async function resumeRoute(type) {
+  if (!(await confirmAction("Resume " + type + "? Its relays claim it again."))) return;
+  try {
+    await api("POST", "/api/routes/resume", { type });
+    notice("resumed " + type, "ok");
+  } catch (e) {
+    notice("resume refused: " + e.message, "error");
+  }
   refresh();
 }
 
