@@ -330,6 +330,13 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 			wantProblem(t, h.do(cl, "POST", p, body, map[string]string{csrfHeader: csrf}), 403, "read_only")
 		}
 	}
+	for _, p := range []string{"/api/routes/pause", "/api/routes/resume"} {
+		wantProblem(t, h.do(cl, "POST", p, `{"type":"order.placed","reason":"upgrade"}`, map[string]string{csrfHeader: csrf}), 403, "read_only")
+		wantProblem(t, h.do(cl, "POST", p, `{"type":"order.placed","reason":"upgrade"}`, nil), 403, "csrf_token_missing")
+	}
+	if pauses, err := d.RoutePauses(context.Background(), ""); err != nil || len(pauses) != 0 {
+		t.Fatalf("a read-only console paused %+v, %v", pauses, err)
+	}
 	var ov Overview
 	res := h.do(cl, "GET", "/api/overview", "", nil)
 	if res.StatusCode != 200 || json.NewDecoder(res.Body).Decode(&ov) != nil || !ov.ReadOnly {
