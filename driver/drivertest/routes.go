@@ -86,5 +86,22 @@ func (s *suite) routeTests() []test {
 				t.Fatalf("after a replacing write: %v, want [x z]", g)
 			}
 		}},
+		{"ReplaceWithNoTypeClearsTheApp", func(t *testing.T, h *Harness) {
+			d := h.Driver
+			now := time.Now().Truncate(time.Microsecond)
+			setStates(t, d, driver.RouteStatesParams{App: "a", States: []driver.RouteState{
+				{Type: "x", App: "a", Route: "a → d", State: "paused", Since: now},
+				{Type: "y", App: "a", Route: "a → e", State: "flowing", Since: now},
+			}})
+			setStates(t, d, driver.RouteStatesParams{App: "other", States: []driver.RouteState{
+				{Type: "z", App: "other", Route: "other → f", State: "flowing", Since: now},
+			}})
+			// A relay of app a restarted with no route left replaces its
+			// rows with none: a's go, the other app's stay.
+			setStates(t, d, driver.RouteStatesParams{App: "a", Replace: true})
+			if g := types(states(t, d, "")); len(g) != 1 || g[0] != "z" {
+				t.Fatalf("after replacing with no type: %v, want [z]", g)
+			}
+		}},
 	}
 }

@@ -35,7 +35,12 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 			}
 		}
 		if p.Replace {
-			q, args := inList("DELETE FROM "+t+" WHERE app = ? AND type NOT IN ", types, p.App)
+			// "type NOT IN (NULL)" matches no row, so a replace that keeps
+			// no type deletes the app's rows without the list.
+			q, args := "DELETE FROM "+t+" WHERE app = ?", []any{p.App}
+			if len(types) > 0 {
+				q, args = inList(q+" AND type NOT IN ", types, p.App)
+			}
 			if _, err := w.ExecContext(ctx, q, args...); err != nil {
 				return wrap("route states", err)
 			}
