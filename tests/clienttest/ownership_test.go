@@ -1,4 +1,4 @@
-package coretest_test
+package clienttest_test
 
 import (
 	"context"
@@ -388,8 +388,8 @@ func TestNewRefusesAHookThatIsNone(t *testing.T) {
 	cfg.Hooks = []mensageria.Hook{&hookedSender{}, &recorder{}}
 	_, err := mensageria.New(b.open(), cfg)
 	var ce *mensageria.ConfigError
-	if !errors.As(err, &ce) || ce.Field != "Hooks[1]" || !strings.Contains(err.Error(), "*coretest_test.recorder") {
-		t.Fatalf("want a *ConfigError naming Hooks[1] and *coretest_test.recorder, got %v", err)
+	if !errors.As(err, &ce) || ce.Field != "Hooks[1]" || !strings.Contains(err.Error(), "*clienttest_test.recorder") {
+		t.Fatalf("want a *ConfigError naming Hooks[1] and *clienttest_test.recorder, got %v", err)
 	}
 }
 
@@ -515,7 +515,7 @@ func TestDeadLetterNamesTheRoute(t *testing.T) {
 		if want := app + " → http https://billing.example/m2m"; routes["named"] != want {
 			t.Errorf("named route: %q, want %q", routes["named"], want)
 		}
-		if want := app + " → *coretest_test.recorder"; routes["plain"] != want {
+		if want := app + " → *clienttest_test.recorder"; routes["plain"] != want {
 			t.Errorf("plain route: %q, want %q", routes["plain"], want)
 		}
 	})

@@ -1,4 +1,4 @@
-package coretest_test
+package clienttest_test
 
 import (
 	"context"
@@ -117,6 +117,12 @@ func TestClaimFailingMakesTheRelayUnready(t *testing.T) {
 			breakClaims = "REVOKE UPDATE ON " + b.table("outbox") + " FROM " + role
 			mendClaims = "GRANT UPDATE ON " + b.table("outbox") + " TO " + role
 			refusal = "permission denied"
+		} else if b.name == "mysql" {
+			breakClaims = "CREATE TRIGGER refuse_claims BEFORE UPDATE ON " + b.table("outbox") +
+				" FOR EACH ROW BEGIN IF NOT (NEW.lease_token <=> OLD.lease_token) THEN" +
+				" SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'claims refused by the test'; END IF; END"
+			mendClaims = "DROP TRIGGER refuse_claims"
+			refusal = "claims refused by the test"
 		} else {
 			breakClaims = "CREATE TRIGGER refuse_claims BEFORE UPDATE OF lease_token ON " + b.table("outbox") +
 				" BEGIN SELECT RAISE(ABORT, 'claims refused by the test'); END"

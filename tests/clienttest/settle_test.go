@@ -1,4 +1,4 @@
-package coretest_test
+package clienttest_test
 
 import (
 	"context"

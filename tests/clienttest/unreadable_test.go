@@ -1,4 +1,4 @@
-package coretest_test
+package clienttest_test
 
 import (
 	"context"
@@ -45,6 +45,13 @@ func plantUnreadable(t *testing.T, b *backend, typ string) []poison {
 			"INSERT INTO "+o+" (type, key, created_at) VALUES ('"+typ+"', 's-far', 253402300800000000)")
 		ps = append(ps, poison{"s-id", "message_id is not a UUID"}, poison{"s-created", "created_at is not an integer"},
 			poison{"s-far", "created_at is out of range (10000-01-01"})
+	case "mysql":
+		stmts = append(stmts, "DROP TRIGGER "+b.table("outbox_enqueue_readable"),
+			"INSERT INTO "+o+" (type, key, message_id) VALUES ('"+typ+"', 'm-id', 'order-0001-created-by-java-app-00001')",
+			"INSERT INTO "+o+" (type, key, created_at) VALUES ('"+typ+"', 'm-far', 253402300800000000)")
+		ps = append(ps, poison{"m-id", "message_id is not a UUID"}, poison{"m-far", "created_at is out of range (253402300800000000 µs)"})
+	default:
+		t.Fatalf("no unreadable rows written for backend %s", b.name)
 	}
 	stmts = append(stmts,
 		"INSERT INTO "+o+" (type, key) VALUES ('"+typ+"', 'bad-headers')",
@@ -168,6 +175,14 @@ func TestUnreadableRowInDoubtIsLeftForAnOperator(t *testing.T) {
 				"DROP TRIGGER mensageria_outbox_enqueue_readable",
 				"INSERT INTO " + o + " (type, key, message_id, attempted_at) VALUES ('" + typ + "', 'u-doubt', 'order-0001-created-by-java-app-00001', " + ago + "), ('" + typ + "', 'g-doubt', '0190f0e2-7c3b-7def-8abc-0123456789ab', " + ago + ")",
 			}
+		case "mysql":
+			ago := "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) - 60000000"
+			stmts = []string{
+				"DROP TRIGGER " + b.table("outbox_enqueue_readable"),
+				"INSERT INTO " + o + " (type, key, message_id, attempted_at) VALUES ('" + typ + "', 'u-doubt', 'order-0001-created-by-java-app-00001', " + ago + "), ('" + typ + "', 'g-doubt', '0190f0e2-7c3b-7def-8abc-0123456789ab', " + ago + ")",
+			}
+		default:
+			t.Fatalf("no unreadable row written for backend %s", b.name)
 		}
 		for _, s := range stmts {
 			if err := b.exec(s); err != nil {

@@ -1,4 +1,4 @@
-package coretest_test
+package clienttest_test
 
 import (
 	"context"
@@ -37,7 +37,7 @@ type backend struct {
 
 // backends returns every backend the core tests run on.
 func backends(t *testing.T) []func(t *testing.T) *backend {
-	return []func(t *testing.T) *backend{pgBackend, sqliteBackend}
+	return []func(t *testing.T) *backend{pgBackend, sqliteBackend, mysqlBackend}
 }
 
 func forEachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
