@@ -55,6 +55,10 @@ type claimer struct {
 	wake        chan struct{} // work may be waiting
 	slots       chan struct{} // the main loop's batches in flight
 	batches     sync.WaitGroup
+	// lingerUntil is when the main loop may go idle after an empty claim:
+	// a NotifyDebounce after the last wake-up or claim that found rows
+	// (claimLoop's goroutine only).
+	lingerUntil time.Time
 
 	claimedSignal testsignal.Signal[testsignal.Claim]
 }
@@ -181,8 +185,17 @@ func (c *claimer) next(poll *time.Timer) bool {
 	}
 	if len(b.jobs) == 0 {
 		<-c.slots
+		if time.Now().Before(c.lingerUntil) {
+			// Enqueues within a NotifyDebounce of the last notification
+			// carry none (and an in-process wake-up may come before its
+			// commit): look again until the debounce has run out, so
+			// that such a message waits busyPoll, not the next
+			// notification or the poll.
+			return c.pause(busyPoll, true)
+		}
 		return c.idle(poll, c.untilDue(types, c.cfg.PollInterval))
 	}
+	c.lingerUntil = time.Now().Add(c.cfg.NotifyDebounce)
 	c.batches.Go(func() {
 		defer func() { <-c.slots }()
 		c.deliveries.deliver(b)
@@ -199,7 +212,7 @@ func (c *claimer) next(poll *time.Timer) bool {
 }
 
 // idle waits for a wake-up, a change of leadership or the next poll, d
-// from now; false when stopping.
+// from now; false when stopping. The main loop's only.
 func (c *claimer) idle(poll *time.Timer, d time.Duration) bool {
 	if !poll.Stop() {
 		select {
@@ -212,6 +225,7 @@ func (c *claimer) idle(poll *time.Timer, d time.Duration) bool {
 	case <-c.stopping:
 		return false
 	case <-c.wake:
+		c.lingerUntil = time.Now().Add(c.cfg.NotifyDebounce)
 	case <-c.lead.changes():
 	case <-poll.C:
 	}
@@ -219,7 +233,7 @@ func (c *claimer) idle(poll *time.Timer, d time.Duration) bool {
 }
 
 // pause waits d, cut short by a wake-up when wakeable; false when
-// stopping.
+// stopping. The main loop's only, like idle: both set lingerUntil.
 func (c *claimer) pause(d time.Duration, wakeable bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -231,6 +245,7 @@ func (c *claimer) pause(d time.Duration, wakeable bool) bool {
 	case <-c.stopping:
 		return false
 	case <-wake:
+		c.lingerUntil = time.Now().Add(c.cfg.NotifyDebounce)
 	case <-t.C:
 	}
 	return true

@@ -146,3 +146,51 @@ func TestLeasedKeepsASettleMargin(t *testing.T) {
 		}
 	}
 }
+
+// An enqueue within NotifyDebounce of the last notification carries none:
+// after a claim that found rows, the main loop keeps looking for a
+// debounce before it waits for a notification or the poll, so such a
+// message is claimed within busyPoll, not at the next poll (an hour
+// here). Once the debounce has run out the loop goes quiet.
+func TestClaimingLingersForADebounceAfterRows(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		debounce time.Duration
+	}{{"within the debounce", time.Hour}, {"after the debounce", 20 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lead := newFakeLeader(true)
+			drv := &queueDriver{jobs: jobsOf("t", 3), lead: lead}
+			c, sink, stop := newTestClaimer(t, drv, lead, streak(false))
+			c.cfg.PollInterval = time.Hour
+			c.cfg.NotifyDebounce = tc.debounce
+			var bg sync.WaitGroup
+			done := make(chan struct{})
+			go func() { defer close(done); c.run(&bg) }()
+			defer func() { close(stop); <-done }()
+
+			if claim := c.claimedSignal.WaitOrTimeout(t); claim.Rows != 3 {
+				t.Fatalf("first claim: %+v; want the 3 rows", claim)
+			}
+			testsignal.Receive(t, sink)
+			for c.claimedSignal.WaitOrTimeout(t).Rows != 0 {
+			}
+			if tc.debounce == time.Hour {
+				// A row committed without a notification.
+				drv.mu.Lock()
+				drv.jobs = jobsOf("t", 1)
+				drv.mu.Unlock()
+				for c.claimedSignal.WaitOrTimeout(t).Rows == 0 {
+				}
+				testsignal.Receive(t, sink)
+				return
+			}
+			// 20 ms of looks every busyPoll, then none until the poll.
+			for range 1000 {
+				if _, ok := c.claimedSignal.Wait(200 * time.Millisecond); !ok {
+					return
+				}
+			}
+			t.Fatal("the main loop kept claiming long after the debounce ran out")
+		})
+	}
+}
