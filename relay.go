@@ -43,7 +43,8 @@ import (
 //     with driver.Settle, retrying database errors while the lease lasts,
 //     reports the delivery events and keeps the settle health that Ready
 //     serves and claiming probes with. Needs settleDriver (the driver's
-//     Settle) and the "doubted" wake-up of maintenance. Offers
+//     Settle), the "doubted" wake-up of maintenance and waker (claiming's
+//     wake-up, once the head of an ordered key settled). Offers
 //     batchSettler, retrySettler and settleProber. Signal: Settled, after
 //     every batch's settle.
 //   - maintenance (maintenance.go, and reconciling.go for the reconcile
@@ -210,6 +211,7 @@ func newRelay(ctx context.Context, c *Client) (*relay, error) {
 		deliveries: r.deliveries, routeEvents: events, tokens: jit, onClaim: hooks.claim, failures: r.failures,
 		types: cfg.Registry.Types(), order: cfg.Registry.orderedTypes(), rts: r.rts,
 		wake: wake, slots: make(chan struct{}, cfg.BatchesInFlight), claimedSignal: signals.Claimed}
+	r.settles.headsMoved = r.claims
 	r.upkeep = &maintenance{cfg: cfg, drv: c.drv, amo: amo, runCtx: r.runCtx, stopping: r.stopping, lead: r.lead,
 		settles: r.settles, waker: r.claims, tokens: jit, types: r.claims.types, rts: r.rts, failures: r.failures,
 		record: record, doubted: doubted, owners: c.drv, purgedSignal: signals.Purged}

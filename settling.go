@@ -32,8 +32,11 @@ type settler struct {
 	onDelivery   []OnDelivery
 	attemptHooks bool          // some OnAttempt hook waits for its end
 	doubted      chan struct{} // a message was left in doubt: probe soon
-	health       settleHealth
-	failures     *failureHealth // the relay's, which logs and counts the streaks
+	// headsMoved wakes claiming once the head of an ordered key settled:
+	// the key's next message became claimable, and no notification says so.
+	headsMoved waker
+	health     settleHealth
+	failures   *failureHealth // the relay's, which logs and counts the streaks
 
 	settledSignal testsignal.Signal[error]
 }
@@ -47,11 +50,35 @@ func (s *settler) settle(b *claimed, ds []*Delivery, outs []outcome) {
 	var kinds map[int64]Outcome
 	if err == nil {
 		kinds = s.recorded(b, outs, res)
+		if s.headsMoved != nil && s.settledOrderedHead(b, outs, kinds) {
+			s.headsMoved.wakeAll()
+		}
 	}
 	if len(s.onDelivery) == 0 && !s.attemptHooks {
 		return
 	}
 	s.report(b, ds, outs, kinds, err)
+}
+
+// settledOrderedHead reports whether b settled a row of an ordered type as
+// delivered or dead: the row was its key's head, so the key's next one,
+// which every claim skipped meanwhile, is due now. A retry keeps the head
+// in place, and its backoff is what the claim loops wait for (NextDue).
+func (s *settler) settledOrderedHead(b *claimed, outs []outcome, kinds map[int64]Outcome) bool {
+	for i := range b.jobs {
+		j := &b.jobs[i]
+		rt := s.routeOf[j.Type]
+		if rt == nil || !slices.Contains(rt.ordered, j.Type) {
+			continue
+		}
+		if k, ok := kinds[j.ID]; !ok || k != "" {
+			continue // not recorded as settled
+		}
+		if outs[i].kind == OutcomeDelivered || outs[i].kind == OutcomeDead {
+			return true
+		}
+	}
+	return false
 }
 
 // params is the settle of b's outcomes, logging the rows parked as dead
