@@ -11,6 +11,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // legacy is a receiver that cannot be idempotent: every request that
@@ -124,10 +125,10 @@ func TestAtMostOnceRouteLeavesUnknownOutcomesInDoubt(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 10*time.Second, "lost and cut in doubt, the rest settled", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			s := typeStats(t, d, typ)
 			return s.InDoubt == 2 && s.Pending == 0 && s.InFlight == 0 && s.Dead == 1 && s.DeliveredLastHr == 2
-		})
+		}, "lost and cut in doubt, the rest settled")
 		if got := inDoubtKeys(t, d, typ); !got["lost"] || !got["cut"] || len(got) != 2 {
 			t.Fatalf("in doubt: %v, want lost and cut", got)
 		}
@@ -135,14 +136,14 @@ func TestAtMostOnceRouteLeavesUnknownOutcomesInDoubt(t *testing.T) {
 		// it at once. Ten claims later, and a message enqueued then and
 		// delivered, the rows in doubt are still unsent.
 		from := claims.n.Load()
-		eventually(t, 10*time.Second, "ten more claims", func() bool { return claims.n.Load() >= from+10 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return claims.n.Load() >= from+10 }, "ten more claims")
 		if _, err := c.Enqueue(context.Background(), mensageria.Message{Type: typ, Key: "after", Payload: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the later message delivered", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			e, _ := l.count("after")
 			return e == 1
-		})
+		}, "the later message delivered")
 		for key, want := range map[string][2]int{"ok": {1, 1}, "lost": {1, 1}, "cut": {0, 1}, "refused": {1, 2}, "gone": {0, 1}, "after": {1, 1}} {
 			e, s := l.count(key)
 			if e != want[0] || s != want[1] {
@@ -183,10 +184,10 @@ func TestAtMostOnceReconcileProbeResolvesDoubts(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 15*time.Second, "every message delivered, none in doubt", func() bool {
+		mensageriatest.Eventually(t, 15*time.Second, func() bool {
 			s := typeStats(t, d, typ)
 			return s.DeliveredLastHr == 3 && s.InDoubt == 0 && s.Pending == 0 && s.InFlight == 0
-		})
+		}, "every message delivered, none in doubt")
 		for key, want := range map[string][2]int{"ok": {1, 1}, "lost": {1, 1}, "cut": {1, 2}} {
 			e, s := l.count(key)
 			if e != want[0] || s != want[1] {
@@ -226,7 +227,7 @@ func TestAtMostOnceStopDuringSendLeavesItInDoubt(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_ = c.Stop(ctx)
-		eventually(t, 5*time.Second, "the message in doubt", func() bool { return typeStats(t, d, typ).InDoubt == 1 })
+		mensageriatest.Eventually(t, 5*time.Second, func() bool { return typeStats(t, d, typ).InDoubt == 1 }, "the message in doubt")
 		if st := typeStats(t, d, typ); st.Pending != 0 {
 			t.Fatalf("stats after the cut send: %+v, want nothing pending", st)
 		}
@@ -292,7 +293,7 @@ func TestAtMostOnceProbeWithoutAnAnswerAndOutOfAttempts(t *testing.T) {
 		}
 		// Between probes (a probe holds the row under its lease, when it is
 		// in flight, not in doubt).
-		eventually(t, 15*time.Second, "unsure probed twice and in doubt with the probe's error; spent dead", func() bool {
+		mensageriatest.Eventually(t, 15*time.Second, func() bool {
 			n, ok := probes.Load("unsure")
 			s := typeStats(t, d, typ)
 			if !ok || n.(*atomic.Int64).Load() < 2 || s.InDoubt != 1 || s.Dead != 1 {
@@ -303,7 +304,7 @@ func TestAtMostOnceProbeWithoutAnAnswerAndOutOfAttempts(t *testing.T) {
 				t.Fatal(err)
 			}
 			return len(jobs) == 1 && jobs[0].Key == "unsure" && strings.Contains(jobs[0].LastError, "502 from the status endpoint")
-		})
+		}, "unsure probed twice and in doubt with the probe's error; spent dead")
 		for key, want := range map[string][2]int{"unsure": {1, 1}, "spent": {0, 1}} {
 			e, s := l.count(key)
 			if e != want[0] || s != want[1] {
@@ -338,13 +339,13 @@ func TestAtMostOnceLeaseLostWhileSending(t *testing.T) {
 		if _, err := c.Enqueue(context.Background(), mensageria.Message{Type: typ, Key: "k", Payload: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the message in doubt after its lease", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			return typeStats(t, d, typ).InDoubt == 1 && strings.Contains(buf.String(), "rows of at-most-once routes are in doubt")
-		})
+		}, "the message in doubt after its lease")
 		// A row in doubt is past its lease: a claim that took it would
 		// take it at once. Ten claims later it was still sent once.
 		from := claims.n.Load()
-		eventually(t, 10*time.Second, "ten more claims", func() bool { return claims.n.Load() >= from+10 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return claims.n.Load() >= from+10 }, "ten more claims")
 		if n := sends.Load(); n != 1 {
 			t.Fatalf("sent %d times, want 1", n)
 		}

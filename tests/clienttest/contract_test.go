@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testsignal"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // Contract 1: enqueue is atomic with the caller's transaction.
@@ -140,7 +141,7 @@ func TestTwoAppsOneSchemaPartition(t *testing.T) {
 		start(t, a)
 		start(t, bb)
 		start(t, idle)
-		eventually(t, 20*time.Second, "both apps deliver their messages", func() bool { return recA.len() >= n && recB.len() >= n })
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return recA.len() >= n && recB.len() >= n }, "both apps deliver their messages")
 		for _, d := range recA.got {
 			if d.Type != "pedido.criado" {
 				t.Fatalf("app A received %s", d.Type)
@@ -166,7 +167,7 @@ func TestTwoAppsOneSchemaPartition(t *testing.T) {
 		rec := &recorder{}
 		owner := newClient(t, b.open(), fastConfig(ownerApp, mensageria.NewRegistry().MustRegister("xadm.push", rec)))
 		start(t, owner)
-		eventually(t, 10*time.Second, "the owner relays the foreign row", func() bool { return rec.len() == 1 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return rec.len() == 1 }, "the owner relays the foreign row")
 	})
 }
 
@@ -199,9 +200,9 @@ func TestRetryThenDeadWithReason(t *testing.T) {
 			}
 		}
 		start(t, c)
-		eventually(t, 20*time.Second, "all settled", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE state = 'pending'") == 0
-		})
+		}, "all settled")
 		if rec.keys()["flaky"] != 1 || tries.Load() != 2 {
 			t.Fatalf("flaky: delivered %d times after %d failures", rec.keys()["flaky"], tries.Load())
 		}
@@ -243,9 +244,9 @@ func TestUnstorableErrorTextStillSettles(t *testing.T) {
 			}
 		}
 		start(t, c)
-		eventually(t, 20*time.Second, "both settled", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE state = 'pending'") == 0
-		})
+		}, "both settled")
 		dead, err := c.Driver().ListMessages(ctx, driver.ListFilter{State: driver.StateDead})
 		if err != nil {
 			t.Fatal(err)
@@ -284,7 +285,7 @@ func TestCrashedRelayBatchIsRedelivered(t *testing.T) {
 			t.Fatalf("claim: %d %v", len(jobs), err)
 		}
 		start(t, c)
-		eventually(t, 20*time.Second, "every message delivered", func() bool { return len(rec.keys()) == 30 })
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return len(rec.keys()) == 30 }, "every message delivered")
 		redelivered := 0
 		rec.mu.Lock()
 		for _, d := range rec.got {
@@ -344,9 +345,9 @@ func TestLostAckIsAbsorbedByInbox(t *testing.T) {
 			}
 		}
 		start(t, c)
-		eventually(t, 60*time.Second, "all delivered", func() bool {
-			return b.count("SELECT count(*) FROM "+b.table("outbox")) == 0 // delivered rows are deleted
-		})
+		mensageriatest.Eventually(t, 60*time.Second, func() bool {
+			return b.count("SELECT count(*) FROM "+b.table("outbox")) == 0
+		}, "all delivered")
 		if n := b.count("SELECT count(DISTINCT key) FROM " + b.table("lostack_effects")); n != 20 {
 			t.Fatalf("effects for %d keys, want 20", n)
 		}

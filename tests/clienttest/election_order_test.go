@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
 	"github.com/xadm/mensageria/internal/testsignal"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // Contract 7: between replicas of one app, one relay is active.
@@ -48,7 +49,7 @@ func TestOneActiveRelayPerApp(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 10*time.Second, "delivered", func() bool { return recA.len()+recB.len() >= 20 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return recA.len()+recB.len() >= 20 }, "delivered")
 		if recA.len() > 0 && recB.len() > 0 {
 			t.Fatalf("both replicas delivered (%d and %d)", recA.len(), recB.len())
 		}
@@ -62,11 +63,11 @@ func TestOneActiveRelayPerApp(t *testing.T) {
 		if err := leader.Stop(stopCtx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "the standby takes over", standby.IsLeader)
+		mensageriatest.Eventually(t, 5*time.Second, standby.IsLeader, "the standby takes over")
 		if _, err := standby.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the new leader delivers", func() bool { return standbyRec.keys()["after"] == 1 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return standbyRec.keys()["after"] == 1 }, "the new leader delivers")
 	})
 }
 
@@ -101,7 +102,7 @@ func TestFailoverWhenLeaderConnectionDies(t *testing.T) {
 	a := newClient(t, drvA, cfgA)
 	sigA := testsignal.ForClient(a)
 	start(t, a)
-	eventually(t, 10*time.Second, "a leads", a.IsLeader)
+	mensageriatest.Eventually(t, 10*time.Second, a.IsLeader, "a leads")
 	el, err := b.open().Elector(app, cfgA.Lease)
 	if err != nil {
 		t.Fatal(err)
@@ -136,20 +137,20 @@ func TestFailoverWhenLeaderConnectionDies(t *testing.T) {
 	if _, err := bb.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after-kill"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a delivers", func() bool { return recA.keys()["after-kill"] == 1 })
+	mensageriatest.Eventually(t, 10*time.Second, func() bool { return recA.keys()["after-kill"] == 1 }, "a delivers")
 
 	stopped := time.Now()
 	if err := a.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "b takes over", bb.IsLeader)
+	mensageriatest.Eventually(t, 10*time.Second, bb.IsLeader, "b takes over")
 	if took := time.Since(stopped); took >= cfgA.Lease {
 		t.Fatalf("b took over %s after a stopped; a Stop gives the election up, it should not wait for the lease (%s)", took, cfgA.Lease)
 	}
 	if _, err := bb.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after-stop"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "b delivers", func() bool { return recB.keys()["after-stop"] == 1 })
+	mensageriatest.Eventually(t, 10*time.Second, func() bool { return recB.keys()["after-stop"] == 1 }, "b delivers")
 	if recA.keys()["after-stop"] != 0 || recB.keys()["after-kill"] != 0 {
 		t.Fatal("a message went to the relay that did not lead")
 	}
@@ -227,7 +228,7 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 		cfgA.Hooks = []mensageria.Hook{seen}
 		a := newClient(t, p, cfgA)
 		start(t, a)
-		eventually(t, 10*time.Second, "a leads", a.IsLeader)
+		mensageriatest.Eventually(t, 10*time.Second, a.IsLeader, "a leads")
 		if _, err := a.Enqueue(ctx, mensageria.Message{Type: "t", Key: "x"}); err != nil {
 			t.Fatal(err)
 		}
@@ -238,20 +239,20 @@ func TestPausedLeaderCannotOverwrite(t *testing.T) {
 		cfgB.DeliveredRetention = time.Hour // keep the row to inspect it
 		bb := newClient(t, b.open(), cfgB)
 		start(t, bb)
-		eventually(t, 15*time.Second, "b takes over and delivers", func() bool { return recB.keys()["x"] == 1 })
+		mensageriatest.Eventually(t, 15*time.Second, func() bool { return recB.keys()["x"] == 1 }, "b takes over and delivers")
 		// b's Sender has the message before b settles it: wait for the
 		// settle, so what follows tests the zombie and not b's pace.
 		delivered := func() int {
 			return b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE key = 'x' AND state = 'delivered'")
 		}
-		eventually(t, 15*time.Second, "b's settle recorded", func() bool { return delivered() == 1 })
+		mensageriatest.Eventually(t, 15*time.Second, func() bool { return delivered() == 1 }, "b's settle recorded")
 
 		wake() // the zombie wakes
-		eventually(t, 10*time.Second, "the zombie's settle is fenced", func() bool { return seen.has(mensageria.OutcomeFenced) })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return seen.has(mensageria.OutcomeFenced) }, "the zombie's settle is fenced")
 		if n := delivered(); n != 1 {
 			t.Fatalf("the zombie overwrote the new leader's outcome")
 		}
-		eventually(t, 10*time.Second, "the zombie steps down", func() bool { return !a.IsLeader() })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return !a.IsLeader() }, "the zombie steps down")
 	})
 }
 
@@ -298,22 +299,22 @@ func TestPerKeyOrderUnderRetries(t *testing.T) {
 			}
 		}
 		start(t, c)
-		eventually(t, 30*time.Second, "the healthy keys drain while one is blocked", func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(seq["a"]) == per && len(seq["b"]) == per && len(seq["c"]) == per && len(seq["d"]) == per
-		})
+		}, "the healthy keys drain while one is blocked")
 		mu.Lock()
 		if len(seq["stuck"]) != 0 {
 			t.Fatalf("the blocked key delivered %v", seq["stuck"])
 		}
 		mu.Unlock()
 		stuck.Store(false)
-		eventually(t, 30*time.Second, "the blocked key drains", func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(seq["stuck"]) == per
-		})
+		}, "the blocked key drains")
 		mu.Lock()
 		defer mu.Unlock()
 		for _, k := range keys {
@@ -352,15 +353,15 @@ func TestStopFinishesInFlight(t *testing.T) {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "deliveries in flight", func() bool { return started.Load() == 4 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return started.Load() == 4 }, "deliveries in flight")
 		done := make(chan error)
 		go func() { done <- c.Stop(ctx) }()
 		// Ready says stopped once Stop has taken the relay, before it
 		// waits for the deliveries in flight.
-		eventually(t, 5*time.Second, "Stop began", func() bool {
+		mensageriatest.Eventually(t, 5*time.Second, func() bool {
 			err := c.Ready()
 			return err != nil && strings.Contains(err.Error(), "stopped")
-		})
+		}, "Stop began")
 		close(release)
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -389,9 +390,9 @@ func TestStopFinishesInFlight(t *testing.T) {
 		if err := c2.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "claimed", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE lease_token IS NOT NULL") > 0
-		})
+		}, "claimed")
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		if err := c2.Stop(short); !errors.Is(err, context.DeadlineExceeded) {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -250,9 +251,9 @@ func routeOutage(t *testing.T, b *backend, batch bool) {
 		start(t, c)
 
 		// The outage lasts until the route paused and two probes failed.
-		eventually(t, 30*time.Second, "the route to pause and two probes to fail", func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			return evs.count(mensageria.RouteProbing, mensageria.RoutePaused) >= 2
-		})
+		}, "the route to pause and two probes to fail")
 		routes := c.Routes()
 		if len(routes) != 1 || routes[0].State == mensageria.RouteFlowing || !strings.Contains(routes[0].LastError, "401") ||
 			routes[0].Failures < cfg.RouteFailureThreshold || len(routes[0].Types) != 1 || routes[0].Types[0] != typ {
@@ -262,10 +263,10 @@ func routeOutage(t *testing.T, b *backend, batch bool) {
 			t.Fatalf("Ready during a destination's outage: %v; a paused route is the route's problem, not the relay's", err)
 		}
 		// Another process reads the pause from the database.
-		eventually(t, 10*time.Second, "the pause to be recorded", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			st, err := b.open().RouteStates(context.Background(), app)
 			return err == nil && len(st) == 1 && st[0].State != string(mensageria.RouteFlowing) && strings.Contains(st[0].LastError, "401") && st[0].Type == typ
-		})
+		}, "the pause to be recorded")
 		if dead := b.count("SELECT count(*) FROM " + b.table("outbox") + " WHERE state = 'dead'"); dead != 0 {
 			t.Fatalf("%d messages dead during the outage", dead)
 		}
@@ -274,10 +275,10 @@ func routeOutage(t *testing.T, b *backend, batch bool) {
 		mu.Lock()
 		healed = true
 		mu.Unlock()
-		eventually(t, 30*time.Second, "every message delivered", func() bool { return len(rc.delivered()) == n })
-		eventually(t, 10*time.Second, "the outbox drained", func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(rc.delivered()) == n }, "every message delivered")
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")) == 0
-		})
+		}, "the outbox drained")
 		got := rc.delivered()
 		for _, id := range ids {
 			as := got[id]
@@ -303,10 +304,10 @@ func routeOutage(t *testing.T, b *backend, batch bool) {
 		} else if refused >= n {
 			t.Fatalf("%d requests refused for %d messages: the paused route kept sending", refused, n)
 		}
-		eventually(t, 10*time.Second, "the recovery to be recorded", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			st, err := b.open().RouteStates(context.Background(), app)
 			return err == nil && len(st) == 1 && st[0].State == string(mensageria.RouteFlowing)
-		})
+		}, "the recovery to be recorded")
 		if r := c.Routes(); r[0].State != mensageria.RouteFlowing || r[0].Failures != 0 {
 			t.Fatalf("Routes() after recovery: %+v", r)
 		}
@@ -362,7 +363,7 @@ func TestRetryAfterIsALowerBound(t *testing.T) {
 				const n = 20
 				ids := enqueueN(t, c, "ra."+form, n)
 				start(t, c)
-				eventually(t, 30*time.Second, "every message delivered", func() bool { return len(rc.delivered()) == n })
+				mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(rc.delivered()) == n }, "every message delivered")
 				hits := rc.arrivals()
 				if hits[0].status != http.StatusTooManyRequests {
 					t.Fatalf("first answer %d", hits[0].status)
@@ -413,7 +414,7 @@ func TestSickRouteDoesNotStarveOthers(t *testing.T) {
 		enqueueN(t, c, "s.sick", sickN)
 		enqueueN(t, c, "s.healthy", healthyN)
 		start(t, c)
-		eventually(t, 60*time.Second, "the healthy route to deliver everything", func() bool { return len(healthy.delivered()) == healthyN })
+		mensageriatest.Eventually(t, 60*time.Second, func() bool { return len(healthy.delivered()) == healthyN }, "the healthy route to deliver everything")
 		var sickState mensageria.RouteState
 		for _, r := range c.Routes() {
 			if r.Types[0] == "s.sick" {
@@ -469,9 +470,9 @@ func TestMaxRateIsNeverExceeded(t *testing.T) {
 		enqueueN(t, c, "r.slow", n)
 		enqueueN(t, c, "r.fast", free)
 		start(t, c)
-		eventually(t, 60*time.Second, "both routes delivered", func() bool {
+		mensageriatest.Eventually(t, 60*time.Second, func() bool {
 			return len(limited.delivered()) == n && len(unlimited.delivered()) == free
-		})
+		}, "both routes delivered")
 		hits := limited.arrivals()
 		worst := 0
 		for i := range hits {

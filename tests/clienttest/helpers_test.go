@@ -173,22 +173,6 @@ func start(t *testing.T, c *mensageria.Client) {
 	})
 }
 
-// eventually polls cond until it holds or the deadline passes (t a
-// *testing.T, or a *rapid.T inside a property).
-func eventually(t interface {
-	Helper()
-	Fatalf(string, ...any)
-}, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // recorder is a Sender that records what it was given.
 type recorder struct {
 	mu   sync.Mutex

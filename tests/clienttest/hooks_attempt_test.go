@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 type ctxMark struct{}
@@ -79,7 +80,7 @@ func TestAttemptAndEnqueueHooks(t *testing.T) {
 			t.Fatalf("the caller's headers were written: %v", callers)
 		}
 		start(t, c)
-		eventually(t, 10*time.Second, "two attempts ended", func() bool { return len(h.ended()) >= 2 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return len(h.ended()) >= 2 }, "two attempts ended")
 		ends := h.ended()
 		if ends[0].Outcome != mensageria.OutcomeRetry || ends[0].Attempt != 1 || ends[1].Outcome != mensageria.OutcomeDelivered || ends[1].Attempt != 2 {
 			t.Fatalf("ends = %+v", ends)
@@ -125,7 +126,7 @@ func TestAttemptHookOnBatchSender(t *testing.T) {
 			t.Fatal(err)
 		}
 		start(t, c)
-		eventually(t, 10*time.Second, "two attempts ended", func() bool { return len(h.ended()) >= 2 })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return len(h.ended()) >= 2 }, "two attempts ended")
 		bs.mu.Lock()
 		defer bs.mu.Unlock()
 		for _, d := range bs.got {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // The inbox tells a conflict from a duplicate: the same key under another
@@ -129,9 +130,9 @@ func TestReenqueuedMessageConflictsOnlyWithAnotherPayload(t *testing.T) {
 			}
 		}
 		start(t, c)
-		eventually(t, 20*time.Second, "all three settled", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE state = 'pending'") == 0
-		})
+		}, "all three settled")
 		mu.Lock()
 		defer mu.Unlock()
 		if seen["applied"] != 1 || seen["duplicate"] != 1 || seen["conflict"] != 1 {

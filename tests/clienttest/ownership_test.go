@@ -13,6 +13,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // Issue #10, failure 1: a second app whose config routes the first app's
@@ -57,7 +58,7 @@ func TestAnotherAppsTypeFailsAtStart(t *testing.T) {
 		}
 
 		start(t, a)
-		eventually(t, 30*time.Second, "the owner delivers every row", func() bool { return len(recA.keys()) == n })
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(recA.keys()) == n }, "the owner delivers every row")
 		if wrong.len() != 0 {
 			t.Fatalf("the refused app received %d messages", wrong.len())
 		}
@@ -275,7 +276,7 @@ func TestInboxWindowsArePurgedPerConsumer(t *testing.T) {
 		for _, a := range apps {
 			start(t, a.client)
 		}
-		eventually(t, 30*time.Second, "the short-window app purges its records", func() bool { return consumer(apps[0]) == 0 })
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return consumer(apps[0]) == 0 }, "the short-window app purges its records")
 		// The purge that emptied the short consumer saw the others'
 		// records just as old; give the long-window relays purges of
 		// their own too, then count.
@@ -327,8 +328,8 @@ func TestSenderHooksAreDiscoveredAndCalledOnce(t *testing.T) {
 		start(t, c)
 		// Hooks are called in order, the listed one first: once the other
 		// has seen an event, so has the listed one, as often as it will.
-		eventually(t, 20*time.Second, "every delivery observed", func() bool { return unlisted.count(mensageria.OutcomeDelivered) >= 3 })
-		eventually(t, 10*time.Second, "the election observed", func() bool { return unlisted.leaderEvents() > 0 })
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return unlisted.count(mensageria.OutcomeDelivered) >= 3 }, "every delivery observed")
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return unlisted.leaderEvents() > 0 }, "the election observed")
 		// Each hook sees every delivery once, whichever Sender made it.
 		if got := listed.count(mensageria.OutcomeDelivered); got != 3 {
 			t.Fatalf("the hook listed and registered twice saw %d deliveries of 3", got)
@@ -500,11 +501,11 @@ func TestDeadLetterNamesTheRoute(t *testing.T) {
 		}
 		start(t, c)
 		var dead []driver.Job
-		eventually(t, 20*time.Second, "both dead", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			var err error
 			dead, err = c.Driver().ListMessages(ctx, driver.ListFilter{State: driver.StateDead})
 			return err == nil && len(dead) == 2
-		})
+		}, "both dead")
 		routes := map[string]string{}
 		for _, j := range dead {
 			routes[j.Type] = j.LastRoute

@@ -17,6 +17,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
@@ -146,9 +147,9 @@ func TestClaimFailingMakesTheRelayUnready(t *testing.T) {
 		relay := newClient(t, relayDrv, cfg)
 		start(t, relay)
 
-		eventually(t, 30*time.Second, "Ready to report the failing claims", func() bool { return relay.Ready() != nil })
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return relay.Ready() != nil }, "Ready to report the failing claims")
 		// Many attempts: the poll interval is 20 ms.
-		eventually(t, 30*time.Second, "twenty failed claims counted", func() bool { return fails.count(mensageria.FailureClaim) >= 20 })
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return fails.count(mensageria.FailureClaim) >= 20 }, "twenty failed claims counted")
 		err := relay.Ready()
 		if err == nil || !strings.Contains(err.Error(), "claim failing") || !strings.Contains(err.Error(), refusal) {
 			t.Fatalf("Ready = %v; want it to say the claims fail, and why", err)
@@ -167,8 +168,8 @@ func TestClaimFailingMakesTheRelayUnready(t *testing.T) {
 		if err := b.exec(mendClaims); err != nil {
 			t.Fatalf("%s: %v", mendClaims, err)
 		}
-		eventually(t, 30*time.Second, "the backlog drains", func() bool { return len(rec.keys()) == backlog })
-		eventually(t, 10*time.Second, "Ready is nil again", func() bool { return relay.Ready() == nil })
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(rec.keys()) == backlog }, "the backlog drains")
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return relay.Ready() == nil }, "Ready is nil again")
 		if n := strings.Count(lb.String(), "claims work again"); n != 1 {
 			t.Fatalf("the recovery was logged %d times, want once:\n%s", n, lb.String())
 		}
@@ -196,7 +197,7 @@ func TestStatementTimeoutMakesTheRelayUnready(t *testing.T) {
 	cfg.Hooks = []mensageria.Hook{fails}
 	relay := newClient(t, d, cfg)
 	start(t, relay)
-	eventually(t, 10*time.Second, "the relay leads", relay.IsLeader)
+	mensageriatest.Eventually(t, 10*time.Second, relay.IsLeader, "the relay leads")
 	if err := relay.Ready(); err != nil {
 		t.Fatalf("Ready before the timeout: %v", err)
 	}
@@ -210,22 +211,22 @@ func TestStatementTimeoutMakesTheRelayUnready(t *testing.T) {
 		}
 	}
 	var err error
-	eventually(t, 30*time.Second, "Ready to report the timeouts", func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		err = relay.Ready()
 		return err != nil
-	})
+	}, "Ready to report the timeouts")
 	if !strings.Contains(err.Error(), "statement timeout") {
 		t.Fatalf("Ready = %v; want it to name the statement timeout", err)
 	}
 	// The hooks hear of a failure just after Ready does.
-	eventually(t, 5*time.Second, "a claim or election failure counted", func() bool {
+	mensageriatest.Eventually(t, 5*time.Second, func() bool {
 		return fails.count(mensageria.FailureClaim)+fails.count(mensageria.FailureElection) > 0
-	})
+	}, "a claim or election failure counted")
 
 	strangled.Store(false)
 	pool.Reset()
-	eventually(t, 30*time.Second, "the messages are delivered", func() bool { return len(rec.keys()) == 20 })
-	eventually(t, 10*time.Second, "Ready is nil again", func() bool { return relay.Ready() == nil })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(rec.keys()) == 20 }, "the messages are delivered")
+	mensageriatest.Eventually(t, 10*time.Second, func() bool { return relay.Ready() == nil }, "Ready is nil again")
 }
 
 // A database that cannot be reached (a private server, shut down) makes
@@ -255,17 +256,17 @@ func TestUnreachableDatabaseMakesTheRelayUnready(t *testing.T) {
 	cfg.Hooks, cfg.Logger = []mensageria.Hook{fails}, log
 	relay := newClient(t, d, cfg)
 	start(t, relay)
-	eventually(t, 10*time.Second, "the relay leads", relay.IsLeader)
+	mensageriatest.Eventually(t, 10*time.Second, relay.IsLeader, "the relay leads")
 
 	if err := srv.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Ready to say the database is unreachable", func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		err := relay.Ready()
 		return err != nil && strings.Contains(err.Error(), "database unreachable")
-	})
+	}, "Ready to say the database is unreachable")
 	// Two seconds of outage: a hundred claims at a 20 ms poll interval.
-	eventually(t, 30*time.Second, "fifty attempts on an unreachable database", func() bool { return fails.count(mensageria.FailureDatabase) >= 50 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return fails.count(mensageria.FailureDatabase) >= 50 }, "fifty attempts on an unreachable database")
 	out := lb.String()
 	if n := strings.Count(out, "database unreachable"); n != 1 {
 		t.Fatalf("the outage was logged %d times, want once:\n%s", n, out)
@@ -278,11 +279,11 @@ func TestUnreachableDatabaseMakesTheRelayUnready(t *testing.T) {
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "Ready is nil again", func() bool { return relay.Ready() == nil })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return relay.Ready() == nil }, "Ready is nil again")
 	if _, err := relay.Enqueue(ctx, mensageria.Message{Type: "t", Key: "after"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the relay delivers again", func() bool { return rec.keys()["after"] == 1 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return rec.keys()["after"] == 1 }, "the relay delivers again")
 	if n := strings.Count(lb.String(), "database reachable again"); n != 1 {
 		t.Fatalf("the recovery was logged %d times, want once:\n%s", n, lb.String())
 	}

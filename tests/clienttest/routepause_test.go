@@ -9,6 +9,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 func operatorPaused(c *mensageria.Client) []string {
@@ -46,7 +47,7 @@ func TestOperatorPauseHoldsAcrossLeadersAndRestarts(t *testing.T) {
 		if _, err := pauser.PauseRoute(context.Background(), driver.PauseRouteParams{App: app, Type: typ, PausedBy: "cli:ana", Reason: "the billing receiver upgrades"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the running relay reads the pause", func() bool { return slices.Contains(operatorPaused(first), typ) })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return slices.Contains(operatorPaused(first), typ) }, "the running relay reads the pause")
 		if log := firstLog.String(); !strings.Contains(log, "an operator paused a type") || !strings.Contains(log, "paused_by=cli:ana") {
 			t.Fatalf("the relay's log does not say who paused what:\n%s", log)
 		}
@@ -57,7 +58,7 @@ func TestOperatorPauseHoldsAcrossLeadersAndRestarts(t *testing.T) {
 		// have come with them.
 		held := func(phase string, c *mensageria.Client, otherKeys []string) {
 			t.Helper()
-			eventually(t, 20*time.Second, phase+": the other type flows", func() bool {
+			mensageriatest.Eventually(t, 20*time.Second, func() bool {
 				got := sinkOther.keys()
 				for _, k := range otherKeys {
 					if got[k] != 1 {
@@ -65,7 +66,7 @@ func TestOperatorPauseHoldsAcrossLeadersAndRestarts(t *testing.T) {
 					}
 				}
 				return true
-			})
+			}, phase+": the other type flows")
 			if n := len(sink.keys()); n != 0 {
 				t.Fatalf("%s: %d messages of the paused type were delivered", phase, n)
 			}
@@ -90,7 +91,7 @@ func TestOperatorPauseHoldsAcrossLeadersAndRestarts(t *testing.T) {
 		if err := first.Stop(stopCtx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "the standby leads", second.IsLeader)
+		mensageriatest.Eventually(t, 20*time.Second, second.IsLeader, "the standby leads")
 		held("after a leader change", second, enqueueKeys(t, second, other, "leader", 5))
 
 		// Every relay restarted.
@@ -104,7 +105,7 @@ func TestOperatorPauseHoldsAcrossLeadersAndRestarts(t *testing.T) {
 		if _, found, err := pauser.ResumeRoute(context.Background(), typ); err != nil || !found {
 			t.Fatalf("ResumeRoute: found %v, %v", found, err)
 		}
-		eventually(t, 20*time.Second, "the resumed type is delivered", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			got := sink.keys()
 			for _, k := range paused {
 				if got[k] != 1 {
@@ -112,7 +113,7 @@ func TestOperatorPauseHoldsAcrossLeadersAndRestarts(t *testing.T) {
 				}
 			}
 			return true
-		})
+		}, "the resumed type is delivered")
 		if took, bound := time.Since(resumedAt), time.Second+2*time.Second; took > bound {
 			t.Errorf("delivered %s after the resume, more than the watch's third of a lease plus a margin (%s)", took, bound)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // migrationPrinter is what both backends offer for `mensageria migrate sql`.
@@ -80,7 +81,7 @@ func TestStartRefusesASchemaNotOfThisBuild(t *testing.T) {
 			if _, err := c.Enqueue(ctx, mensageria.Message{Type: "behind.t", Key: "k"}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, "the message delivered once the schema is migrated", func() bool { return rec.len() == 1 })
+			mensageriatest.Eventually(t, 10*time.Second, func() bool { return rec.len() == 1 }, "the message delivered once the schema is migrated")
 
 			// A schema a newer build migrated is refused too: this build
 			// cannot know what the newer migration changed.

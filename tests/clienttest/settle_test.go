@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // observer records the claims and delivery outcomes a relay reports.
@@ -83,7 +84,7 @@ func TestZombieSettleOutcomesAreTruthful(t *testing.T) {
 				t.Fatal(err)
 			}
 			start(t, c)
-			eventually(t, 20*time.Second, "the redelivery is settled", func() bool { return obs.count(mensageria.OutcomeDelivered) == 1 })
+			mensageriatest.Eventually(t, 20*time.Second, func() bool { return obs.count(mensageria.OutcomeDelivered) == 1 }, "the redelivery is settled")
 			evs := obs.events()
 			if len(evs) != 2 || evs[0].Outcome != mensageria.OutcomeExpired || evs[0].Attempt != 1 || evs[1].Attempt != 2 {
 				t.Fatalf("events %+v: want attempt 1 expired, attempt 2 delivered", evs)
@@ -125,9 +126,9 @@ func TestZombieSettleOutcomesAreTruthful(t *testing.T) {
 			cfgB := fastConfig(app, mensageria.NewRegistry().MustRegister("stuck", rec))
 			cfgB.Election = mensageria.ElectionNone
 			start(t, newClient(t, b.open(), cfgB))
-			eventually(t, 20*time.Second, "the other relay delivers the row after the lease", func() bool { return rec.len() == 1 })
+			mensageriatest.Eventually(t, 20*time.Second, func() bool { return rec.len() == 1 }, "the other relay delivers the row after the lease")
 			close(release)
-			eventually(t, 10*time.Second, "the zombie settles", func() bool { return len(obs.events()) == 1 })
+			mensageriatest.Eventually(t, 10*time.Second, func() bool { return len(obs.events()) == 1 }, "the zombie settles")
 			if ev := obs.events()[0]; ev.Outcome != mensageria.OutcomeFenced {
 				t.Fatalf("the zombie's outcome was reported %s, want fenced", ev.Outcome)
 			}
@@ -172,10 +173,10 @@ func TestSettleFailingOnADatabaseError(t *testing.T) {
 	relay := newClient(t, roleDrv, cfg)
 	start(t, relay)
 
-	eventually(t, 20*time.Second, "Ready reports the failing settle", func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		err := relay.Ready()
 		return err != nil && strings.Contains(err.Error(), "settle failing for")
-	})
+	}, "Ready reports the failing settle")
 	if err := relay.Ready(); !errors.Is(err, mensageria.ErrNotReady) || !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("Ready: %v; want the database's refusal", err)
 	}
@@ -183,7 +184,7 @@ func TestSettleFailingOnADatabaseError(t *testing.T) {
 	// it began once the relay knew.
 	known := len(obs.claimed()) + 1
 	const probes = 4
-	eventually(t, 60*time.Second, "the relay probes", func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		n := 0
 		for _, c := range obs.claimed()[min(known, len(obs.claimed())):] {
 			if c > 0 {
@@ -191,7 +192,7 @@ func TestSettleFailingOnADatabaseError(t *testing.T) {
 			}
 		}
 		return n >= probes
-	})
+	}, "the relay probes")
 	claims := obs.claimed()
 	full := 0
 	for i, c := range claims {
@@ -218,10 +219,10 @@ func TestSettleFailingOnADatabaseError(t *testing.T) {
 	if err := b.exec("GRANT DELETE ON " + b.table("outbox") + " TO " + role); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the backlog drains", func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		return b.count("SELECT count(*) FROM "+b.table("outbox")) == 0
-	})
-	eventually(t, 10*time.Second, "Ready is nil again", func() bool { return relay.Ready() == nil })
+	}, "the backlog drains")
+	mensageriatest.Eventually(t, 10*time.Second, func() bool { return relay.Ready() == nil }, "Ready is nil again")
 	if got := len(rec.keys()); got != backlog {
 		t.Fatalf("%d keys delivered, want %d", got, backlog)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // notOwned is what a running client's routes say the catalog took from it.
@@ -57,11 +58,11 @@ func TestTransferReachesRunningRelays(t *testing.T) {
 		a := newClient(t, b.open(), cfgA)
 		start(t, a)
 		enqueueKeys(t, a, typ, "before", 5)
-		eventually(t, 20*time.Second, "the first owner delivers", func() bool { return len(sinkA.keys()) == 5 })
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return len(sinkA.keys()) == 5 }, "the first owner delivers")
 
 		moved := time.Now()
 		transfer(t, b.open(), typ, appA, appB)
-		eventually(t, 10*time.Second, "the old owner's relay notices", func() bool { return slices.Contains(notOwned(a), typ) })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return slices.Contains(notOwned(a), typ) }, "the old owner's relay notices")
 		if took := time.Since(moved); took > cfgA.Lease+500*time.Millisecond {
 			t.Errorf("the old owner noticed after %s, more than its lease of %s", took, cfgA.Lease)
 		}
@@ -73,8 +74,8 @@ func TestTransferReachesRunningRelays(t *testing.T) {
 		start(t, bb)
 		keys := enqueueKeys(t, bb, typ, "after", 100)
 		enqueueKeys(t, a, other, "other", 5)
-		eventually(t, 30*time.Second, "the new owner delivers every new message", func() bool { return len(sinkB.keys()) == 100 })
-		eventually(t, 20*time.Second, "the old owner's other type keeps flowing", func() bool { return len(sinkA2.keys()) == 5 })
+		mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(sinkB.keys()) == 100 }, "the new owner delivers every new message")
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return len(sinkA2.keys()) == 5 }, "the old owner's other type keeps flowing")
 		for _, k := range keys {
 			if sinkA.keys()[k] != 0 {
 				t.Fatalf("%s, enqueued after the old relay noticed, went to the old destination", k)
@@ -83,14 +84,14 @@ func TestTransferReachesRunningRelays(t *testing.T) {
 
 		// Back, with both running: the first app claims it again.
 		transfer(t, b.open(), typ, appB, appA)
-		eventually(t, 10*time.Second, "the relays follow the move back", func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			return slices.Contains(notOwned(bb), typ) && len(notOwned(a)) == 0
-		})
+		}, "the relays follow the move back")
 		if !strings.Contains(linesA.String(), "gives this app a type it routes again") {
 			t.Fatalf("the first owner's log does not say it claims the type again:\n%s", linesA.String())
 		}
 		back := enqueueKeys(t, a, typ, "back", 50)
-		eventually(t, 30*time.Second, "the first owner delivers again", func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			got := sinkA.keys()
 			for _, k := range back {
 				if got[k] != 1 {
@@ -98,15 +99,15 @@ func TestTransferReachesRunningRelays(t *testing.T) {
 				}
 			}
 			return true
-		})
+		}, "the first owner delivers again")
 		for _, k := range back {
 			if sinkB.keys()[k] != 0 {
 				t.Fatalf("%s, enqueued after the move back, went to the second app's destination", k)
 			}
 		}
-		eventually(t, 20*time.Second, "every row settled", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE state <> 'delivered'") == 0
-		})
+		}, "every row settled")
 	})
 }
 
@@ -142,14 +143,14 @@ func TestTransferLeavesAClaimedMessageToItsRelay(t *testing.T) {
 		bb := newClient(t, b.open(), fastConfig(appB, mensageria.NewRegistry().MustRegister(typ, sinkB)))
 		start(t, bb)
 		close(release)
-		eventually(t, 20*time.Second, "the claimed message settled", func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE key = 'in-flight' AND state = 'pending'") == 0
-		})
+		}, "the claimed message settled")
 		// Messages enqueued before the old relay noticed may still be its
 		// (within a lease); after, they are the new owner's.
-		eventually(t, 10*time.Second, "the old owner's relay notices", func() bool { return slices.Contains(notOwned(a), typ) })
+		mensageriatest.Eventually(t, 10*time.Second, func() bool { return slices.Contains(notOwned(a), typ) }, "the old owner's relay notices")
 		enqueueKeys(t, bb, typ, "later", 1)
-		eventually(t, 20*time.Second, "the new owner delivers a later message", func() bool { return sinkB.keys()["later-0"] == 1 })
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return sinkB.keys()["later-0"] == 1 }, "the new owner delivers a later message")
 		if sinkA.keys()["in-flight"] != 1 || sinkB.keys()["in-flight"] != 0 {
 			t.Fatalf("the claimed message went %d time(s) to its relay's destination and %d to the new owner's; want once and never",
 				sinkA.keys()["in-flight"], sinkB.keys()["in-flight"])

@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // sqlColumn is one column a SQL producer may write, and the values drawn
@@ -175,14 +176,14 @@ func anyRowProperty(t *testing.T, b *backend, guarded bool) {
 		settled := func(id int64) bool {
 			return delivered(id) || b.count("SELECT count(*) FROM "+o+" WHERE id = "+fmt.Sprint(id)+" AND state = 'dead' AND last_error LIKE 'unreadable row: %'") == 1
 		}
-		eventually(rt, 20*time.Second, fmt.Sprintf("rows %v delivered or parked dead with a reason, and the good row %d after them delivered", ids, good), func() bool {
+		mensageriatest.Eventually(rt, 20*time.Second, func() bool {
 			for _, id := range ids {
 				if !settled(id) {
 					return false
 				}
 			}
 			return delivered(good)
-		})
+		}, fmt.Sprintf("rows %v delivered or parked dead with a reason, and the good row %d after them delivered", ids, good))
 		if _, err := drv.Stats(context.Background()); err != nil {
 			rt.Fatalf("Stats: %v", err)
 		}

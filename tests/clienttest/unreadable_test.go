@@ -9,6 +9,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // poison is a row a plain INSERT stored that the relay cannot send, and
@@ -99,11 +100,11 @@ func TestUnreadableRowIsParkedAloneAndTheRestDelivered(t *testing.T) {
 			t.Fatalf("Stats with unreadable rows pending: %v", err)
 		}
 		start(t, c)
-		eventually(t, 30*time.Second, "the good rows delivered and the unreadable ones parked", func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			k := rec.keys()
 			return k["good-1"] == 1 && k["good-u"] == 1 && k["good-sql"] == 1 &&
 				b.count("SELECT count(*) FROM "+b.table("outbox")+" WHERE state = 'dead'") == len(ps)
-		})
+		}, "the good rows delivered and the unreadable ones parked")
 		jobs, err := drv.ListMessages(context.Background(), driver.ListFilter{State: driver.StateDead, Limit: 100})
 		if err != nil {
 			t.Fatalf("ListMessages of the parked rows: %v", err)
@@ -190,10 +191,10 @@ func TestUnreadableRowInDoubtIsLeftForAnOperator(t *testing.T) {
 			}
 		}
 		start(t, c)
-		eventually(t, 15*time.Second, "the good row resolved and the unreadable one left in doubt with its reason", func() bool {
+		mensageriatest.Eventually(t, 15*time.Second, func() bool {
 			return b.count("SELECT count(*) FROM "+o+" WHERE key = 'g-doubt'") == 0 &&
 				b.count("SELECT count(*) FROM "+o+" WHERE key = 'u-doubt' AND state = 'pending' AND attempted_at IS NOT NULL AND last_error LIKE 'in doubt; not probed: unreadable row: %'") == 1
-		})
+		}, "the good row resolved and the unreadable one left in doubt with its reason")
 		mu.Lock()
 		defer mu.Unlock()
 		if probed["u-doubt"] != 0 || probed["g-doubt"] == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/transporttest"
 )
 
@@ -197,7 +198,7 @@ func (r *faultRelay) waitPostponed(t *testing.T) {
 // nothing went dead and that Kafka holds every message.
 func (r *faultRelay) assertAllDelivered(t *testing.T, brokers []string) {
 	t.Helper()
-	waitFor(t, 90*time.Second, "the outbox drained", func() bool { return pendingRows(t, r.store.drv) == 0 })
+	mensageriatest.Eventually(t, 90*time.Second, func() bool { return pendingRows(t, r.store.drv) == 0 }, "the outbox drained")
 	st, err := r.store.drv.Stats(testCtx(t))
 	if err != nil {
 		t.Fatal(err)

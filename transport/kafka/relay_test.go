@@ -14,6 +14,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // settleFault makes the database lose the relay's settles, as if the relay
@@ -82,7 +83,7 @@ func TestRelayIntoKafkaExactlyOnceAcrossLostSettles(t *testing.T) {
 	}
 	// Every row is committed to Kafka, unsettled, claimed again after the
 	// lease and answered from the positions.
-	waitFor(t, 30*time.Second, "in-process reconciliation", func() bool { return ts1.Reconciled() >= 40 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return ts1.Reconciled() >= 40 }, "in-process reconciliation")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_ = cl1.Stop(stopCtx)
 	cancel()
@@ -94,7 +95,7 @@ func TestRelayIntoKafkaExactlyOnceAcrossLostSettles(t *testing.T) {
 	if err := cl2.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "outbox drained", func() bool { return pendingRows(t, store.drv) == 0 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return pendingRows(t, store.drv) == 0 }, "outbox drained")
 	stopCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	_ = cl2.Stop(stopCtx)
 	cancel()
@@ -177,12 +178,12 @@ func TestRelayTwoOutboxesOneTransactionalID(t *testing.T) {
 	storeA, storeB := newPGStore(t), newPGStore(t)
 	var hookA, hookB foreignRetries
 	clientA, idsA := run(storeA, "pedidos", "pedido", &hookA)
-	waitFor(t, 60*time.Second, "the first app's outbox drained", func() bool { return pendingRows(t, storeA.drv) == 0 })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return pendingRows(t, storeA.drv) == 0 }, "the first app's outbox drained")
 
 	clientB, idsB := run(storeB, "faturas", "fatura", &hookB)
-	waitFor(t, 60*time.Second, "every row of the second app attempted", func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		return hookB.n.Load() >= 2000 || pendingRows(t, storeB.drv) == 0
-	})
+	}, "every row of the second app attempted")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_ = clientB.Stop(stopCtx)
 	cancel()

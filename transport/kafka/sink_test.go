@@ -18,6 +18,7 @@ import (
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // store is a migrated database with an "applied" table.
@@ -227,7 +228,7 @@ func sinkKilledMidBatch(t *testing.T, store store) {
 	ctx2, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s2.Run(ctx2) }()
-	waitFor(t, 30*time.Second, "every effect applied", func() bool { return total(t, store) >= n })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return total(t, store) >= n }, "every effect applied")
 	time.Sleep(200 * time.Millisecond) // a duplicate would land now
 	stop()
 	if err := <-done; err != nil {

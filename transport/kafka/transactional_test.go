@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 func newTxSender(t testing.TB, c *kfake.Cluster, id string) *TransactionalSender {
@@ -614,12 +615,12 @@ func TestTransactionalRegistrationFailureIsRetried(t *testing.T) {
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1})
 	s.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 2})
 	b2 := deliveries("order", 6, 5)
-	waitFor(t, 20*time.Second, "the registration to fail", func() bool { return h.Hits() >= 2 && !s.opened.Load() })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return h.Hits() >= 2 && !s.opened.Load() }, "the registration to fail")
 	if errs := s.SendBatch(testCtx(t), b2); errs == nil {
 		t.Fatal("a batch was produced while the ids could not be registered")
 	}
 	h.Remove()
-	waitFor(t, 20*time.Second, "the next batches to register the ids", func() bool { return s.SendBatch(testCtx(t), b2) == nil })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return s.SendBatch(testCtx(t), b2) == nil }, "the next batches to register the ids")
 	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2)
 }
 
@@ -636,11 +637,11 @@ func TestTransactionalFencedLeaderHeals(t *testing.T) {
 	mustSend(t, leader, b1)
 	// The election's registration runs on its own goroutine: finished
 	// before the zombie registers, or it would fence the zombie instead.
-	waitFor(t, 20*time.Second, "the leader's election registration", func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		leader.mu.Lock()
 		defer leader.mu.Unlock()
 		return !leader.rearming
-	})
+	}, "the leader's election registration")
 	zombie := newTxSender(t, c, "relay-app")
 	zombie.healAfter = 200 * time.Millisecond
 	if err := zombie.Open(testCtx(t)); err != nil { // the zombie's stale registration
@@ -650,9 +651,9 @@ func TestTransactionalFencedLeaderHeals(t *testing.T) {
 	if errs := leader.SendBatch(testCtx(t), b2); errs == nil || !errors.Is(errs[0], ErrFenced) {
 		t.Fatalf("the leader was not fenced: %v", errs)
 	}
-	waitFor(t, 20*time.Second, "the fenced leader to take its ids back", func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		return leader.SendBatch(testCtx(t), b2) == nil
-	})
+	}, "the fenced leader to take its ids back")
 	b3 := deliveries("order", 11, 1)
 	for range 3 {
 		if errs := zombie.SendBatch(testCtx(t), b3); errs == nil || !errors.Is(errs[0], ErrFenced) {
@@ -683,9 +684,9 @@ func TestTransactionalElectionRearms(t *testing.T) {
 	}
 	old.OnElection(mensageria.ElectionEvent{App: "shop", Leader: true, Epoch: 7})
 	b := deliveries("order", 11, 5)
-	waitFor(t, 20*time.Second, "the elected sender to take its ids back", func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		return old.SendBatch(testCtx(t), b) == nil
-	})
+	}, "the elected sender to take its ids back")
 	if errs := other.SendBatch(testCtx(t), deliveries("order", 16, 5)); errs == nil || !errors.Is(errs[0], ErrFenced) {
 		t.Fatalf("the previous owner was not fenced by the re-armed leader: %v", errs)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 func produceInput(t testing.TB, addrs []string, topic string, n int) {
@@ -25,18 +27,6 @@ func produceInput(t testing.TB, addrs []string, topic string, n int) {
 	}
 	if err := cl.ProduceSync(testCtx(t), rs...).FirstErr(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -92,9 +82,9 @@ func TestTransformerExactlyOnceInsideKafka(t *testing.T) {
 	ctx2, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- t2.Run(ctx2) }()
-	waitFor(t, 30*time.Second, "all records transformed", func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return len(consumeAll(t, c.ListenAddrs(), "out", true)) >= n
-	})
+	}, "all records transformed")
 	stop()
 	<-done
 

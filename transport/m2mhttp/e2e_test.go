@@ -20,6 +20,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 func quietLogger() *slog.Logger {
@@ -114,17 +115,6 @@ func startRelayWith(t *testing.T, drv *postgres.Driver, routes map[string]string
 	return c
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestEndToEndUnreliableReceiver: PostgreSQL outbox → relay → loopback
 // HTTP → receiver inbox, with a receiver that randomly fails (503), hangs
 // past the sender's timeout, or applies and then drops the connection
@@ -217,9 +207,9 @@ func unreliableReceiver(t *testing.T, batch bool) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 90*time.Second, "every message to settle", func() bool {
+	mensageriatest.Eventually(t, 90*time.Second, func() bool {
 		return count(t, pool, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'") == 0
-	})
+	}, "every message to settle")
 
 	if dead := count(t, pool, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'dead'"); dead != 0 {
 		t.Fatalf("%d messages dead", dead)
@@ -326,9 +316,9 @@ func TestEndToEndResponseClasses(t *testing.T) {
 	if _, err := client.Enqueue(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "every message to settle", func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return count(t, pool, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'") == 0
-	})
+	}, "every message to settle")
 	rows, err := pool.Query(context.Background(), "SELECT type, state, attempts, coalesce(last_error, '') FROM "+schema+".outbox")
 	if err != nil {
 		t.Fatal(err)
@@ -467,9 +457,9 @@ func TestEndToEndBatchOutcomes(t *testing.T) {
 	if _, err := client.Enqueue(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "every message to settle", func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return count(t, pool, "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'") == 0
-	})
+	}, "every message to settle")
 	want := map[string]struct {
 		state    string
 		attempts int

@@ -80,14 +80,3 @@ func msgCount(t testing.TB, st jetstream.Stream) uint64 {
 	}
 	return info.State.Msgs
 }
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

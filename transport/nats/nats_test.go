@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // A redelivery inside the duplicate window is dropped by the server.
@@ -397,7 +398,7 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	ctx3, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s3.Run(ctx3) }()
-	waitFor(t, 30*time.Second, "every effect applied", func() bool { _, tot := store.counts(t); return tot >= n })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { _, tot := store.counts(t); return tot >= n }, "every effect applied")
 	time.Sleep(300 * time.Millisecond)
 	stop()
 	if err := <-done; err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // publishEvents sends n events (keys key-1 to key-n) through a Sender into
@@ -67,18 +68,18 @@ func TestSinkPoisonAndTransientEffects(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	waitFor(t, 20*time.Second, "every message applied or skipped", func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		_, total := store.counts(t)
 		return total == n-2 && s.Poisoned() == 2
-	})
+	}, "every message applied or skipped")
 	cons, err := st.Consumer(testCtx(t), "poison")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "every message acknowledged", func() bool {
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
 		info, err := cons.Info(testCtx(t))
 		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == n
-	})
+	}, "every message acknowledged")
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
