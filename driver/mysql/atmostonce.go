@@ -13,15 +13,6 @@ import (
 
 var _ driver.AtMostOnce = (*Driver)(nil)
 
-// int64Args is ids as statement arguments.
-func int64Args(ids []int64) []any {
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
-}
-
 // Mark locks the rows still leased to p.Token under a live lease and not
 // marked (queries/mark_lock.sql), marks them (queries/mark.sql) and
 // commits before returning them. The commit is as durable as the server
@@ -71,7 +62,8 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 }
 
 // ClaimInDoubt leases rows in doubt for a reconcile probe, fenced as Claim
-// is, without counting an attempt; the rows stay marked.
+// is, without counting an attempt; the rows stay marked
+// (queries/claim_in_doubt.sql, claim_in_doubt_lease.sql).
 func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
 	types := dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
@@ -86,11 +78,7 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return err
 		}
-		args := make([]any, 0, len(types)+2)
-		for _, t := range types {
-			args = append(args, t)
-		}
-		rows, err := w.QueryContext(ctx, withList(d.q.claimInDoubt, len(types)), append(args, now-max(p.Quiet, 0).Microseconds(), p.Limit)...)
+		rows, err := w.QueryContext(ctx, withList(d.q.claimInDoubt, len(types)), append(stringArgs(types), now-max(p.Quiet, 0).Microseconds(), p.Limit)...)
 		if err != nil {
 			return wrap("claim in doubt", err)
 		}
@@ -107,8 +95,7 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 		if err := rows.Err(); err != nil || len(ids) == 0 {
 			return wrap("claim in doubt", err)
 		}
-		q, qargs := inList("UPDATE "+d.prefix+"outbox"+" SET lease_token = ?, lease_until = ? WHERE id IN ", ids, p.Token, now+p.Lease.Microseconds())
-		if _, err := w.ExecContext(ctx, q, qargs...); err != nil {
+		if _, err := w.ExecContext(ctx, withList(d.q.claimInDoubtLease, len(ids)), int64Args(ids, p.Token, now+p.Lease.Microseconds())...); err != nil {
 			return wrap("claim in doubt", err)
 		}
 		jobs, err = d.jobsByID(ctx, w, ids, now)
@@ -223,22 +210,20 @@ func resolution(ids []int64, found []doubtRow) driver.ResolveResult {
 	return res
 }
 
-// Resolutions lists the recorded decisions, newest first.
+// Resolutions lists the recorded decisions, newest first
+// (queries/resolutions.sql, or resolutions_of.sql for some messages).
 func (d *Driver) Resolutions(ctx context.Context, messageIDs [][16]byte, limit int) ([]driver.ResolutionRecord, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	q := "SELECT outbox_id, message_id, type, `key`, outcome, resolved_by, reason, resolved_at FROM " + d.prefix + "resolutions"
-	var args []any
+	q, args := d.q.resolutions, []any{limit}
 	if len(messageIDs) > 0 {
 		ids := make([]string, len(messageIDs))
 		for i, m := range messageIDs {
 			ids[i] = uuid.UUID(m).String()
 		}
-		q, args = inList(q+" WHERE message_id IN ", ids)
+		q, args = withList(d.q.resolutionsOf, len(ids)), append(stringArgs(ids), limit)
 	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, limit)
 	rows, err := d.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, wrap("resolutions", err)

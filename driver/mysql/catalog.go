@@ -113,7 +113,6 @@ func checkRegistration(p driver.RegisterParams) ([]driver.Resource, map[resource
 
 // register records p in w, the body of Register.
 func (d *Driver) register(ctx context.Context, w writer, now int64, p driver.RegisterParams, want []driver.Resource, listed map[resourceKey]driver.Resource) (driver.RegisterResult, error) {
-	owners := d.prefix + "owners"
 	var res driver.RegisterResult
 	var conflicts []driver.Ownership
 	for _, r := range want {
@@ -122,26 +121,23 @@ func (d *Driver) register(ctx context.Context, w writer, now int64, p driver.Reg
 		var since int64
 		// Inserted unless present: two apps registering one new name at
 		// once meet on its key instead of both finding it absent.
-		ins, err := w.ExecContext(ctx, "INSERT INTO "+owners+" (kind, name, app, dedup_window_us, since) VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE kind = kind",
-			string(r.Kind), r.Name, p.App, windowUS(r), now)
+		ins, err := w.ExecContext(ctx, d.q.registerInsert, string(r.Kind), r.Name, p.App, windowUS(r), now)
 		if err != nil {
 			return res, wrap("register", err)
 		}
 		if n, _ := ins.RowsAffected(); n == 1 {
 			continue
 		}
-		err = w.QueryRowContext(ctx, "SELECT app, dedup_window_us, since FROM "+owners+" WHERE kind = ? AND name = ? FOR UPDATE", string(r.Kind), r.Name).Scan(&app, &win, &since)
+		err = w.QueryRowContext(ctx, d.q.registerRead, string(r.Kind), r.Name).Scan(&app, &win, &since)
 		switch {
 		case err != nil:
 		case !app.Valid: // unclaimed: the first app to register it adopts it
-			_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET app = ?, dedup_window_us = ?, since = ? WHERE kind = ? AND name = ?",
-				p.App, windowUS(r), now, string(r.Kind), r.Name)
+			_, err = w.ExecContext(ctx, d.q.registerAdopt, p.App, windowUS(r), now, string(r.Kind), r.Name)
 		case app.String != p.App:
 			conflicts = append(conflicts, ownership(r.Kind, r.Name, app, win, since))
 		case r.Kind == driver.ResourceConsumer:
 			// The owner's inbox is the one source of its window.
-			_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET dedup_window_us = ? WHERE kind = ? AND name = ? AND NOT (dedup_window_us <=> ?)",
-				windowUS(r), string(r.Kind), r.Name, windowUS(r))
+			_, err = w.ExecContext(ctx, d.q.registerWindow, windowUS(r), string(r.Kind), r.Name, windowUS(r))
 		}
 		if err != nil {
 			return res, wrap("register", err)
@@ -177,7 +173,7 @@ func (d *Driver) outboxID(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) ([16]byte, error) {
 	var s string
-	if err := q.QueryRowContext(ctx, "SELECT outbox_id FROM "+d.prefix+"identity WHERE one = 1").Scan(&s); err != nil {
+	if err := q.QueryRowContext(ctx, d.q.identity).Scan(&s); err != nil {
 		return [16]byte{}, wrap("reading the outbox identity", err)
 	}
 	id, err := uuid.Parse(s)
@@ -188,7 +184,8 @@ func (d *Driver) outboxID(ctx context.Context, q interface {
 }
 
 // Owners lists the catalog, of one app or (app "") of all, in kind and name
-// order (the names are VARBINARY, so the order is Go's byte order).
+// order (the names are VARBINARY, so the order is Go's byte order;
+// queries/owners.sql, owners_of.sql).
 func (d *Driver) Owners(ctx context.Context, app string) ([]driver.Ownership, error) {
 	return d.owners(ctx, d.db, app)
 }
@@ -196,13 +193,11 @@ func (d *Driver) Owners(ctx context.Context, app string) ([]driver.Ownership, er
 func (d *Driver) owners(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }, app string) ([]driver.Ownership, error) {
-	query := "SELECT kind, name, app, dedup_window_us, since FROM " + d.prefix + "owners"
-	var args []any
+	query, args := d.q.owners, []any(nil)
 	if app != "" {
-		query += " WHERE app = ?"
-		args = append(args, app)
+		query, args = d.q.ownersOf, []any{app}
 	}
-	rows, err := q.QueryContext(ctx, query+" ORDER BY kind, name", args...)
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, wrap("owners", err)
 	}
@@ -236,12 +231,11 @@ func (d *Driver) Transfer(ctx context.Context, p driver.TransferParams) error {
 			return fmt.Errorf("mensageria/mysql: transfer: %w", err)
 		}
 	}
-	owners := d.prefix + "owners"
 	return d.write(ctx, func(w writer, now int64) error {
 		var app sql.NullString
 		var win sql.NullInt64
 		var since int64
-		err := w.QueryRowContext(ctx, "SELECT app, dedup_window_us, since FROM "+owners+" WHERE kind = ? AND name = ? FOR UPDATE", string(p.Kind), p.Name).Scan(&app, &win, &since)
+		err := w.QueryRowContext(ctx, d.q.transferLock, string(p.Kind), p.Name).Scan(&app, &win, &since)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("mensageria/mysql: transfer of %s %q: %w", p.Kind, p.Name, driver.ErrNotOwned)
 		}
@@ -252,9 +246,9 @@ func (d *Driver) Transfer(ctx context.Context, p driver.TransferParams) error {
 			return &driver.OwnerConflictError{App: p.From, Conflicts: []driver.Ownership{ownership(p.Kind, p.Name, app, win, since)}}
 		}
 		if p.To == "" {
-			_, err = w.ExecContext(ctx, "DELETE FROM "+owners+" WHERE kind = ? AND name = ?", string(p.Kind), p.Name)
+			_, err = w.ExecContext(ctx, d.q.transferDelete, string(p.Kind), p.Name)
 		} else if p.To != app.String {
-			_, err = w.ExecContext(ctx, "UPDATE "+owners+" SET app = ?, since = ? WHERE kind = ? AND name = ?", p.To, now, string(p.Kind), p.Name)
+			_, err = w.ExecContext(ctx, d.q.transferSet, p.To, now, string(p.Kind), p.Name)
 		}
 		return wrap("transfer", err)
 	})

@@ -52,12 +52,12 @@ func (e *elector) ReportHealth(health string) {
 }
 
 // Acquire runs one election round in a transaction that locks the app's
-// lease row: renew it while this process holds it, take it (epoch+1) when
-// it is free or lapsed.
+// lease row (queries/election_acquire.sql, election_lock.sql): renew it
+// while this process holds it (election_renew.sql), take it (epoch+1,
+// election_take.sql) when it is free or lapsed.
 func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 	var epoch int64
 	var leader bool
-	t := e.d.prefix + "leader"
 	e.mu.Lock()
 	health := e.health
 	e.mu.Unlock()
@@ -73,14 +73,14 @@ func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 		until := now + e.lease.Microseconds()
 		var holder string
 		var cur, expires int64
-		err := w.QueryRowContext(ctx, "SELECT holder, epoch, expires_at FROM "+t+" WHERE app = ? FOR UPDATE", e.app).Scan(&holder, &cur, &expires)
+		err := w.QueryRowContext(ctx, e.d.q.electionLock, e.app).Scan(&holder, &cur, &expires)
 		switch {
 		case err != nil:
 		case holder == e.me:
-			_, err = w.ExecContext(ctx, "UPDATE "+t+" SET expires_at = ?, health = ? WHERE app = ?", until, h, e.app)
+			_, err = w.ExecContext(ctx, e.d.q.electionRenew, until, h, e.app)
 			epoch, leader = cur, err == nil
 		case holder == "" || expires <= now:
-			_, err = w.ExecContext(ctx, "UPDATE "+t+" SET holder = ?, epoch = ?, since = ?, expires_at = ?, health = ? WHERE app = ?", e.me, cur+1, now, until, h, e.app)
+			_, err = w.ExecContext(ctx, e.d.q.electionTake, e.me, cur+1, now, until, h, e.app)
 			epoch, leader = cur+1, err == nil
 		}
 		return wrap("election", err)
@@ -95,7 +95,7 @@ func (e *elector) Acquire(ctx context.Context) (int64, bool, error) {
 // waiting for the lease; the epoch stays, the next holder raises it.
 func (e *elector) Release(ctx context.Context) error {
 	return e.d.write(ctx, func(w writer, now int64) error {
-		_, err := w.ExecContext(ctx, "UPDATE "+e.d.prefix+"leader SET holder = '', expires_at = ? WHERE app = ? AND holder = ?", now, e.app, e.me)
+		_, err := w.ExecContext(ctx, e.d.q.electionRelease, now, e.app, e.me)
 		return wrap("election release", err)
 	})
 }
@@ -106,7 +106,7 @@ func (e *elector) Holder(ctx context.Context) (driver.Leader, error) {
 	var since, expires int64
 	var live bool
 	var health sql.NullString
-	err := e.d.db.QueryRowContext(ctx, "SELECT holder, epoch, since, expires_at, expires_at > "+nowExpr+", health FROM "+e.d.prefix+"leader WHERE app = ?", e.app).
+	err := e.d.db.QueryRowContext(ctx, e.d.q.electionHolder, e.app).
 		Scan(&l.Holder, &l.Epoch, &since, &expires, &live, &health)
 	if err == sql.ErrNoRows {
 		return l, nil

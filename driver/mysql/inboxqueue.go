@@ -79,7 +79,7 @@ func (t *tx) InboxFailed(ctx context.Context, id int64, reason string, retryAfte
 		return 0, err
 	}
 	var n int
-	err = t.tx.QueryRowContext(ctx, "SELECT attempts FROM "+t.d.prefix+"inbox_queue WHERE id = ?", id).Scan(&n)
+	err = t.tx.QueryRowContext(ctx, t.d.q.queueAttempts, id).Scan(&n)
 	return n, wrap("inbox queue", err)
 }
 
@@ -98,7 +98,7 @@ func (t *tx) changedOne(ctx context.Context, id int64, r sql.Result, err error) 
 		return wrap("inbox queue", err)
 	}
 	var st string
-	err = t.tx.QueryRowContext(ctx, "SELECT state FROM "+t.d.prefix+"inbox_queue WHERE id = ?", id).Scan(&st)
+	err = t.tx.QueryRowContext(ctx, t.d.q.queueRowState, id).Scan(&st)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return wrap("inbox queue", err)
 	}

@@ -137,14 +137,14 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 	defer c.Close()
 	lock := "mensageria_migrate:" + d.prefix
 	var got sql.NullInt64
-	if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT(DATABASE(), '.', ?), ?)", lock, int(migrateLockWait.Seconds())).Scan(&got); err != nil {
+	if err := c.QueryRowContext(ctx, d.q.migrateLock, lock, int(migrateLockWait.Seconds())).Scan(&got); err != nil {
 		return driver.MigrateResult{}, wrap("migrate lock", err)
 	}
 	if got.Int64 != 1 {
 		return driver.MigrateResult{}, fmt.Errorf("mensageria/mysql: migrate: another migrator held the lock %q for %s", lock, migrateLockWait)
 	}
 	defer func() {
-		_, _ = c.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(CONCAT(DATABASE(), '.', ?))", lock)
+		_, _ = c.ExecContext(context.WithoutCancel(ctx), d.q.migrateUnlock, lock)
 	}()
 	have, err := d.version(ctx, c)
 	if err != nil {
@@ -175,8 +175,7 @@ func (d *Driver) Migrate(ctx context.Context, p driver.MigrateParams) (driver.Mi
 		res.To = m.Version
 	}
 	if res.Owner == "" && p.App != "" && res.To >= catalogVersion {
-		if _, err := c.ExecContext(ctx, "INSERT INTO "+d.prefix+"owners (kind, name, app, since) VALUES (?, ?, ?, "+nowExpr+") ON DUPLICATE KEY UPDATE since = IF(app IS NULL, VALUES(since), since), app = COALESCE(app, VALUES(app))",
-			string(driver.ResourceMigrations), driver.MigrationsName, p.App); err != nil {
+		if _, err := c.ExecContext(ctx, d.q.migrationsOwnerSet, string(driver.ResourceMigrations), driver.MigrationsName, p.App); err != nil {
 			return res, wrap("recording the migrations owner", err)
 		}
 		if res.Owner, err = d.migrationsOwner(ctx, c); err != nil {
@@ -192,7 +191,7 @@ type rowQuerier interface {
 
 func (d *Driver) migrationsOwner(ctx context.Context, q rowQuerier) (string, error) {
 	var app sql.NullString
-	err := q.QueryRowContext(ctx, "SELECT app FROM "+d.prefix+"owners WHERE kind = ? AND name = ?", string(driver.ResourceMigrations), driver.MigrationsName).Scan(&app)
+	err := q.QueryRowContext(ctx, d.q.migrationsOwner, string(driver.ResourceMigrations), driver.MigrationsName).Scan(&app)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", wrap("reading the migrations owner", err)
 	}
@@ -201,14 +200,14 @@ func (d *Driver) migrationsOwner(ctx context.Context, q rowQuerier) (string, err
 
 func (d *Driver) version(ctx context.Context, q rowQuerier) (int, error) {
 	var n int
-	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", d.versionTable()).Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, d.q.schemaMigrated, d.versionTable()).Scan(&n); err != nil {
 		return 0, wrap("schema version", err)
 	}
 	if n == 0 {
 		return 0, nil
 	}
 	var v int
-	if err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+d.versionTable()).Scan(&v); err != nil {
+	if err := q.QueryRowContext(ctx, d.q.schemaVersion).Scan(&v); err != nil {
 		return 0, wrap("schema version", err)
 	}
 	return v, nil

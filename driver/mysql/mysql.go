@@ -179,15 +179,16 @@ func newDriver(ctx context.Context, db *sql.DB, cfg *Config) (*Driver, error) {
 	if !schemaRE.MatchString(schema) {
 		return nil, &ConfigError{Field: "Schema", Reason: fmt.Sprintf("%q: use at most 32 letters, digits and underscores, starting with a letter or underscore", schema)}
 	}
+	p := schema + "_"
+	q := queriesFor(p)
 	var v string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+	if err := db.QueryRowContext(ctx, q.version).Scan(&v); err != nil {
 		return nil, fmt.Errorf("mensageria/mysql: connect: %w", err)
 	}
 	if err := checkVersion(v); err != nil {
 		return nil, err
 	}
-	p := schema + "_"
-	return &Driver{db: db, prefix: p, q: newQueries(p), listeners: map[*listener]struct{}{}}, nil
+	return &Driver{db: db, prefix: p, q: q, listeners: map[*listener]struct{}{}}, nil
 }
 
 // DB returns the database handle.
@@ -216,9 +217,9 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// nowExpr is the database clock in unix microseconds. UTC_TIMESTAMP does
-// not depend on the session's time_zone, which UNIX_TIMESTAMP(NOW()) does
-// around a daylight-saving change.
+// nowExpr is the database clock in unix microseconds ({{now}} in
+// queries/). UTC_TIMESTAMP does not depend on the session's time_zone,
+// which UNIX_TIMESTAMP(NOW()) does around a daylight-saving change.
 const nowExpr = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 
 // writer runs statements inside one transaction.
@@ -259,7 +260,7 @@ func (d *Driver) writeOnce(ctx context.Context, fn func(w writer, now int64) err
 		return wrap("begin", err)
 	}
 	var now int64
-	err = tx.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now)
+	err = tx.QueryRowContext(ctx, d.q.clock).Scan(&now)
 	if err == nil {
 		err = fn(tx, now)
 	}
@@ -276,7 +277,7 @@ func (d *Driver) writeOnce(ctx context.Context, fn func(w writer, now int64) err
 // now reads the database clock outside a transaction.
 func (d *Driver) now(ctx context.Context) (int64, error) {
 	var now int64
-	if err := d.db.QueryRowContext(ctx, "SELECT "+nowExpr).Scan(&now); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.q.clock).Scan(&now); err != nil {
 		return 0, fmt.Errorf("mensageria/mysql: reading the clock: %w", err)
 	}
 	return now, nil
@@ -296,3 +297,16 @@ func isErrno(err error, n uint16) bool {
 }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// dedupe drops empty and repeated strings, keeping the first of each.
+func dedupe(s []string) []string {
+	out := make([]string, 0, len(s))
+	seen := map[string]bool{}
+	for _, v := range s {
+		if v != "" && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}

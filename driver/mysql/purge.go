@@ -16,7 +16,8 @@ const defaultPurgeBatch = 1000
 // gives p.App, each older than that consumer's own window, with the
 // applied inbox queue rows as old; a consumer without a window, another
 // app's, or one nobody registered keeps every record. Per-minute delivered
-// counts of p.Types older than a day go too.
+// counts of p.Types older than a day go too. The statements are
+// queries/purge_*.sql.
 func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
 	batch := p.Batch
 	if batch <= 0 {
@@ -27,10 +28,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.PurgeResult{}
 		if len(types) > 0 && p.DeliveredBefore >= 0 {
-			// No ORDER BY: everything past the age goes, so which batch
-			// goes first does not matter.
-			q, args := inList("DELETE FROM "+d.prefix+"outbox"+" WHERE state = 'delivered' AND type IN ", types)
-			r, err := w.ExecContext(ctx, q+" AND delivered_at <= ? LIMIT ?", append(args, now-p.DeliveredBefore.Microseconds(), batch)...)
+			r, err := w.ExecContext(ctx, withList(d.q.purgeOutbox, len(types)), append(stringArgs(types), now-p.DeliveredBefore.Microseconds(), batch)...)
 			if err != nil {
 				return wrap("purge outbox", err)
 			}
@@ -42,7 +40,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			if err != nil {
 				return err
 			}
-			if res.Inbox, err = d.purgeEach(ctx, w, "DELETE FROM "+d.prefix+"inbox WHERE consumer = ? AND received_at < ? ORDER BY received_at LIMIT ?", cs, now, batch); err != nil {
+			if res.Inbox, err = d.purgeEach(ctx, w, d.q.purgeInbox, cs, now, batch); err != nil {
 				return wrap("purge inbox", err)
 			}
 			if res.InboxQueue, err = d.purgeEach(ctx, w, d.q.purgeInboxQueue, cs, now, batch); err != nil {
@@ -50,8 +48,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			}
 		}
 		if len(types) > 0 {
-			q, args := inList("DELETE FROM "+d.prefix+"delivered_counts WHERE type IN ", types)
-			_, err := w.ExecContext(ctx, q+" AND minute < ?", append(args, now-24*time.Hour.Microseconds())...)
+			_, err := w.ExecContext(ctx, withList(d.q.purgeCounts, len(types)), append(stringArgs(types), now-24*time.Hour.Microseconds())...)
 			return wrap("purge counts", err)
 		}
 		return nil
@@ -69,7 +66,7 @@ type windowed struct {
 // appConsumers reads the consumers app owns that have a window: the ones
 // whose records and applied queue rows its purge deletes.
 func (d *Driver) appConsumers(ctx context.Context, w writer, app string) ([]windowed, error) {
-	rows, err := w.QueryContext(ctx, "SELECT name, dedup_window_us FROM "+d.prefix+"owners WHERE app = ? AND kind = 'consumer' AND dedup_window_us IS NOT NULL ORDER BY name", app)
+	rows, err := w.QueryContext(ctx, d.q.purgeConsumers, app)
 	if err != nil {
 		return nil, wrap("purge inbox", err)
 	}

@@ -10,9 +10,6 @@ import (
 
 var _ driver.RoutePauser = (*Driver)(nil)
 
-// The columns a pause is read as.
-const pauseCols = "type, app, paused_by, reason, paused_at"
-
 // PauseRoute records an operator's pause of one type; pausing it again
 // replaces who and why and keeps paused_at. MySQL has no RETURNING: the
 // row is read back in the same transaction.
@@ -20,16 +17,13 @@ func (d *Driver) PauseRoute(ctx context.Context, p driver.PauseRouteParams) (dri
 	if err := driver.CheckPauseRoute(p); err != nil {
 		return driver.RoutePause{}, err
 	}
-	t := d.prefix + "route_pause"
 	var out driver.RoutePause
 	err := d.write(ctx, func(w writer, now int64) error {
-		if _, err := w.ExecContext(ctx, "INSERT INTO "+t+" (type, app, paused_by, reason, paused_at) VALUES (?, ?, ?, ?, ?) "+
-			"ON DUPLICATE KEY UPDATE app = VALUES(app), paused_by = VALUES(paused_by), reason = VALUES(reason)",
-			p.Type, p.App, p.PausedBy, p.Reason, now); err != nil {
+		if _, err := w.ExecContext(ctx, d.q.routePauseSet, p.Type, p.App, p.PausedBy, p.Reason, now); err != nil {
 			return wrap("pause route", err)
 		}
 		var err error
-		out, err = scanRoutePause(w.QueryRowContext(ctx, "SELECT "+pauseCols+" FROM "+t+" WHERE type = ?", p.Type))
+		out, err = scanRoutePause(w.QueryRowContext(ctx, d.q.routePauseGet, p.Type))
 		return wrap("pause route", err)
 	})
 	return out, err
@@ -37,19 +31,18 @@ func (d *Driver) PauseRoute(ctx context.Context, p driver.PauseRouteParams) (dri
 
 // ResumeRoute deletes the pause of typ and returns it.
 func (d *Driver) ResumeRoute(ctx context.Context, typ string) (driver.RoutePause, bool, error) {
-	t := d.prefix + "route_pause"
 	var out driver.RoutePause
 	found := false
 	err := d.write(ctx, func(w writer, _ int64) error {
 		var err error
-		out, err = scanRoutePause(w.QueryRowContext(ctx, "SELECT "+pauseCols+" FROM "+t+" WHERE type = ? FOR UPDATE", typ))
+		out, err = scanRoutePause(w.QueryRowContext(ctx, d.q.routePauseLock, typ))
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return wrap("resume route", err)
 		}
-		if _, err := w.ExecContext(ctx, "DELETE FROM "+t+" WHERE type = ?", typ); err != nil {
+		if _, err := w.ExecContext(ctx, d.q.routePauseDelete, typ); err != nil {
 			return wrap("resume route", err)
 		}
 		found = true
@@ -60,7 +53,7 @@ func (d *Driver) ResumeRoute(ctx context.Context, typ string) (driver.RoutePause
 
 // RoutePauses lists the operators' pauses of app ("" for all).
 func (d *Driver) RoutePauses(ctx context.Context, app string) ([]driver.RoutePause, error) {
-	rows, err := d.db.QueryContext(ctx, "SELECT "+pauseCols+" FROM "+d.prefix+"route_pause WHERE ? = '' OR app = ? ORDER BY type", app, app)
+	rows, err := d.db.QueryContext(ctx, d.q.routePauseList, app, app)
 	if err != nil {
 		return nil, wrap("route pauses", err)
 	}

@@ -8,13 +8,13 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// SetRouteStates records route states, one row per type; with p.Replace it
-// deletes p.App's rows of the types not listed.
+// SetRouteStates records route states, one row per type
+// (queries/route_state_set.sql); with p.Replace it deletes p.App's rows of
+// the types not listed (route_state_prune.sql), all of them when none is.
 func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams) error {
 	if len(p.States) == 0 && !p.Replace {
 		return nil
 	}
-	t := d.prefix + "route_state"
 	return d.write(ctx, func(w writer, now int64) error {
 		types := make([]string, len(p.States))
 		for i, s := range p.States {
@@ -27,21 +27,14 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 			if s.LastError != "" {
 				lastErr = s.LastError
 			}
-			if _, err := w.ExecContext(ctx, "INSERT INTO "+t+" (type, app, route, state, since, `until`, failures, last_error, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "+
-				"ON DUPLICATE KEY UPDATE app = VALUES(app), route = VALUES(route), state = VALUES(state), since = VALUES(since), "+
-				"`until` = VALUES(`until`), failures = VALUES(failures), last_error = VALUES(last_error), updated_at = VALUES(updated_at)",
-				s.Type, s.App, s.Route, s.State, s.Since.UnixMicro(), until, max(s.Failures, 0), lastErr, now); err != nil {
+			if _, err := w.ExecContext(ctx, d.q.routeStateSet, s.Type, s.App, s.Route, s.State, s.Since.UnixMicro(), until, max(s.Failures, 0), lastErr, now); err != nil {
 				return wrap("route states", err)
 			}
 		}
 		if p.Replace {
-			// "type NOT IN (NULL)" matches no row, so a replace that keeps
-			// no type deletes the app's rows without the list.
-			q, args := "DELETE FROM "+t+" WHERE app = ?", []any{p.App}
-			if len(types) > 0 {
-				q, args = inList(q+" AND type NOT IN ", types, p.App)
-			}
-			if _, err := w.ExecContext(ctx, q, args...); err != nil {
+			// With no type the list is NULL, and the statement clears
+			// the app's rows (queries/route_state_prune.sql).
+			if _, err := w.ExecContext(ctx, withList(d.q.routeStatePrune, len(types)), stringArgs(types, p.App)...); err != nil {
 				return wrap("route states", err)
 			}
 		}
@@ -52,7 +45,7 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 // RouteStates lists the recorded route states, of one app or (app "") of
 // all, sorted by type.
 func (d *Driver) RouteStates(ctx context.Context, app string) ([]driver.RouteState, error) {
-	rows, err := d.db.QueryContext(ctx, "SELECT type, app, route, state, since, `until`, failures, COALESCE(last_error, ''), updated_at FROM "+d.prefix+"route_state WHERE ? = '' OR app = ? ORDER BY type", app, app)
+	rows, err := d.db.QueryContext(ctx, d.q.routeStateList, app, app)
 	if err != nil {
 		return nil, wrap("route states", err)
 	}

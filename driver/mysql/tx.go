@@ -47,10 +47,9 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 	if r.Consumer == "" || r.Key == "" {
 		return driver.InboxResult{}, fmt.Errorf("mensageria/mysql: inbox record needs a consumer and a key")
 	}
-	in := t.d.prefix + "inbox"
 	if r.Window > 0 && !r.CreatedAt.IsZero() {
 		var stale bool
-		if err := t.tx.QueryRowContext(ctx, "SELECT ? < "+nowExpr+" - ?", r.CreatedAt.UnixMicro(), r.Window.Microseconds()).Scan(&stale); err != nil {
+		if err := t.tx.QueryRowContext(ctx, t.d.q.inboxStale, r.CreatedAt.UnixMicro(), r.Window.Microseconds()).Scan(&stale); err != nil {
 			return driver.InboxResult{}, wrap("inbox", err)
 		}
 		if stale {
@@ -61,8 +60,7 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 	if r.PayloadHash != nil {
 		hash = r.PayloadHash
 	}
-	res, err := t.tx.ExecContext(ctx, "INSERT INTO "+in+" (consumer, `key`, message_id, received_at, payload_hash) VALUES (?, ?, ?, "+nowExpr+", ?) ON DUPLICATE KEY UPDATE consumer = consumer",
-		r.Consumer, r.Key, uuid.UUID(r.MessageID).String(), hash)
+	res, err := t.tx.ExecContext(ctx, t.d.q.inboxRecord, r.Consumer, r.Key, uuid.UUID(r.MessageID).String(), hash)
 	if err != nil {
 		return driver.InboxResult{}, wrap("inbox", err)
 	}
@@ -71,7 +69,7 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 	}
 	var first string
 	var firstHash []byte
-	if err := t.tx.QueryRowContext(ctx, "SELECT message_id, payload_hash FROM "+in+" WHERE consumer = ? AND `key` = ? LOCK IN SHARE MODE", r.Consumer, r.Key).Scan(&first, &firstHash); err != nil {
+	if err := t.tx.QueryRowContext(ctx, t.d.q.inboxFirst, r.Consumer, r.Key).Scan(&first, &firstHash); err != nil {
 		return driver.InboxResult{}, wrap("inbox", err)
 	}
 	out := driver.InboxResult{Duplicate: true, FirstPayloadHash: firstHash}
@@ -87,13 +85,11 @@ func (t *tx) InboxRecord(ctx context.Context, r driver.InboxRecord) (driver.Inbo
 // "no position"; on the inserted key the second waits for the first to
 // end, then reads what it stored.
 func (t *tx) Offset(ctx context.Context, consumer, source string, partition int32) (int64, bool, error) {
-	o := t.d.prefix + "offsets"
-	if _, err := t.tx.ExecContext(ctx, "INSERT INTO "+o+" (consumer, source, `partition`, `offset`, updated_at) VALUES (?, ?, ?, NULL, "+nowExpr+") ON DUPLICATE KEY UPDATE consumer = consumer",
-		consumer, source, partition); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.d.q.offsetCreate, consumer, source, partition); err != nil {
 		return 0, false, wrap("offset", err)
 	}
 	var off sql.NullInt64
-	err := t.tx.QueryRowContext(ctx, "SELECT `offset` FROM "+o+" WHERE consumer = ? AND source = ? AND `partition` = ? FOR UPDATE", consumer, source, partition).Scan(&off)
+	err := t.tx.QueryRowContext(ctx, t.d.q.offsetRead, consumer, source, partition).Scan(&off)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -104,8 +100,6 @@ func (t *tx) Offset(ctx context.Context, consumer, source string, partition int3
 }
 
 func (t *tx) SetOffset(ctx context.Context, consumer, source string, partition int32, offset int64) error {
-	_, err := t.tx.ExecContext(ctx, "INSERT INTO "+t.d.prefix+"offsets (consumer, source, `partition`, `offset`, updated_at) VALUES (?, ?, ?, ?, "+nowExpr+") "+
-		"ON DUPLICATE KEY UPDATE `offset` = VALUES(`offset`), updated_at = VALUES(updated_at)",
-		consumer, source, partition, offset)
+	_, err := t.tx.ExecContext(ctx, t.d.q.offsetSet, consumer, source, partition, offset)
 	return wrap("set offset", err)
 }

@@ -1,0 +1,373 @@
+package mysql
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/xadm/mensageria/driver"
+)
+
+// perTypeLimit is how many types a claim scans one by one, each on its own
+// index range (queries/claim.sql); beyond it one IN-list scan is used
+// (queries/claim_many.sql).
+const perTypeLimit = 64
+
+// fenced reports whether the app's election still gives p.Fence's epoch a
+// holder, reading the lease row with a shared lock
+// (queries/claim_fence.sql): a new leader's epoch waits for this claim to
+// commit, so no claim of a deposed leader commits after its successor
+// took over.
+func (d *Driver) fenced(ctx context.Context, w writer, f *driver.Fence) (bool, error) {
+	if f == nil {
+		return true, nil
+	}
+	var epoch int64
+	var holder string
+	err := w.QueryRowContext(ctx, d.q.claimFence, f.App).Scan(&epoch, &holder)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrap("claim fence", err)
+	}
+	return epoch == f.Epoch && holder != "", nil
+}
+
+// Claim leases due rows of p.Types in one transaction: each type's due rows
+// are locked with FOR UPDATE SKIP LOCKED on its own index range, so
+// concurrent claimers take different rows and a backlog of other types
+// costs nothing (queries/claim.sql, claim_ordered.sql, claim_many.sql),
+// then leased (claim_lease.sql) and read back (claimed_rows.sql).
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
+	types := dedupe(p.Types)
+	if len(types) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("mensageria/mysql: claim: lease must be positive, got %s", p.Lease)
+	}
+	ordered := map[string]bool{}
+	for _, t := range p.OrderedTypes {
+		ordered[t] = true
+	}
+	var jobs []driver.Job
+	err := d.write(ctx, func(w writer, now int64) error {
+		jobs = nil
+		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
+			return err
+		}
+		ids, err := d.due(ctx, w, p.Limit, types, ordered, now)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		until := now + p.Lease.Microseconds()
+		if _, err := w.ExecContext(ctx, withList(d.q.claimLease, len(ids)), int64Args(ids, p.Token, until, until)...); err != nil {
+			return wrap("claim", err)
+		}
+		jobs, err = d.jobsByID(ctx, w, ids, now)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// due locks and returns, oldest first, up to limit due pending rows of
+// types not marked by an at-most-once attempt; an ordered type's only at
+// the head of its key.
+func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, ordered map[string]bool, now int64) ([]int64, error) {
+	type cand struct{ at, id int64 }
+	var cands []cand
+	scan := func(q string, args ...any) error {
+		rows, err := w.QueryContext(ctx, q, args...)
+		if err != nil {
+			return wrap("claim", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c cand
+			if err := rows.Scan(&c.id, &c.at); err != nil {
+				return wrap("claim", err)
+			}
+			cands = append(cands, c)
+		}
+		return wrap("claim", rows.Err())
+	}
+	if len(types) <= perTypeLimit {
+		for _, t := range types {
+			q := d.q.claim
+			if ordered[t] {
+				q = d.q.claimOrdered
+			}
+			if err := scan(q, now, t, limit); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		var plain, ord []string
+		for _, t := range types {
+			if ordered[t] {
+				ord = append(ord, t)
+			} else {
+				plain = append(plain, t)
+			}
+		}
+		args := append(stringArgs(ord, stringArgs(plain, now)...), limit)
+		if err := scan(withLists(d.q.claimMany, len(plain), len(ord)), args...); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	// The rows locked beyond limit stay locked, untouched, until the
+	// commit a few statements later.
+	ids := make([]int64, 0, min(len(cands), limit))
+	for _, c := range cands[:min(len(cands), limit)] {
+		ids = append(ids, c.id)
+	}
+	return ids, nil
+}
+
+// jobsByID reads the rows of ids in id order (queries/claimed_rows.sql).
+func (d *Driver) jobsByID(ctx context.Context, w writer, ids []int64, now int64) ([]driver.Job, error) {
+	rows, err := w.QueryContext(ctx, withList(d.q.claimedRows, len(ids)), int64Args(ids, now)...)
+	if err != nil {
+		return nil, wrap("claim", err)
+	}
+	return scanJobs(rows, false)
+}
+
+// Settle records the outcomes of one claimed batch in one transaction;
+// each change locks its rows still leased to the token under a live lease
+// (queries/settle_lock.sql) and changes those only. The rows it did not
+// change are sorted by one more read (queries/settle_sort.sql): gone or
+// leased to another token is Fenced, still ours but past the lease is
+// Expired.
+func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.SettleResult, error) {
+	all := p.IDs()
+	if len(all) == 0 {
+		return driver.SettleResult{}, nil
+	}
+	var res driver.SettleResult
+	err := d.write(ctx, func(w writer, now int64) error {
+		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, settled: map[int64]bool{}, counts: map[string]int64{}}
+		if err := st.delivered(); err != nil {
+			return err
+		}
+		if err := st.released(); err != nil {
+			return err
+		}
+		if err := st.failed(); err != nil {
+			return err
+		}
+		var err error
+		res, err = st.sort(all)
+		return err
+	})
+	if err != nil {
+		return driver.SettleResult{}, err
+	}
+	return res, nil
+}
+
+// settlement is one Settle's transaction: the rows it changed so far, and
+// how many of them were delivered, per type.
+type settlement struct {
+	d   *Driver
+	ctx context.Context
+	w   writer
+	now int64
+	p   driver.SettleParams
+
+	settled map[int64]bool
+	counts  map[string]int64 // delivered rows per type
+}
+
+// change locks the rows of ids still leased to the token under a live
+// lease (queries/settle_lock.sql) and runs q, a statement on {{ids}}
+// whose other arguments are setArgs, on them; MySQL has no UPDATE …
+// RETURNING, so the lock tells which rows take the outcome.
+func (st *settlement) change(q string, setArgs []any, ids []int64, count bool) error {
+	for len(ids) > 0 {
+		n := min(len(ids), chunk)
+		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, n), append(int64Args(ids[:n]), st.p.Token, st.now)...)
+		if err != nil {
+			return wrap("settle", err)
+		}
+		var found []int64
+		for rows.Next() {
+			var id int64
+			var typ string
+			if err := rows.Scan(&id, &typ); err != nil {
+				rows.Close()
+				return wrap("settle", err)
+			}
+			found = append(found, id)
+			st.settled[id] = true
+			if count {
+				st.counts[typ]++
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return wrap("settle", err)
+		}
+		if len(found) > 0 {
+			if _, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...); err != nil {
+				return wrap("settle", err)
+			}
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// delivered deletes (or, kept, marks) the delivered rows and counts them
+// per type and minute, so Stats knows the recent deliveries without the
+// rows.
+func (st *settlement) delivered() error {
+	if st.p.KeepDelivered {
+		if err := st.change(st.d.q.settleDeliveredKept, []any{st.now}, st.p.Delivered, true); err != nil {
+			return err
+		}
+	} else if err := st.change(st.d.q.settleDelivered, nil, st.p.Delivered, true); err != nil {
+		return err
+	}
+	return wrap("settle counts", st.d.countDelivered(st.ctx, st.w, st.counts, st.now))
+}
+
+// countDelivered adds the rows delivered at now, per type, to the minute's
+// counts (queries/delivered_count.sql).
+func (d *Driver) countDelivered(ctx context.Context, w writer, perType map[string]int64, now int64) error {
+	minute := now - now%time.Minute.Microseconds()
+	for _, typ := range slices.Sorted(mapKeys(perType)) { // one lock order
+		if _, err := w.ExecContext(ctx, d.q.deliveredCount, typ, minute, perType[typ]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// released gives a released row its attempt back: it was not attempted.
+// A release also clears an at-most-once mark: the relay releases only
+// rows it did not send.
+func (st *settlement) released() error {
+	return st.change(st.d.q.settleRelease, []any{st.now}, st.p.Release, false)
+}
+
+// failed records the retries, the dead and the rows left in doubt. An
+// empty route is stored as none, so a row never shows the route of an
+// older attempt next to a newer error.
+func (st *settlement) failed() error {
+	now, p := st.now, st.p
+	for _, r := range p.Retry {
+		delay := max(r.Delay, 0)
+		back := 0
+		if r.Uncounted {
+			back = 1 // failed on its destination, not on its own
+		}
+		// A retry says the request never reached the receiver, so an
+		// at-most-once mark is cleared.
+		if err := st.change(st.d.q.settleRetry, []any{now + delay.Microseconds(), back, r.Error, r.Route}, []int64{r.ID}, false); err != nil {
+			return err
+		}
+	}
+	for _, f := range p.Dead {
+		if err := st.change(st.d.q.settleDead, []any{now, f.Error, f.Route}, []int64{f.ID}, false); err != nil {
+			return err
+		}
+	}
+	// Left in doubt: the lease given up, the mark kept (set now when there
+	// was none), and a probe may take the row after ProbeAfter.
+	for _, f := range p.InDoubt {
+		if err := st.change(st.d.q.settleInDoubt, []any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, []int64{f.ID}, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sort tells the rows this settlement changed from those it could not:
+// still ours but past the lease (Expired), or gone or leased to another
+// token (Fenced).
+func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
+	var res driver.SettleResult
+	var rest []int64
+	for _, id := range all {
+		if st.settled[id] {
+			res.Settled = append(res.Settled, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	expired := map[int64]bool{}
+	rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleSort, len(rest)), append(int64Args(rest), st.p.Token, st.now)...)
+	if err != nil {
+		return res, wrap("settle", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return res, wrap("settle", err)
+		}
+		expired[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return res, wrap("settle", err)
+	}
+	for _, id := range rest {
+		if expired[id] {
+			res.Expired = append(res.Expired, id)
+		} else {
+			res.Fenced = append(res.Fenced, id)
+		}
+	}
+	return res, nil
+}
+
+var _ driver.DueReporter = (*Driver)(nil)
+
+// NextDue reports how long until the earliest pending row of types that is
+// not due yet comes due, on the database clock: a scheduled row or one
+// waiting for a retry (queries/next_due.sql).
+func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
+	if len(types) == 0 {
+		return 0, false, nil
+	}
+	now, err := d.now(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	var next sql.NullInt64
+	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), append(stringArgs(types), now, now)...).Scan(&next); err != nil {
+		return 0, false, wrap("next due", err)
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(next.Int64-now) * time.Microsecond, true, nil
+}
