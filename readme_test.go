@@ -28,7 +28,28 @@ var readmeCompiled = map[string]bool{"go": true, "java": true, "js": true}
 // MENSAGERIA_UPDATE_README=1 it rewrites the README's blocks from the
 // regions instead.
 func TestReadmeCodeIsCompiledCode(t *testing.T) {
-	data, err := os.ReadFile("README.md")
+	if blocks := checkCodeBlocks(t, "README.md", readmeCompiled); blocks < 5 {
+		t.Errorf("found %d tested blocks in README.md; the Go (2), Java (2) and Node (1) ones are expected", blocks)
+	}
+}
+
+// TestMySQLDocCodeIsCompiledCode holds docs/mysql.md's Java blocks to the
+// same rule: they are regions of examples/java-inbox-mariadb, the program
+// tests/polyglot runs on MariaDB. (Its Go block is a sketch with
+// elisions, not a program.)
+func TestMySQLDocCodeIsCompiledCode(t *testing.T) {
+	if blocks := checkCodeBlocks(t, "docs/mysql.md", map[string]bool{"java": true}); blocks < 2 {
+		t.Errorf("found %d tested blocks in docs/mysql.md; the Java enqueue and refusal ones are expected", blocks)
+	}
+}
+
+// checkCodeBlocks checks (or, with MENSAGERIA_UPDATE_README set,
+// rewrites) the blocks of doc in the compiled languages against the
+// regions their "<!-- code: FILE#NAME -->" lines name, FILE from the
+// repository's root, and returns how many it found.
+func checkCodeBlocks(t *testing.T, doc string, compiled map[string]bool) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.FromSlash(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +68,10 @@ func TestReadmeCodeIsCompiledCode(t *testing.T) {
 			end++
 		}
 		if end == len(lines) {
-			t.Fatalf("README.md:%d: a code block that does not end", i+1)
+			t.Fatalf("%s:%d: a code block that does not end", doc, i+1)
 		}
 		body := strings.Join(lines[i+1:end], "\n")
-		if !readmeCompiled[lang] {
+		if !compiled[lang] {
 			out = append(out, lines[i+1:end+1]...)
 			i = end
 			continue
@@ -61,14 +82,14 @@ func TestReadmeCodeIsCompiledCode(t *testing.T) {
 			m = readmeSource.FindStringSubmatch(lines[i-1])
 		}
 		if m == nil {
-			t.Errorf("README.md:%d: a %s block with no <!-- code: FILE#REGION --> line before it: it must be tested code", i+1, lang)
+			t.Errorf("%s:%d: a %s block with no <!-- code: FILE#REGION --> line before it: it must be tested code", doc, i+1, lang)
 			out = append(out, lines[i+1:end+1]...)
 			i = end
 			continue
 		}
 		region, err := codeRegion(m[1], m[2])
 		if err != nil {
-			t.Errorf("README.md:%d: %v", i+1, err)
+			t.Errorf("%s:%d: %v", doc, i+1, err)
 			out = append(out, lines[i+1:end+1]...)
 			i = end
 			continue
@@ -77,20 +98,18 @@ func TestReadmeCodeIsCompiledCode(t *testing.T) {
 			out = append(out, region, "```")
 		} else {
 			if body != region {
-				t.Errorf("README.md:%d: the %s block is not %s#%s; it should read:\n%s", i+1, lang, m[1], m[2], region)
+				t.Errorf("%s:%d: the %s block is not %s#%s; it should read:\n%s", doc, i+1, lang, m[1], m[2], region)
 			}
 			out = append(out, lines[i+1:end+1]...)
 		}
 		i = end
 	}
-	if blocks < 5 {
-		t.Errorf("found %d tested blocks in README.md; the Go (2), Java (2) and Node (1) ones are expected", blocks)
-	}
 	if update {
-		if err := os.WriteFile("README.md", []byte(strings.Join(out, "\n")), 0o644); err != nil {
+		if err := os.WriteFile(filepath.FromSlash(doc), []byte(strings.Join(out, "\n")), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return blocks
 }
 
 // codeRegion is the text between the "README:begin name" and

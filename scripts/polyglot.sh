@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests in other languages need, when it is missing: a
-# JDK, Debian's PostgreSQL JDBC driver and Jackson for examples/java-inbox, Node.js
+# JDK, Debian's PostgreSQL JDBC driver and Jackson for examples/java-inbox,
+# Debian's MariaDB Connector/J for examples/java-inbox-mariadb, Node.js
 # and npm, the `pg` package of examples/node-inbox and the contract tools
 # of tools/ (Prism), each from its committed package-lock.json. Safe to run
 # any number of times; run by scripts/services.sh, so by `make services`
@@ -12,6 +13,7 @@ debs=()
 command -v javac >/dev/null 2>&1 || debs+=(default-jdk-headless)
 [ -f /usr/share/java/postgresql.jar ] || debs+=(libpostgresql-jdbc-java)
 [ -f /usr/share/java/jackson-databind.jar ] || debs+=(libjackson2-databind-java)
+[ -f /usr/share/java/mariadb-java-client.jar ] || debs+=(libmariadb-java)
 command -v node >/dev/null 2>&1 || debs+=(nodejs)
 command -v npm >/dev/null 2>&1 || debs+=(npm)
 if [ "${#debs[@]}" -gt 0 ]; then
@@ -31,4 +33,4 @@ for dir in tools examples/node-inbox; do
     (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund)
   fi
 done
-echo "polyglot: javac $(javac -version 2>&1 | cut -d' ' -f2), the JDBC driver, Jackson, node $(node --version), prism and pg are installed"
+echo "polyglot: javac $(javac -version 2>&1 | cut -d' ' -f2), the PostgreSQL and MariaDB JDBC drivers, Jackson, node $(node --version), prism and pg are installed"

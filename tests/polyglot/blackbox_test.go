@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -23,31 +22,43 @@ type app struct {
 	run func(mode string, args ...string) (string, []string)
 	// url is the database address in the form its driver takes.
 	url string
+	// db is the database the program, the daemons and the checks share.
+	db dbKind
 }
 
-func javaApp(t *testing.T) app {
+// javaProgram runs the Java example src (a single file, from the
+// repository's root) with Debian's JDBC driver jar, and Jackson: the
+// example reads payloads with it. scripts/polyglot.sh installs them.
+func javaProgram(t *testing.T, db dbKind, src, driverJar, driverPkg string) app {
 	java := need(t, "a Java runtime", "java")
 	need(t, "a JDK (the single-file launcher compiles the example)", "javac")
-	// The JDBC driver and Jackson (the example reads payloads with it),
-	// as Debian installs them (scripts/polyglot.sh).
-	jar := need(t, "Debian's PostgreSQL JDBC driver", "/usr/share/java/postgresql.jar")
+	jar := need(t, "Debian's "+db.name()+" JDBC driver ("+driverPkg+")", driverJar)
 	for _, j := range []string{"jackson-databind", "jackson-core", "jackson-annotations"} {
 		jar += ":" + need(t, "Debian's Jackson (libjackson2-databind-java)", "/usr/share/java/"+j+".jar")
 	}
-	src, err := filepath.Abs(filepath.Join(root, "examples/java-inbox/Orders.java"))
+	src, err := filepath.Abs(filepath.Join(root, src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return app{name: "java", dir: filepath.Dir(src), url: jdbcURL(t), run: func(mode string, args ...string) (string, []string) {
+	return app{name: "java", dir: filepath.Dir(src), url: db.jdbcURL(t), db: db, run: func(mode string, args ...string) (string, []string) {
 		return java, append([]string{"-cp", jar, src, mode}, args...)
 	}}
+}
+
+func javaApp(t *testing.T) app {
+	return javaProgram(t, postgresDB(t), "examples/java-inbox/Orders.java", "/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java")
+}
+
+// javaMariaApp is examples/java-inbox-mariadb on MariaDB Connector/J.
+func javaMariaApp(t *testing.T) app {
+	return javaProgram(t, mariaDB(t), "examples/java-inbox-mariadb/Orders.java", "/usr/share/java/mariadb-java-client.jar", "libmariadb-java")
 }
 
 func nodeApp(t *testing.T) app {
 	node := need(t, "Node.js", "node")
 	dir := need(t, "the example's node-pg", filepath.Join(root, "examples/node-inbox/node_modules/pg/package.json"))
 	dir = filepath.Dir(filepath.Dir(filepath.Dir(dir)))
-	return app{name: "node", dir: dir, url: testdb.URL(), run: func(mode string, args ...string) (string, []string) {
+	return app{name: "node", dir: dir, url: testdb.URL(), db: postgresDB(t), run: func(mode string, args ...string) (string, []string) {
 		return node, append([]string{filepath.Join(dir, "orders.js"), mode}, args...)
 	}}
 }
@@ -67,12 +78,18 @@ func TestJavaAppThroughBothDaemons(t *testing.T) { throughBothDaemons(t, javaApp
 
 func TestNodeAppThroughBothDaemons(t *testing.T) { throughBothDaemons(t, nodeApp(t)) }
 
+// TestJavaOnMariaDBThroughBothDaemons: the same, with
+// examples/java-inbox-mariadb over MariaDB Connector/J, and the daemons on
+// MariaDB: the program, the relay and the receive daemon share a database
+// of the test's own, each with its own table-name prefix.
+func TestJavaOnMariaDBThroughBothDaemons(t *testing.T) { throughBothDaemons(t, javaMariaApp(t)) }
+
 func throughBothDaemons(t *testing.T, a app) {
-	testdb.Long(t, "the "+a.name+" program between the relay and receive daemons")
-	pool := testdb.Pool(t)
+	testdb.Long(t, "the "+a.name+" program between the relay and receive daemons on "+a.db.name())
+	db := a.db
 	bin := binary(t)
-	out, shop := testdb.Schema(t), testdb.Schema(t)
-	in, billing := testdb.Schema(t), testdb.Schema(t)
+	out, shop := db.namespace(t, "pedidos"), db.namespace(t, "shop")
+	in, billing := db.namespace(t, "faturamento"), db.namespace(t, "billing")
 	dir := t.TempDir()
 	const token = "polyglot-token-1"
 	recvPort := freePort(t)
@@ -101,7 +118,7 @@ relay:
   max_attempts: 1000
   backoff_base: 50ms
   backoff_max: 500ms
-`, testdb.URL(), out, recvPort, token))
+%s`, db.daemonURL(), out, recvPort, token, db.relaySettings()))
 	recvCfg := write("receive.yaml", fmt.Sprintf(`database: %s
 schema: %s
 app: faturamento
@@ -109,11 +126,10 @@ receive:
   listen: 127.0.0.1:%d
   path: /m2m
   tokens: [%q]
-  notify_interval: 10ms
-consumers:
+%sconsumers:
   - name: faturamento.pedidos
     types: [pedido.criado]
-`, testdb.URL(), in, recvPort, token))
+`, db.daemonURL(), in, recvPort, token, db.receiveSettings()))
 
 	// Deploy order for a SQL producer: migrate, record the type as the
 	// app's, then enqueue (docs/config.md).
@@ -152,12 +168,21 @@ consumers:
 		}
 		return c
 	}
-	stored := func() int { return count(t, pool, "SELECT count(*) FROM "+in+".inbox_queue") }
+	q := func(sql string) int { return db.count(t, sql) }
+	// The tables, by what they are, in this database's names.
+	var (
+		outbox   = db.table(out, "outbox")
+		orders   = db.table(shop, "orders")
+		queue    = db.table(in, "inbox_queue")
+		dedup    = db.table(in, "inbox")
+		invoices = db.table(billing, "invoices")
+	)
+	stored := func() int { return q("SELECT count(*) FROM " + queue) }
 	applied := func() int {
-		if count(t, pool, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'invoices'", billing) == 0 {
+		if !db.exists(t, billing, "invoices") {
 			return 0
 		}
-		return count(t, pool, "SELECT count(*) FROM "+billing+".invoices")
+		return q("SELECT count(*) FROM " + invoices)
 	}
 
 	recv := startRecv()
@@ -195,34 +220,32 @@ consumers:
 	t.Logf("%d committed; relay killed at %d stored, receive at %d, the applier at %d applied", committed, atRelayKill, atRecvKill, atApplierKill)
 
 	waitFor(t, "every committed order's invoice", 4*time.Minute, func() bool { return applied() >= committed })
-	waitFor(t, "the outbox to empty", time.Minute, func() bool {
-		return count(t, pool, "SELECT count(*) FROM "+out+".outbox") == 0
-	})
+	waitFor(t, "the outbox to empty", time.Minute, func() bool { return q("SELECT count(*) FROM "+outbox) == 0 })
 	applier.kill()
 
 	// The app's own records: its orders table says what committed.
-	if n := count(t, pool, "SELECT count(*) FROM "+shop+".orders"); n != committed {
+	if n := q("SELECT count(*) FROM " + orders); n != committed {
 		t.Fatalf("%d orders in the app's table, the program reported %d committed", n, committed)
 	}
 	rolledBack := 2*half - committed
 	if want := 2 * half / 7; rolledBack != want {
 		t.Fatalf("%d rolled back, want %d (one in seven)", rolledBack, want)
 	}
-	q := func(sql string) int { return count(t, pool, sql) }
+	// SQL both databases run: CONCAT, not ||, which MariaDB reads as OR.
 	checks := []struct {
 		what string
 		got  int
 		want int
 	}{
-		{"invoices", q("SELECT count(*) FROM " + billing + ".invoices"), committed},
-		{"orders invoiced more than once", q("SELECT count(*) FROM (SELECT order_key FROM " + billing + ".invoices GROUP BY order_key HAVING count(*) > 1) d"), 0},
-		{"committed orders without an invoice", q("SELECT count(*) FROM " + shop + ".orders o WHERE NOT EXISTS (SELECT FROM " + billing + ".invoices i WHERE i.order_key = 'pedido-' || o.id)"), 0},
-		{"invoices of no committed order (rolled back, or unknown)", q("SELECT count(*) FROM " + billing + ".invoices i WHERE NOT EXISTS (SELECT FROM " + shop + ".orders o WHERE i.order_key = 'pedido-' || o.id)"), 0},
-		{"invoices whose total is not the order's", q("SELECT count(*) FROM " + billing + ".invoices i JOIN " + shop + ".orders o ON i.order_key = 'pedido-' || o.id WHERE i.total_cents <> o.total_cents"), 0},
-		{"inbox queue rows", q("SELECT count(*) FROM " + in + ".inbox_queue"), committed},
-		{"inbox queue rows not applied", q("SELECT count(*) FROM " + in + ".inbox_queue WHERE state <> 'applied'"), 0},
-		{"dedup records", q("SELECT count(*) FROM " + in + ".inbox WHERE consumer = 'faturamento.pedidos'"), committed},
-		{"outbox rows left (pending or dead)", q("SELECT count(*) FROM " + out + ".outbox"), 0},
+		{"invoices", q("SELECT count(*) FROM " + invoices), committed},
+		{"orders invoiced more than once", q("SELECT count(*) FROM (SELECT order_key FROM " + invoices + " GROUP BY order_key HAVING count(*) > 1) d"), 0},
+		{"committed orders without an invoice", q("SELECT count(*) FROM " + orders + " o WHERE NOT EXISTS (SELECT 1 FROM " + invoices + " i WHERE i.order_key = CONCAT('pedido-', o.id))"), 0},
+		{"invoices of no committed order (rolled back, or unknown)", q("SELECT count(*) FROM " + invoices + " i WHERE NOT EXISTS (SELECT 1 FROM " + orders + " o WHERE i.order_key = CONCAT('pedido-', o.id))"), 0},
+		{"invoices whose total is not the order's", q("SELECT count(*) FROM " + invoices + " i JOIN " + orders + " o ON i.order_key = CONCAT('pedido-', o.id) WHERE i.total_cents <> o.total_cents"), 0},
+		{"inbox queue rows", q("SELECT count(*) FROM " + queue), committed},
+		{"inbox queue rows not applied", q("SELECT count(*) FROM " + queue + " WHERE state <> 'applied'"), 0},
+		{"dedup records", q("SELECT count(*) FROM " + dedup + " WHERE consumer = 'faturamento.pedidos'"), committed},
+		{"outbox rows left (pending or dead)", q("SELECT count(*) FROM " + outbox), 0},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -231,7 +254,7 @@ consumers:
 	}
 	// The failure path ran: rows whose first application failed were
 	// applied on a later attempt, each once.
-	if n := q("SELECT count(*) FROM " + in + ".inbox_queue WHERE attempts > 0 AND state = 'applied'"); n < committed/20 {
+	if n := q("SELECT count(*) FROM " + queue + " WHERE attempts > 0 AND state = 'applied'"); n < committed/20 {
 		t.Errorf("%d rows applied after a failed attempt; the program fails the first attempt of one row in ten", n)
 	}
 }
@@ -244,14 +267,16 @@ func TestJavaRefusalsCarryTheirSQLSTATE(t *testing.T) { refusals(t, javaApp(t)) 
 
 func TestNodeRefusalsCarryTheirSQLSTATE(t *testing.T) { refusals(t, nodeApp(t)) }
 
+// TestJavaOnMariaDBRefusalsCarryTheirSQLSTATE: on MariaDB every refusal
+// is SQLSTATE 45000 (error 1644) with a text starting "mensageria: " that
+// names the rule; the program prints it without Connector/J's
+// "(conn=N) ", and nothing of it is stored.
+func TestJavaOnMariaDBRefusalsCarryTheirSQLSTATE(t *testing.T) { refusals(t, javaMariaApp(t)) }
+
 func refusals(t *testing.T, a app) {
-	pool := testdb.Pool(t)
-	schema := testdb.Schema(t)
+	schema := a.db.namespace(t, "mensageria")
 	ctx := context.Background()
-	d, err := postgres.New(pool, &postgres.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := a.db.open(t, schema)
 	if _, err := d.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp, App: "pedidos"}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,9 +288,7 @@ func refusals(t *testing.T, a app) {
 	if code := p.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, p.out.String())
 	}
-	want := []string{
-		"unowned MS001 ", "empty-key MS002 ", "long-key MS002 ", "empty-type MS003 ", "number-header MS004 ",
-	}
+	want := a.db.refusals()
 	got := strings.Split(strings.TrimSpace(p.out.String()), "\n")
 	if len(got) != len(want) {
 		t.Fatalf("printed %q, want one line per case", got)
@@ -275,7 +298,7 @@ func refusals(t *testing.T, a app) {
 			t.Errorf("case %d: %q, want %q…", i, got[i], want[i])
 		}
 	}
-	if n := count(t, pool, "SELECT count(*) FROM "+schema+".outbox"); n != 0 {
+	if n := a.db.count(t, "SELECT count(*) FROM "+a.db.table(schema, "outbox")); n != 0 {
 		t.Errorf("%d refused rows stored", n)
 	}
 }
