@@ -1,12 +1,7 @@
 package cli
 
 import (
-	"context"
-	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"strings"
-	"time"
 
 	"github.com/xadm/mensageria/driver/mysql"
 )
@@ -35,39 +30,4 @@ func checkMySQLURL(database string) string {
 		return "not a valid MariaDB/MySQL URL (mysql://user:password@host:3306/db): " + strings.TrimPrefix(err.Error(), "mensageria/mysql: config url: ")
 	}
 	return ""
-}
-
-// setupMySQL points the demo at a database of its own on the server of
-// --db, created here and dropped at the end unless --keep.
-func (d *demo) setupMySQL() error {
-	u, err := url.Parse(d.opt.db)
-	if err != nil {
-		return usageErr("--db: not a URL")
-	}
-	admin, err := mysql.Open(d.opt.db, nil)
-	if err != nil {
-		return fmt.Errorf("--db: %w", err)
-	}
-	d.closers = append(d.closers, func() { _ = admin.Close() })
-	name := fmt.Sprintf("mensageria_demo_%08x", rand.Uint32())
-	if _, err := admin.DB().Exec("CREATE DATABASE " + name + " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
-		return fmt.Errorf("--db: %w", err)
-	}
-	if d.opt.keep {
-		d.logf("database: MariaDB/MySQL, database %s (kept)", name)
-	} else {
-		d.closers = append(d.closers, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = admin.DB().ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
-		})
-		d.logf("database: MariaDB/MySQL, database %s (dropped at the end)", name)
-	}
-	u.Path = "/" + name
-	db := u.String()
-	d.remote, d.label = true, "MariaDB/MySQL"
-	d.schema = "mensageria"
-	d.effects, d.orders = "demo_effects", "demo_orders"
-	d.newConn = func() (*backend, error) { return openMySQL(db, d.schema) }
-	return nil
 }

@@ -7,11 +7,6 @@ import (
 	"github.com/xadm/mensageria/driver/sqlite"
 )
 
-// openSQLite opens the SQLite database at path, creating it if need be.
-func openSQLite(path, schema string) (*backend, error) {
-	return openSQLiteFile(path, schema, true)
-}
-
 // openSQLiteFile opens the SQLite database at path; unless create, only
 // one that exists: a command that reads or acts on a database someone
 // else created must not leave an empty file at a mistyped path.

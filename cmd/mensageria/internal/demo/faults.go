@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"bytes"
@@ -195,7 +195,7 @@ func (c crashElector) Release(ctx context.Context) error {
 // relayProc is one relay "process": its own connections, its own client.
 type relayProc struct {
 	name     string
-	conn     *backend
+	conn     *conn
 	client   *mensageria.Client
 	crashed  atomic.Bool
 	inflight atomic.Int64
@@ -244,7 +244,7 @@ func demoClientConfig(app string, election mensageria.Election, reg *mensageria.
 // connections, to cut; the others share the main ones, as SQLite writers
 // of one handle queue in process instead of polling the file lock.
 func (d *demo) startRelay(ctx context.Context, name, app string, election mensageria.Election, types []string, own bool) (*relayProc, error) {
-	p := &relayProc{name: name, conn: &backend{drv: d.main.drv}}
+	p := &relayProc{name: name, conn: &conn{drv: d.main.drv}}
 	switch {
 	case own && d.remote:
 		// Killing it closes its pool: its sessions end and its election
@@ -258,7 +258,7 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 		// On SQLite the kill is a driver that fails every call from then
 		// on; sharing the one handle keeps writers queueing in process
 		// rather than polling the file lock.
-		p.conn = &backend{drv: crashDriver{Driver: d.main.drv, crashed: &p.crashed}}
+		p.conn = &conn{drv: crashDriver{Driver: d.main.drv, crashed: &p.crashed}}
 	}
 	snd, err := d.senders()
 	if err != nil {
