@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 )
 
 // The demo's cast: two apps on one shared schema exchanging messages, and
@@ -101,8 +101,8 @@ type demo struct {
 	schema  string
 	effects string // qualified name of the effects table
 	orders  string
-	newConn func() (*conn, error) // another connection set to the same database
-	main    *conn
+	newConn func() (*daemon.DB, error) // another connection set to the same database
+	main    *daemon.DB
 	closers []func()
 
 	rngMu sync.Mutex
@@ -162,10 +162,10 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 		d.schema = "mensageria"
 		d.effects, d.orders = "demo_effects", "demo_orders"
-		d.newConn = func() (*conn, error) { return openSQLite(path, d.schema) }
+		d.newConn = func() (*daemon.DB, error) { return daemon.Open(ctx, "sqlite:"+path, d.schema, true) }
 		d.label = "SQLite"
-	} else if isMySQL(d.opt.DB) {
-		if err := d.setupMySQL(); err != nil {
+	} else if daemon.IsMySQL(d.opt.DB) {
+		if err := d.setupMySQL(ctx); err != nil {
 			return err
 		}
 	} else {
@@ -196,30 +196,19 @@ func (d *demo) setup(ctx context.Context) error {
 			})
 			d.logf("database: PostgreSQL, schema %s (dropped at the end)", d.schema)
 		}
-		d.newConn = func() (*conn, error) {
-			pool, err := pgxpool.New(ctx, d.opt.DB)
-			if err != nil {
-				return nil, err
-			}
-			drv, err := postgres.New(pool, &postgres.Config{Schema: d.schema})
-			if err != nil {
-				pool.Close()
-				return nil, err
-			}
-			return &conn{drv: drv, pool: pool, close: func() { _ = drv.Close(); pool.Close() }}, nil
-		}
+		d.newConn = func() (*daemon.DB, error) { return daemon.Open(ctx, d.opt.DB, d.schema, true) }
 	}
 	var err error
 	if d.main, err = d.newConn(); err != nil {
 		return err
 	}
 	d.closers = append(d.closers, d.main.Close)
-	if _, err := d.main.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+	if _, err := d.main.Driver.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	// The effects table has no unique key on purpose: a duplicate effect
 	// must be visible, not turned into an error.
-	return d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+	return d.main.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
 		// VARCHAR, and no column named key: MySQL indexes no TEXT whole
 		// and reserves the word.
 		if err := execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.effects+" (consumer VARCHAR(200) NOT NULL, order_key VARCHAR(200) NOT NULL, message_id VARCHAR(36) NOT NULL)"); err != nil {
@@ -247,8 +236,8 @@ func execRaw(ctx context.Context, tx any, q string, args ...any) error {
 // query reads outside any transaction: on SQLite a transaction would take
 // the write lock (immediate mode) and queue behind the apps' writers.
 func (d *demo) query(ctx context.Context, q string, args []any, scan func(func(...any) error) error) error {
-	if d.main.pool != nil {
-		rows, err := d.main.pool.Query(ctx, q, args...)
+	if d.main.Pool != nil {
+		rows, err := d.main.Pool.Query(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -260,7 +249,7 @@ func (d *demo) query(ctx context.Context, q string, args []any, scan func(func(.
 		}
 		return rows.Err()
 	}
-	rows, err := d.main.sqlDB.QueryContext(ctx, dollarN.ReplaceAllString(q, "?"), args...)
+	rows, err := d.main.SQL.QueryContext(ctx, dollarN.ReplaceAllString(q, "?"), args...)
 	if err != nil {
 		return err
 	}
@@ -289,7 +278,7 @@ func (p progress) line(d *demo, n int) string {
 
 func (d *demo) progress(ctx context.Context) (progress, error) {
 	var p progress
-	stats, err := d.main.drv.Stats(ctx)
+	stats, err := d.main.Driver.Stats(ctx)
 	if err != nil {
 		return p, err
 	}

@@ -127,7 +127,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func (d *demo) report(ctx context.Context, refused refusals) (*Report, error) {
 	r := &Report{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}, reasons: map[string]int{},
 		foreignTotal: demoForeignRows, noSenderOK: refused.noSender, intruderOK: refused.intruder}
-	stats, err := d.main.drv.Stats(ctx)
+	stats, err := d.main.Driver.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (d *demo) report(ctx context.Context, refused refusals) (*Report, error) {
 	}
 	r.set("sent", typFatura, total[typFatura])
 	d.countFaults(r)
-	nj, err := d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typNoSender}, Limit: 10})
+	nj, err := d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typNoSender}, Limit: 10})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (d *demo) readEnd(ctx context.Context, r *Report) (*demoEnd, error) {
 	e := &demoEnd{dead: map[string]map[string]bool{}, applied: map[string]map[string]int{consumerPedidos: {}, consumerFaturas: {}}}
 	var after int64
 	for {
-		jobs, err := d.main.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, AfterID: after, Limit: 500})
+		jobs, err := d.main.Driver.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, AfterID: after, Limit: 500})
 		if err != nil {
 			return nil, err
 		}
@@ -195,10 +195,10 @@ func (d *demo) readEnd(ctx context.Context, r *Report) (*demoEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.cancelled, err = d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typCancelado}, Limit: 2 * demoCancelled}); err != nil {
+	if e.cancelled, err = d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typCancelado}, Limit: 2 * demoCancelled}); err != nil {
 		return nil, err
 	}
-	if e.foreign, err = d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typForeign}, Limit: 1000}); err != nil {
+	if e.foreign, err = d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typForeign}, Limit: 1000}); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()

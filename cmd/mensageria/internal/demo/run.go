@@ -88,17 +88,17 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 // faturamento enqueues its answer inside the inbox transaction: the
 // invoice row, the dedup record and the reply commit together.
 func (d *demo) startReceivers(ctx context.Context) error {
-	inboxFat, err := mensageria.NewInbox(d.main.drv, mensageria.InboxConfig{Consumer: "faturamento/pedidos"})
+	inboxFat, err := mensageria.NewInbox(d.main.Driver, mensageria.InboxConfig{Consumer: "faturamento/pedidos"})
 	if err != nil {
 		return err
 	}
-	inboxPed, err := mensageria.NewInbox(d.main.drv, mensageria.InboxConfig{Consumer: "pedidos/faturas"})
+	inboxPed, err := mensageria.NewInbox(d.main.Driver, mensageria.InboxConfig{Consumer: "pedidos/faturas"})
 	if err != nil {
 		return err
 	}
 	d.inboxes = map[string]*mensageria.Inbox{"faturamento": inboxFat, "pedidos": inboxPed}
 	faturaReg := mensageria.NewRegistry().MustRegister(typFatura, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil }))
-	fatEnq, err := mensageria.New(d.main.drv, demoClientConfig("faturamento", mensageria.ElectionLeader, faturaReg))
+	fatEnq, err := mensageria.New(d.main.Driver, demoClientConfig("faturamento", mensageria.ElectionLeader, faturaReg))
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (d *demo) enqueueForeign(ctx context.Context) error {
 	estoqueReg := mensageria.NewRegistry().MustRegister(typForeign, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
 		return errors.New("estoque's sender must never run in this demo")
 	}))
-	estoque, err := mensageria.New(d.main.drv, demoClientConfig("estoque", mensageria.ElectionLeader, estoqueReg))
+	estoque, err := mensageria.New(d.main.Driver, demoClientConfig("estoque", mensageria.ElectionLeader, estoqueReg))
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (d *demo) pedidosApp(ctx context.Context, refused *refusals) (*mensageria.C
 	for _, t := range []string{typPedido, typCancelado} {
 		pedReg.MustRegister(t, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil }))
 	}
-	pedidos, err := mensageria.New(d.main.drv, demoClientConfig("pedidos", mensageria.ElectionNone, pedReg))
+	pedidos, err := mensageria.New(d.main.Driver, demoClientConfig("pedidos", mensageria.ElectionNone, pedReg))
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func (d *demo) startIntruder(ctx context.Context, refused *refusals) error {
 	intruderReg := mensageria.NewRegistry().MustRegister(typForeign, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
 		return errors.New("the intruder's sender must never run")
 	}))
-	intruder, err := mensageria.New(d.main.drv, demoClientConfig("relatorios", mensageria.ElectionNone, intruderReg))
+	intruder, err := mensageria.New(d.main.Driver, demoClientConfig("relatorios", mensageria.ElectionNone, intruderReg))
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func (d *demo) order(ctx context.Context, pedidos *mensageria.Client, i int) {
 	rollback := d.chance(0.01)
 	var err error
 	for try := 0; try < 5; try++ {
-		err = d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		err = d.main.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
 			if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (order_key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
 				return err
 			}
