@@ -1,6 +1,7 @@
 // Command mensageria runs the relay of a transactional outbox for apps in
 // any language, operates its queues, and shows the whole system in `demo`.
-// Everything lives in internal/cli, where it is tested.
+// The commands live in internal/cli, where they are tested; what they run
+// lives beside it (internal/daemon, internal/demo, internal/console, ...).
 package main
 
 import (

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
@@ -344,7 +345,7 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 }
 
 func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
-	b, err := openPinged(ctx, c.Database, c.Schema)
+	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return err
 	}
@@ -353,20 +354,20 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 	if len(schema) > 63 {
 		schema = fmt.Sprintf("mensageria_bench_%08x", rand.Uint32())
 	}
-	if _, err := b.pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+	if _, err := b.Pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		return fmt.Errorf("bench: create scratch schema: %w", err)
 	}
 	if !o.keep {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
-			_, _ = b.pool.Exec(dctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			_, _ = b.Pool.Exec(dctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		}()
 	}
 	if !o.asJSON {
 		fmt.Fprintf(a.io.Err, "bench: scratch schema %s\n", schema)
 	}
-	return a.runScenarios(ctx, c, bench.Env{Pool: b.pool, Schema: schema}, o)
+	return a.runScenarios(ctx, c, bench.Env{Pool: b.Pool, Schema: schema}, o)
 }
 
 // runScenarios runs the scenarios asked for, in benchScenarios' order, in

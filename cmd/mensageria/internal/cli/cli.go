@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
 )
@@ -52,13 +53,6 @@ func failErr(format string, args ...any) error {
 	return &exitError{code: ExitFailure, err: fmt.Errorf(format, args...)}
 }
 
-// schemaBehindErr is the refusal of a command that needs the schema at
-// this build's version (res from a MigrateCheck that found it behind),
-// with what to do about it.
-func schemaBehindErr(schema string, res driver.MigrateResult, remedy string) error {
-	return failErr("schema %s is at version %d, this build needs %d: %s", schema, res.From, res.Latest, remedy)
-}
-
 // silentExit ends with code without printing anything more: the command
 // already told the user why.
 type silentExit int
@@ -91,7 +85,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 		return ExitOK
 	}
 	if cmd != nil {
-		if pe := privilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
+		if pe := daemon.PrivilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
 			err = &exitError{code: ExitFailure, err: pe}
 		}
 	}
@@ -101,16 +95,19 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	}
 	code := ExitUsage // errors cobra raises itself: flags, args, unknown command
 	var ee *exitError
+	var de *daemon.Error
 	var ce *ConfigError
 	var me multiError
 	switch {
 	case errors.As(err, &ee):
 		code = ee.code
+	case errors.As(err, &de):
+		code = de.Code
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
 	fmt.Fprintln(stdio.Err, "mensageria: "+visible(redact.Text(err.Error())))
-	if code == ExitUsage && ee == nil && ce == nil && me == nil {
+	if code == ExitUsage && ee == nil && de == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}
 	return code
@@ -180,10 +177,11 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 			return nil
 		}
 		var ee *exitError
+		var de *daemon.Error
 		var ce *ConfigError
 		var me multiError
 		var s silentExit
-		if errors.As(err, &ee) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
+		if errors.As(err, &ee) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
 			return err
 		}
 		// Another app's ownership, or a type no app owns, is a mistake of

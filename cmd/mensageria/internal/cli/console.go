@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
-	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 )
 
 // defaultConsoleListen is where the console listens unless the config's
@@ -66,7 +65,7 @@ func (a *app) consoleCommand() *cobra.Command {
 
 // runConsole serves the console until ctx ends or its server fails.
 func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
-	log, err := newLogger(a.io.Err, o.logFormat, o.logLevel)
+	log, err := daemon.NewLogger(a.io.Err, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
@@ -86,17 +85,13 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 		addr = defaultConsoleListen
 	}
 	ctx := cmd.Context()
-	b, err := openPinged(ctx, c.Database, c.Schema)
+	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
-	switch {
-	case errors.Is(err, driver.ErrSchemaBehind):
-		return schemaBehindErr(c.Schema, res, "run 'mensageria migrate up'")
-	case err != nil:
-		return fmt.Errorf("schema check: %w", err)
+	if err := daemon.CheckSchema(ctx, b, c.Schema, c.App, false, "run 'mensageria migrate up'", log); err != nil {
+		return err
 	}
 	var apps []string // every app's
 	if !cc.AllApps && !o.allApps {
@@ -104,7 +99,7 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 	}
 	con, err := console.New(console.Options{
 		Apps:         apps,
-		Driver:       b.drv,
+		Driver:       b.Driver,
 		Auth:         console.Auth{Token: cc.Token.Reveal(), User: cc.User, Password: cc.Password.Reveal()},
 		ReadOnly:     cc.ReadOnly || o.readOnly,
 		SecureCookie: cc.SecureCookie,

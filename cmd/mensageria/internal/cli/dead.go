@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
@@ -78,7 +79,7 @@ func oneLine(s string, n int) string {
 // connectInScope connects to the config's current schema and returns the
 // operator's verbs within the scope of a dead or doubt command: the types
 // the catalog gives the config's app, or, with --all-apps, every app's.
-func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *backend, *ops.Ops, error) {
+func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *daemon.DB, *ops.Ops, error) {
 	c, b, err := a.connectCurrent(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -87,7 +88,7 @@ func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *backe
 	if allApps {
 		scope = ops.AllApps()
 	}
-	return c, b, ops.New(b.drv, scope), nil
+	return c, b, ops.New(b.Driver, scope), nil
 }
 
 // refusal words ops' refusals as the command's usage errors (exit 2);

@@ -160,10 +160,10 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 		return err
 	}
 	defer b.Close()
-	if err := b.ping(ctx); err != nil {
+	if err := b.Ping(ctx); err != nil {
 		return err
 	}
-	if err := checkSchema(ctx, c, b.drv); err != nil {
+	if err := checkSchema(ctx, c, b.Driver); err != nil {
 		return err
 	}
 	// The library's Enqueue would record the type as this app's
@@ -177,7 +177,7 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	if err != nil {
 		return err
 	}
-	o, owned, err := lookupOwner(ctx, b.drv, driver.ResourceType, opt.typ)
+	o, owned, err := lookupOwner(ctx, b.Driver, driver.ResourceType, opt.typ)
 	switch {
 	case err != nil:
 		return err
@@ -189,7 +189,7 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	case o.App == "":
 		fmt.Fprintf(a.io.Err, "note: message type %q is unclaimed (left so by the upgrade to the catalog): its rows wait until app %s's relay starts, or 'mensageria owners register'\n", opt.typ, c.App)
 	}
-	if err := b.drv.Insert(ctx, p); err != nil {
+	if err := b.Driver.Insert(ctx, p); err != nil {
 		return err
 	}
 	out := map[string]string{"id": ids[0].String(), "type": opt.typ, "key": opt.key}

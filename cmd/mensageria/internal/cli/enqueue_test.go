@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/mensageriaprom"
 )
 
@@ -60,13 +61,13 @@ func TestEnqueueNotBefore(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "SCHEDULED") {
 		t.Fatalf("status: %+v, want a SCHEDULED column", r)
 	}
-	b, err := openBackend(context.Background(), db, "mensageria")
+	b, err := daemon.Open(context.Background(), db, "mensageria", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(mensageriaprom.OutboxCollector("pedidos", b.drv, nil, slog.New(slog.DiscardHandler)))
+	reg.MustRegister(mensageriaprom.OutboxCollector("pedidos", b.Driver, nil, slog.New(slog.DiscardHandler)))
 	var metrics strings.Builder
 	mfs, err := reg.Gather()
 	if err != nil {

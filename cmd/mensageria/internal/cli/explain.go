@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/guarantee"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
@@ -126,15 +127,15 @@ func readOwnership(ctx context.Context, c *Config) explainOwnership {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	b, err := openPinged(ctx, c.Database, c.Schema)
+	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return explainOwnership{Why: err.Error()}
 	}
 	defer b.Close()
-	if err := checkSchema(ctx, c, b.drv); err != nil {
+	if err := checkSchema(ctx, c, b.Driver); err != nil {
 		return explainOwnership{Why: err.Error()}
 	}
-	all, err := b.drv.Owners(ctx, "")
+	all, err := b.Driver.Owners(ctx, "")
 	if err != nil {
 		return explainOwnership{Why: err.Error()}
 	}

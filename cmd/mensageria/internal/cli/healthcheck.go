@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 )
 
 func (a *app) healthcheckCommand() *cobra.Command {
@@ -31,7 +31,7 @@ first that did not (with the start of its body: /readyz says why).`,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			client := &http.Client{Timeout: timeout}
 			for _, u := range args {
-				if err := healthcheck(cmd.Context(), client, u); err != nil {
+				if err := daemon.Probe(cmd.Context(), client, u); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.io.Out, "%s ok\n", u)
@@ -41,21 +41,4 @@ first that did not (with the start of its body: /readyz says why).`,
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "time for each URL to answer")
 	return cmd
-}
-
-func healthcheck(ctx context.Context, client *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return usageErr("healthcheck: %v", err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return failErr("healthcheck %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
-		return failErr("healthcheck %s: %s: %s", url, resp.Status, body)
-	}
-	return nil
 }

@@ -14,9 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/mensageriaprom"
-	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/kafka"
 )
 
@@ -99,26 +99,14 @@ func routeDetail(routes []mensageria.RouteHealth, now time.Time) string {
 	return b.String()
 }
 
-// serveMux is the relay's HTTP surface: liveness, readiness and metrics.
+// serveMux is the relay's HTTP surface: liveness, readiness (with the
+// routes that are not flowing) and metrics.
 func serveMux(m *metrics, ready func(context.Context) error) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		// The body is unauthenticated: no secret of a URL it quotes.
-		if err := ready(ctx); err != nil {
-			http.Error(w, redact.Text("not ready: "+err.Error()), http.StatusServiceUnavailable)
-			return
+	detail := func() string {
+		if m.routes == nil {
+			return ""
 		}
-		detail := ""
-		if m.routes != nil {
-			detail = routeDetail(m.routes(), time.Now())
-		}
-		_, _ = w.Write([]byte(redact.Text("ready\n" + detail)))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
-	return mux
+		return routeDetail(m.routes(), time.Now())
+	}
+	return daemon.HealthMux(ready, detail, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 )
 
 const migrateLong = `migrate manages the mensageria tables in the configured schema.
@@ -63,7 +63,7 @@ func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON boo
 		return err
 	}
 	defer b.Close()
-	res, err := b.drv.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
+	res, err := b.Driver.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
 	behind := errors.Is(err, driver.ErrSchemaBehind)
 	var oce *driver.OwnerConflictError
 	if errors.As(err, &oce) {
@@ -112,15 +112,15 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := openBackend(cmd.Context(), c.Database, c.Schema)
+			b, err := daemon.Open(cmd.Context(), c.Database, c.Schema, true)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			if grants != "" || rls {
-				return a.printSecuritySQL(b.drv, c, grants, role, rls)
+				return a.printSecuritySQL(b, c, grants, role, rls)
 			}
-			ms, err := b.drv.MigrationSQL(from)
+			ms, err := b.Driver.MigrationSQL(from)
 			if err != nil {
 				return err
 			}
@@ -144,23 +144,22 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 // printSecuritySQL prints the SQL of docs/security.md that the schema's
 // owner runs after the migrations: a role's grants, the row-level
 // security, or both.
-func (a *app) printSecuritySQL(drv driver.Driver, c *Config, grants, role string, rls bool) error {
-	pg, ok := drv.(*postgres.Driver)
-	if !ok {
+func (a *app) printSecuritySQL(b *daemon.DB, c *Config, grants, role string, rls bool) error {
+	if !b.IsPostgres() {
 		return usageErr("--grants and --row-level-security are PostgreSQL's: a SQLite file has no roles (docs/security.md says how to protect it)")
 	}
 	if grants != "" {
 		if role == "" {
 			return usageErr("--grants %s needs --role, the database role to grant it to", grants)
 		}
-		sql, err := pg.GrantSQL(postgres.Role(grants), role, c.App)
+		sql, err := b.GrantSQL(grants, role, c.App)
 		if err != nil {
 			return usageErr("%v", err)
 		}
 		fmt.Fprintf(a.io.Out, "-- mensageria: the %s role of app %s, granted to %s (schema %s)\n%s\n", grants, c.App, role, c.Schema, sql)
 	}
 	if rls {
-		sql, err := pg.RowLevelSecuritySQL()
+		sql, err := b.RowLevelSecuritySQL()
 		if err != nil {
 			return err
 		}

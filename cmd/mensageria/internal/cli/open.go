@@ -2,89 +2,28 @@ package cli
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/transport/kafka"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 	natssender "github.com/xadm/mensageria/transport/nats"
 )
 
-// backend is an opened database.
-type backend struct {
-	drv   driver.Driver
-	pool  *pgxpool.Pool // nil on SQLite and MySQL
-	sqlDB *sql.DB       // SQLite's or MySQL's handle, for reads outside the driver
-	close func()
-}
+// isMySQL and checkMySQLURL are the config's names for daemon's, which
+// opens databases.
+func isMySQL(database string) bool { return daemon.IsMySQL(database) }
 
-func (b *backend) Close() {
-	if b != nil && b.close != nil {
-		b.close()
-	}
-}
-
-// openBackend opens the database of a config, creating a SQLite file
-// that does not exist yet. It does not connect eagerly on PostgreSQL (the
-// pool dials on first use), so commands that only print SQL work with the
-// server down.
-func openBackend(ctx context.Context, database, schema string) (*backend, error) {
-	return openDatabase(ctx, database, schema, true)
-}
-
-// openDatabase is openBackend; with create false a SQLite file that does
-// not exist is an error, never created.
-func openDatabase(ctx context.Context, database, schema string, create bool) (*backend, error) {
-	if len(database) > len("sqlite:") && database[:len("sqlite:")] == "sqlite:" {
-		return openSQLiteFile(database[len("sqlite:"):], schema, create)
-	}
-	if isMySQL(database) {
-		return openMySQL(database, schema)
-	}
-	pcfg, err := pgxpool.ParseConfig(database)
-	if err != nil {
-		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("database: %v", err)}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
-	drv, err := postgres.New(pool, &postgres.Config{Schema: schema})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &backend{drv: drv, pool: pool, close: func() { _ = drv.Close(); pool.Close() }}, nil
-}
-
-// ping verifies the database answers, so a command fails with one clear
-// message instead of a deep driver error.
-func (b *backend) ping(ctx context.Context) error {
-	if b.pool == nil && b.sqlDB == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ping := b.sqlDB.PingContext
-	if b.pool != nil {
-		ping = b.pool.Ping
-	}
-	if err := ping(ctx); err != nil {
-		return fmt.Errorf("database unreachable: %w", err)
-	}
-	return nil
-}
+func checkMySQLURL(database string) string { return daemon.CheckMySQLURL(database) }
 
 // newSender builds the Sender of a route, and what closes it. The relay's
 // timing reaches the Senders that need it (a transactional route's
@@ -317,12 +256,12 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 }
 
 // connect opens the database and an enqueue-only client for a config.
-func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*backend, *mensageria.Client, error) {
+func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*daemon.DB, *mensageria.Client, error) {
 	reg, _, _, err := registry(ctx, c, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := openBackend(ctx, c.Database, c.Schema)
+	b, err := daemon.Open(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -331,7 +270,7 @@ func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*
 	if mutate != nil {
 		mutate(&cc)
 	}
-	cl, err := mensageria.New(b.drv, &cc)
+	cl, err := mensageria.New(b.Driver, &cc)
 	if err != nil {
 		b.Close()
 		return nil, nil, err
@@ -346,42 +285,24 @@ type nopDriver struct{ driver.Driver }
 // connect loads the config and opens its database, checked reachable; the
 // caller closes the backend. A SQLite file must exist: only 'migrate up'
 // (connectCreating) and the daemons create one.
-func (a *app) connect(ctx context.Context) (*Config, *backend, error) {
+func (a *app) connect(ctx context.Context) (*Config, *daemon.DB, error) {
 	return a.connectOpening(ctx, false)
 }
 
 // connectCreating is connect for 'migrate up', which creates a SQLite
 // database that does not exist yet.
-func (a *app) connectCreating(ctx context.Context) (*Config, *backend, error) {
+func (a *app) connectCreating(ctx context.Context) (*Config, *daemon.DB, error) {
 	return a.connectOpening(ctx, true)
 }
 
-func (a *app) connectOpening(ctx context.Context, create bool) (*Config, *backend, error) {
+func (a *app) connectOpening(ctx context.Context, create bool) (*Config, *daemon.DB, error) {
 	c, err := a.loadOperatorConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := openPingedDatabase(ctx, c.Database, c.Schema, create)
+	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, create)
 	if err != nil {
 		return nil, nil, err
 	}
 	return c, b, nil
-}
-
-// openPinged opens the database and checks that it answers; the caller
-// closes the backend.
-func openPinged(ctx context.Context, database, schema string) (*backend, error) {
-	return openPingedDatabase(ctx, database, schema, true)
-}
-
-func openPingedDatabase(ctx context.Context, database, schema string, create bool) (*backend, error) {
-	b, err := openDatabase(ctx, database, schema, create)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.ping(ctx); err != nil {
-		b.Close()
-		return nil, err
-	}
-	return b, nil
 }

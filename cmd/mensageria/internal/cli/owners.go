@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
@@ -147,12 +148,12 @@ func humanDuration(d time.Duration) string {
 // connectCurrent is connect for the commands that read the catalog: the
 // schema must be at this build's version, so that a schema not yet
 // migrated gets one clear message rather than a missing table.
-func (a *app) connectCurrent(ctx context.Context) (*Config, *backend, error) {
+func (a *app) connectCurrent(ctx context.Context) (*Config, *daemon.DB, error) {
 	c, b, err := a.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkSchema(ctx, c, b.drv); err != nil {
+	if err := checkSchema(ctx, c, b.Driver); err != nil {
 		b.Close()
 		return nil, nil, err
 	}
@@ -162,7 +163,7 @@ func (a *app) connectCurrent(ctx context.Context) (*Config, *backend, error) {
 func checkSchema(ctx context.Context, c *Config, drv driver.Driver) error {
 	res, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
 	if errors.Is(err, driver.ErrSchemaBehind) {
-		return schemaBehindErr(c.Schema, res, "run 'mensageria migrate up' with the config of the app that owns the migrations")
+		return daemon.SchemaBehind(c.Schema, res, "run 'mensageria migrate up' with the config of the app that owns the migrations")
 	}
 	if err != nil {
 		return fmt.Errorf("schema check: %w", err)
@@ -237,7 +238,7 @@ every entry of the schema.`,
 			}
 			// With the entries the upgrade left unclaimed for the types
 			// the config routes.
-			list, err := ops.New(b.drv, scope).Owners(cmd.Context(), c.Types()...)
+			list, err := ops.New(b.Driver, scope).Owners(cmd.Context(), c.Types()...)
 			if err != nil {
 				return err
 			}
@@ -312,13 +313,13 @@ nothing.`,
 			}
 			defer b.Close()
 			if c.Receive != nil {
-				return a.registerConsumers(cmd.Context(), b.drv, c, asJSON)
+				return a.registerConsumers(cmd.Context(), b.Driver, c, asJSON)
 			}
 			res := make([]driver.Resource, len(c.Routes))
 			for i, r := range c.Routes {
 				res[i] = driver.Resource{Kind: driver.ResourceType, Name: r.Type}
 			}
-			rr, err := ops.New(b.drv, ops.ForApps(c.App)).Register(cmd.Context(), c.App, res)
+			rr, err := ops.New(b.Driver, ops.ForApps(c.App)).Register(cmd.Context(), c.App, res)
 			var oce *driver.OwnerConflictError
 			if errors.As(err, &oce) {
 				return conflictErr(oce, "register its types", a.configPath)
@@ -428,7 +429,7 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			defer b.Close()
 			ctx := cmd.Context()
 			// The catalog's own step between apps: no app's scope.
-			op := ops.New(b.drv, ops.AllApps())
+			op := ops.New(b.Driver, ops.AllApps())
 			if release {
 				err = op.Release(ctx, kind, name, from)
 			} else {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/testdb"
 )
@@ -55,12 +56,12 @@ func (s *shared) app(name string, types ...string) func(stdin string, args ...st
 // open is a driver on the shared schema, for what the commands do not show.
 func (s *shared) open() driver.Driver {
 	s.t.Helper()
-	b, err := openBackend(context.Background(), s.db, s.schema)
+	b, err := daemon.Open(context.Background(), s.db, s.schema, true)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Cleanup(b.Close)
-	return b.drv
+	return b.Driver
 }
 
 func (s *shared) rows(drv driver.Driver, typ string) []driver.Job {

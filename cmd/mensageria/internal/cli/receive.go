@@ -20,8 +20,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/httpguard"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -65,7 +65,7 @@ continuing its sender's trace, whose context the inbox queue row keeps in
 its traceparent header (docs/observability.md).`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(a.io.Err, logFormat, logLevel)
+			log, err := daemon.NewLogger(a.io.Err, logFormat, logLevel)
 			if err != nil {
 				return err
 			}
@@ -76,11 +76,11 @@ its traceparent header (docs/observability.md).`,
 			if err != nil {
 				return err
 			}
-			tr, err := startTracing(cmd.Context(), traced, "mensageria-receive", c.App, a.io.Env, log)
+			tr, err := daemon.StartTracing(cmd.Context(), traced, "mensageria-receive", c.App, a.io.Env, log)
 			if err != nil {
 				return err
 			}
-			defer tr.stop(c.ShutdownTimeout, log)
+			defer tr.Stop(c.ShutdownTimeout, log)
 			c.tracer = tr.Tracer
 			return runReceive(cmd.Context(), c, a.configPath, listen, migrate, log)
 		}),
@@ -90,14 +90,14 @@ its traceparent header (docs/observability.md).`,
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
-	f.BoolVar(&traced, "trace", false, traceFlagHelp)
+	f.BoolVar(&traced, "trace", false, daemon.TraceFlagHelp)
 	return cmd
 }
 
 // receiveDaemon is one running `mensageria receive`.
 type receiveDaemon struct {
 	cfg      *ReceiveConfig
-	b        *backend
+	b        *daemon.DB
 	rc       *m2mhttp.Receiver
 	creds    *credentials
 	metrics  *receiveMetrics
@@ -112,7 +112,7 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 	if err != nil {
 		return err
 	}
-	b, err := openPinged(ctx, c.Database, c.Schema)
+	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return err
 	}
@@ -121,9 +121,9 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 	if err := d.checkSchema(ctx, migrate, configPath); err != nil {
 		return err
 	}
-	queue, ok := b.drv.(driver.InboxQueueReader)
+	queue, ok := b.Driver.(driver.InboxQueueReader)
 	if !ok {
-		return failErr("the %T backend has no inbox queue", b.drv)
+		return failErr("the %T backend has no inbox queue", b.Driver)
 	}
 	reg, handlers, consumerOf, err := d.consumers(configPath)
 	if err != nil {
@@ -133,8 +133,8 @@ func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen 
 		return err
 	}
 	d.metrics = newReceiveMetrics(c.App, queue, func() *m2mhttp.Receiver { return d.rc }, log)
-	if pg, ok := b.drv.(*postgres.Driver); ok {
-		d.notify = newNotifier(c.NotifyInterval, pg.NotifyInbox, log, func(r string) { d.metrics.notifies.WithLabelValues(r).Inc() })
+	if send := b.InboxNotifier(); send != nil {
+		d.notify = newNotifier(c.NotifyInterval, send, log, func(r string) { d.metrics.notifies.WithLabelValues(r).Inc() })
 		defer d.notify.close()
 	}
 	d.creds.reloaded = func(r string) { d.metrics.reloads.WithLabelValues(r).Inc() }
@@ -190,7 +190,7 @@ func (d *receiveDaemon) consumers(configPath string) (reg *mensageria.Registry, 
 	handlers = map[string]m2mhttp.Handler{}
 	consumerOf = map[string]string{}
 	for _, k := range c.Consumers {
-		in, err := mensageria.NewInbox(d.b.drv, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
+		in, err := mensageria.NewInbox(d.b.Driver, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
 		if err != nil {
 			return nil, nil, nil, usageErr("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
 		}
@@ -216,7 +216,7 @@ func (d *receiveDaemon) consumers(configPath string) (reg *mensageria.Registry, 
 // after a word about a window too short for a default relay's retries.
 func (d *receiveDaemon) register(ctx context.Context, reg *mensageria.Registry, configPath string) error {
 	c, log := d.cfg, d.log
-	cl, err := mensageria.New(d.b.drv, &mensageria.Config{App: c.App, Registry: reg, Logger: log})
+	cl, err := mensageria.New(d.b.Driver, &mensageria.Config{App: c.App, Registry: reg, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -345,24 +345,12 @@ func (d *receiveDaemon) waitAndStop(ctx context.Context, srv, health *http.Serve
 // checkSchema verifies (or, with migrate, applies) the schema, as the
 // relay does.
 func (d *receiveDaemon) checkSchema(ctx context.Context, migrate bool, configPath string) error {
-	mode := driver.MigrateCheck
-	if migrate {
-		mode = driver.MigrateUp
-	}
-	res, err := d.b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: d.cfg.App})
+	err := daemon.CheckSchema(ctx, d.b, d.cfg.Schema, d.cfg.App, migrate, "run 'mensageria migrate up' or start the receiver with --migrate", d.log)
 	var oce *driver.OwnerConflictError
-	switch {
-	case errors.Is(err, driver.ErrSchemaBehind):
-		return schemaBehindErr(d.cfg.Schema, res, "run 'mensageria migrate up' or start the receiver with --migrate")
-	case errors.As(err, &oce):
+	if errors.As(err, &oce) {
 		return conflictErr(oce, "migrate the schema up (--migrate)", configPath)
-	case err != nil:
-		return fmt.Errorf("schema check: %w", err)
 	}
-	if len(res.Applied) > 0 {
-		d.log.Info("schema migrated", "schema", d.cfg.Schema, "from", res.From, "to", res.To, "migrations_owner", res.Owner)
-	}
-	return nil
+	return err
 }
 
 // mux serves deliveries (when deliveries) and the probes. What ServeMux
@@ -425,10 +413,10 @@ func (d *receiveDaemon) ready(ctx context.Context) string {
 	defer cancel()
 	var err error
 	switch {
-	case d.b.pool != nil:
-		err = d.b.pool.Ping(ctx)
-	case d.b.sqlDB != nil:
-		err = d.b.sqlDB.PingContext(ctx)
+	case d.b.Pool != nil:
+		err = d.b.Pool.Ping(ctx)
+	case d.b.SQL != nil:
+		err = d.b.SQL.PingContext(ctx)
 	}
 	if err != nil {
 		d.log.Warn("readyz: the database does not answer", "err", err)
@@ -465,7 +453,7 @@ func (d *receiveDaemon) purge(ctx context.Context) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			res, err := d.b.drv.Purge(ctx, driver.PurgeParams{App: d.cfg.App, Batch: purgeBatch})
+			res, err := d.b.Driver.Purge(ctx, driver.PurgeParams{App: d.cfg.App, Batch: purgeBatch})
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Warn("purge failed", "err", err)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -14,29 +12,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/kafka"
 	natssender "github.com/xadm/mensageria/transport/nats"
 )
-
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageErr("--log-level %q: use debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	// Every line passes through redact: no user-info password, query
-	// string or fragment of a URL it quotes (a database URL, a route's, an
-	// OTLP endpoint's) reaches the log.
-	switch format {
-	case "text":
-		return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
-	case "json":
-		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
-	}
-	return nil, usageErr("--log-format %q: use text or json", format)
-}
 
 // relayOptions are the relay command's flags.
 type relayOptions struct {
@@ -98,12 +78,12 @@ func (a *app) relayCommand() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long a stop waits for deliveries in flight")
 	f.BoolVar(&o.migrate, "migrate", false, "apply missing schema migrations at start (default: only check)")
-	f.BoolVar(&o.traced, "trace", false, traceFlagHelp)
+	f.BoolVar(&o.traced, "trace", false, daemon.TraceFlagHelp)
 	return cmd
 }
 
 func (a *app) runRelay(ctx context.Context, o relayOptions) error {
-	log, err := newLogger(a.io.Err, o.logFormat, o.logLevel)
+	log, err := daemon.NewLogger(a.io.Err, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
@@ -116,7 +96,7 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 		return err
 	}
 	defer closeSenders()
-	b, err := openPinged(ctx, c.Database, c.Schema)
+	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return err
 	}
@@ -132,11 +112,11 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 		return err
 	}
 	cc.Hooks = append(cc.Hooks, m)
-	tr, err := startTracing(ctx, o.traced, "mensageria-relay", c.App, a.io.Env, log)
+	tr, err := daemon.StartTracing(ctx, o.traced, "mensageria-relay", c.App, a.io.Env, log)
 	if err != nil {
 		return err
 	}
-	defer tr.stop(o.shutdown, log)
+	defer tr.Stop(o.shutdown, log)
 	if tr.Tracer != nil {
 		cc.Hooks = append(cc.Hooks, tr.Tracer)
 	}
@@ -145,7 +125,7 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 			m.watchTransactional(ts)
 		}
 	}
-	cl, err := mensageria.New(b.drv, &cc)
+	cl, err := mensageria.New(b.Driver, &cc)
 	if err != nil {
 		return err
 	}
@@ -159,7 +139,7 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 		}
 		return fmt.Errorf("ownership catalog: %w", err)
 	}
-	srv, srvDone, err := serveRelayHealth(o.listen, m, relayReady(cl, b), log)
+	srv, srvDone, err := daemon.ServeHealth(o.listen, serveMux(m, relayReady(cl, b)), log)
 	if err != nil {
 		return err
 	}
@@ -198,38 +178,26 @@ func waitAndStopRelay(ctx context.Context, cl *mensageria.Client, srv *http.Serv
 
 // relaySchema checks the schema, or with migrate brings it up, on behalf
 // of the config's app.
-func (a *app) relaySchema(ctx context.Context, b *backend, c *Config, migrate bool, log *slog.Logger) error {
-	mode := driver.MigrateCheck
-	if migrate {
-		mode = driver.MigrateUp
-	}
-	res, err := b.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.App})
+func (a *app) relaySchema(ctx context.Context, b *daemon.DB, c *Config, migrate bool, log *slog.Logger) error {
+	err := daemon.CheckSchema(ctx, b, c.Schema, c.App, migrate, "run 'mensageria migrate up' or start the relay with --migrate", log)
 	var oce *driver.OwnerConflictError
-	switch {
-	case errors.Is(err, driver.ErrSchemaBehind):
-		return schemaBehindErr(c.Schema, res, "run 'mensageria migrate up' or start the relay with --migrate")
-	case errors.As(err, &oce):
+	if errors.As(err, &oce) {
 		return conflictErr(oce, "migrate the schema up (--migrate)", a.configPath)
-	case err != nil:
-		return fmt.Errorf("schema check: %w", err)
 	}
-	if len(res.Applied) > 0 {
-		log.Info("schema migrated", "schema", c.Schema, "from", res.From, "to", res.To, "migrations_owner", res.Owner)
-	}
-	return nil
+	return err
 }
 
 // relayMetrics builds the relay's metrics, watching the election when
 // there is one; with none, every replica counts as the leader.
-func relayMetrics(b *backend, c *Config, log *slog.Logger) (*metrics, error) {
+func relayMetrics(b *daemon.DB, c *Config, log *slog.Logger) (*metrics, error) {
 	var el driver.Elector
 	if c.Relay.Election != mensageria.ElectionNone {
 		var err error
-		if el, err = b.drv.Elector(c.App, c.Effective().Lease); err != nil {
+		if el, err = b.Driver.Elector(c.App, c.Effective().Lease); err != nil {
 			return nil, err
 		}
 	}
-	m := newMetrics(c.App, b.drv, el, log)
+	m := newMetrics(c.App, b.Driver, el, log)
 	if c.Relay.Election == mensageria.ElectionNone {
 		m.AlwaysLeader()
 	}
@@ -237,34 +205,17 @@ func relayMetrics(b *backend, c *Config, log *slog.Logger) (*metrics, error) {
 }
 
 // relayReady is /readyz: the relay is ready and the database answers.
-func relayReady(cl *mensageria.Client, b *backend) func(context.Context) error {
+func relayReady(cl *mensageria.Client, b *daemon.DB) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := cl.Ready(); err != nil {
 			return err
 		}
-		if b.pool != nil {
-			return b.pool.Ping(ctx)
+		if b.Pool != nil {
+			return b.Pool.Ping(ctx)
 		}
-		_, err := b.drv.Stats(ctx)
+		_, err := b.Driver.Stats(ctx)
 		return err
 	}
-}
-
-// serveRelayHealth serves /healthz, /readyz and /metrics on listen, unless
-// listen is empty (then srv is nil and done never fires).
-func serveRelayHealth(listen string, m *metrics, ready func(context.Context) error, log *slog.Logger) (srv *http.Server, done chan error, err error) {
-	done = make(chan error, 1)
-	if listen == "" {
-		return nil, done, nil
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, nil, usageErr("--listen %s: %v", listen, err)
-	}
-	srv = &http.Server{Handler: serveMux(m, ready), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("serving health and metrics", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics")
-	go func() { done <- srv.Serve(ln) }()
-	return srv, done, nil
 }
 
 // startRelay starts cl's relay; what only the config or the cluster can

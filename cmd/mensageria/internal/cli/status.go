@@ -306,7 +306,7 @@ func (a *app) statusCommand() *cobra.Command {
 			defer b.Close()
 			ctx := cmd.Context()
 			for first := true; ; first = false {
-				st, err := collectStatus(ctx, c, b.drv)
+				st, err := collectStatus(ctx, c, b.Driver)
 				if err != nil {
 					if ctx.Err() != nil && !first {
 						return nil

@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -34,43 +34,43 @@ type demoRelays struct {
 	fatura1, fatura2 *relayProc // leader and standby, in either role
 }
 
-func (d *demo) run(ctx context.Context) (bool, error) {
+func (d *demo) run(ctx context.Context) (*Report, error) {
 	d.start = time.Now()
-	d.rng = rand.New(rand.NewPCG(d.opt.seed, d.opt.seed^0x9e3779b97f4a7c15))
+	d.rng = rand.New(rand.NewPCG(d.opt.Seed, d.opt.Seed^0x9e3779b97f4a7c15))
 	d.committed, d.rolledBack, d.failed = map[string]bool{}, map[string]bool{}, map[string]error{}
 	defer d.cleanup()
-	ctx, cancel := context.WithTimeout(ctx, d.opt.timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.opt.Timeout)
 	defer cancel()
 	if err := d.setup(ctx); err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := d.startReceivers(ctx); err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := d.enqueueForeign(ctx); err != nil {
-		return false, err
+		return nil, err
 	}
 	var refused refusals
 	pedidos, err := d.pedidosApp(ctx, &refused)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := d.startIntruder(ctx, &refused); err != nil {
-		return false, err
+		return nil, err
 	}
 	relays, err := d.startRelays(ctx)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	d.logf("faults: 5%% of requests answer 503, 2%% answer after the sender's %s timeout, 5%% of acks are lost, 1%% of effects fail", demoSendTimeout)
 	prodDone := d.produce(ctx, pedidos)
 	for i := range demoCancelled {
 		if _, err := pedidos.Enqueue(ctx, mensageria.Message{Type: typCancelado, Key: fmt.Sprintf("cancel-%d", i), Payload: json.RawMessage(`{}`)}); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
 	if err := d.watch(ctx, relays, prodDone); err != nil {
-		return false, err
+		return nil, err
 	}
 	elapsed := time.Since(d.start)
 	// Let in-flight requests (late answers) finish before counting.
@@ -78,28 +78,27 @@ func (d *demo) run(ctx context.Context) (bool, error) {
 	d.ped.srv.Close()
 	rep, err := d.report(context.WithoutCancel(ctx), refused)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	rep.elapsed = elapsed
-	rep.write(d)
-	return rep.ok(), nil
+	rep.elapsed, rep.label = elapsed, d.label
+	return rep, nil
 }
 
 // startReceivers puts each app's inbox behind a faulty HTTP server.
 // faturamento enqueues its answer inside the inbox transaction: the
 // invoice row, the dedup record and the reply commit together.
 func (d *demo) startReceivers(ctx context.Context) error {
-	inboxFat, err := mensageria.NewInbox(d.main.drv, mensageria.InboxConfig{Consumer: "faturamento/pedidos"})
+	inboxFat, err := mensageria.NewInbox(d.main.Driver, mensageria.InboxConfig{Consumer: "faturamento/pedidos"})
 	if err != nil {
 		return err
 	}
-	inboxPed, err := mensageria.NewInbox(d.main.drv, mensageria.InboxConfig{Consumer: "pedidos/faturas"})
+	inboxPed, err := mensageria.NewInbox(d.main.Driver, mensageria.InboxConfig{Consumer: "pedidos/faturas"})
 	if err != nil {
 		return err
 	}
 	d.inboxes = map[string]*mensageria.Inbox{"faturamento": inboxFat, "pedidos": inboxPed}
 	faturaReg := mensageria.NewRegistry().MustRegister(typFatura, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil }))
-	fatEnq, err := mensageria.New(d.main.drv, demoClientConfig("faturamento", mensageria.ElectionLeader, faturaReg))
+	fatEnq, err := mensageria.New(d.main.Driver, demoClientConfig("faturamento", mensageria.ElectionLeader, faturaReg))
 	if err != nil {
 		return err
 	}
@@ -159,7 +158,7 @@ func (d *demo) enqueueForeign(ctx context.Context) error {
 	estoqueReg := mensageria.NewRegistry().MustRegister(typForeign, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
 		return errors.New("estoque's sender must never run in this demo")
 	}))
-	estoque, err := mensageria.New(d.main.drv, demoClientConfig("estoque", mensageria.ElectionLeader, estoqueReg))
+	estoque, err := mensageria.New(d.main.Driver, demoClientConfig("estoque", mensageria.ElectionLeader, estoqueReg))
 	if err != nil {
 		return err
 	}
@@ -179,7 +178,7 @@ func (d *demo) pedidosApp(ctx context.Context, refused *refusals) (*mensageria.C
 	for _, t := range []string{typPedido, typCancelado} {
 		pedReg.MustRegister(t, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil }))
 	}
-	pedidos, err := mensageria.New(d.main.drv, demoClientConfig("pedidos", mensageria.ElectionNone, pedReg))
+	pedidos, err := mensageria.New(d.main.Driver, demoClientConfig("pedidos", mensageria.ElectionNone, pedReg))
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +201,7 @@ func (d *demo) startIntruder(ctx context.Context, refused *refusals) error {
 	intruderReg := mensageria.NewRegistry().MustRegister(typForeign, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error {
 		return errors.New("the intruder's sender must never run")
 	}))
-	intruder, err := mensageria.New(d.main.drv, demoClientConfig("relatorios", mensageria.ElectionNone, intruderReg))
+	intruder, err := mensageria.New(d.main.Driver, demoClientConfig("relatorios", mensageria.ElectionNone, intruderReg))
 	if err != nil {
 		return err
 	}
@@ -255,7 +254,7 @@ func (d *demo) produce(ctx context.Context, pedidos *mensageria.Client) <-chan s
 			defer wg.Done()
 			for {
 				i := int(next.Add(1))
-				if i > d.opt.messages || ctx.Err() != nil {
+				if i > d.opt.Messages || ctx.Err() != nil {
 					return
 				}
 				d.order(ctx, pedidos, i)
@@ -281,7 +280,7 @@ func (d *demo) order(ctx context.Context, pedidos *mensageria.Client, i int) {
 	rollback := d.chance(0.01)
 	var err error
 	for try := 0; try < 5; try++ {
-		err = d.main.drv.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
+		err = d.main.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
 			if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (order_key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
 				return err
 			}
@@ -328,7 +327,7 @@ func (d *demo) watch(ctx context.Context, rs *demoRelays, prodDone <-chan struct
 	for {
 		select {
 		case <-ctx.Done():
-			d.logf("TIMEOUT after %s: reporting what was reached", d.opt.timeout)
+			d.logf("TIMEOUT after %s: reporting what was reached", d.opt.Timeout)
 		case <-prodDone:
 			producing, prodDone = false, nil
 			d.producersDone()
@@ -370,7 +369,7 @@ func (d *demo) producersDone() {
 // killOnSchedule: pedidos#1 dies a quarter of the way and pedidos#3 takes
 // its place half a second later; faturamento's leader dies half way.
 func (d *demo) killOnSchedule(ctx context.Context, k *kills, rs *demoRelays, p progress) error {
-	n := d.opt.messages
+	n := d.opt.Messages
 	switch {
 	case !k.pedidos1 && p.pedApplied >= n/4:
 		k.pedidos1, k.pedidos1At = true, time.Now()
@@ -403,10 +402,10 @@ func (d *demo) show(p progress, lastLine *time.Time) {
 		// could not be redrawn in place.
 		faults := d.fat.fault5xx.Load() + d.ped.fault5xx.Load() + d.fat.faultSlow.Load() + d.ped.faultSlow.Load() + d.fat.faultAck.Load() + d.ped.faultAck.Load()
 		fmt.Fprintf(d.out, "\r\x1b[K[%5.1fs] orders %d/%d  applied %d+%d  pending %d  dead %d  faults %d",
-			time.Since(d.start).Seconds(), d.produced.Load(), d.opt.messages, p.pedApplied, p.fatApplied, p.pending, p.dead, faults)
+			time.Since(d.start).Seconds(), d.produced.Load(), d.opt.Messages, p.pedApplied, p.fatApplied, p.pending, p.dead, faults)
 		d.evMu.Unlock()
 	} else if time.Since(*lastLine) >= 2*time.Second {
 		*lastLine = time.Now()
-		d.logf("%s", p.line(d, d.opt.messages))
+		d.logf("%s", p.line(d, d.opt.Messages))
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -16,24 +16,24 @@ import (
 	"github.com/xadm/mensageria/mensageriaotel"
 )
 
-// traceFlagHelp is the --trace flag's help, the same on both daemons.
-const traceFlagHelp = "export OpenTelemetry traces over OTLP/HTTP, to where the standard OTEL_EXPORTER_OTLP_* variables say (default http://localhost:4318)"
+// TraceFlagHelp is the --trace flag's help, the same on both daemons.
+const TraceFlagHelp = "export OpenTelemetry traces over OTLP/HTTP, to where the standard OTEL_EXPORTER_OTLP_* variables say (default http://localhost:4318)"
 
-// tracing is the daemon's OpenTelemetry set-up: nil Tracer when off.
-type tracing struct {
+// Tracing is the daemon's OpenTelemetry set-up: nil Tracer when off.
+type Tracing struct {
 	Tracer *mensageriaotel.Tracer
 	tp     *sdktrace.TracerProvider
 }
 
-// startTracing builds the OTLP/HTTP exporter and the SDK from the standard
+// StartTracing builds the OTLP/HTTP exporter and the SDK from the standard
 // environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_*,
 // OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
 // OTEL_TRACES_SAMPLER, OTEL_BSP_*), when on. Variables the exporter would
 // quietly ignore are refused instead: a URL that is not one, a protocol
 // other than http/protobuf.
-func startTracing(ctx context.Context, on bool, service, app string, lookup func(string) (string, bool), log *slog.Logger) (*tracing, error) {
+func StartTracing(ctx context.Context, on bool, service, app string, lookup func(string) (string, bool), log *slog.Logger) (*Tracing, error) {
 	if !on {
-		return &tracing{}, nil
+		return &Tracing{}, nil
 	}
 	env := func(k string) string { v, _ := lookup(k); return v }
 	if err := checkOTLPEnv(env); err != nil {
@@ -60,11 +60,11 @@ func startTracing(ctx context.Context, on bool, service, app string, lookup func
 	// on a bare stderr line.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("OpenTelemetry export failed", "err", err) }))
 	log.Info("exporting traces over OTLP/HTTP", "endpoint", otlpEndpoint(env), "resource", res.Attributes())
-	return &tracing{Tracer: mensageriaotel.New(mensageriaotel.Config{TracerProvider: tp}), tp: tp}, nil
+	return &Tracing{Tracer: mensageriaotel.New(mensageriaotel.Config{TracerProvider: tp}), tp: tp}, nil
 }
 
-// stop flushes the spans still queued, within timeout.
-func (t *tracing) stop(timeout time.Duration, log *slog.Logger) {
+// Stop flushes the spans still queued, within timeout.
+func (t *Tracing) Stop(timeout time.Duration, log *slog.Logger) {
 	if t == nil || t.tp == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"errors"
@@ -32,10 +32,10 @@ func (e *PrivilegeError) Unwrap() error { return e.Err }
 // table outbox".
 var deniedFor = regexp.MustCompile(`(?:permission denied for|must be owner of) (table|relation|view|schema|sequence|function|procedure) "?([^"\s]+)"?`)
 
-// privilegeOf turns a refusal for want of a grant met by command (its
+// PrivilegeOf turns a refusal for want of a grant met by command (its
 // path under the program, e.g. "dead retry") in schema into a
 // *PrivilegeError; any other error is nil.
-func privilegeOf(err error, command, schema string) *PrivilegeError {
+func PrivilegeOf(err error, command, schema string) *PrivilegeError {
 	var pg *pgconn.PgError
 	if !errors.As(err, &pg) || pg.Code != "42501" {
 		return nil

@@ -1,9 +1,14 @@
-package cli
+package demo
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/verdict"
 	"github.com/xadm/mensageria/driver"
@@ -81,7 +86,7 @@ func TestDemoJudge(t *testing.T) {
 			if !maps.Equal(lost, tt.lost) || !maps.Equal(dup, tt.dup) {
 				t.Fatalf("lost %v, duplicate effects %v; want %v, %v\n%v", lost, dup, tt.lost, tt.dup, v.Violations)
 			}
-			r := &demoReport{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}}
+			r := &Report{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}}
 			r.count(v, types, e)
 			if r.foreignUntouched != tt.untouched {
 				t.Fatalf("foreign untouched %d, want %d", r.foreignUntouched, tt.untouched)
@@ -90,5 +95,19 @@ func TestDemoJudge(t *testing.T) {
 				t.Fatalf("report's lost %d disagrees with the verdict %v", r.lost, v.Violations)
 			}
 		})
+	}
+}
+
+// A --db that names no database the demo knows is the operator's mistake:
+// a *UsageError, before anything is created.
+func TestRunRefusesAnUnknownDatabaseURL(t *testing.T) {
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), Options{DB: "oracle://h/db", Messages: 50, Timeout: time.Minute, Out: &out})
+	var ue *UsageError
+	if !errors.As(err, &ue) || rep != nil || !strings.Contains(err.Error(), "postgres://, mysql:// or mariadb://") {
+		t.Fatalf("Run: %v, %v; want a usage error naming the URLs it takes", rep, err)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("a refused run printed %q", out.String())
 	}
 }

@@ -1,8 +1,9 @@
-package cli
+package demo
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,9 +13,11 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// demoReport is the final count.
-type demoReport struct {
+// Report is the final count of a run: print it with Print; OK says
+// whether every check passed.
+type Report struct {
 	elapsed time.Duration
+	label   string // the database, as the table's heading names it
 	cols    []string
 	rows    map[string]map[string]int
 	reasons map[string]int
@@ -29,7 +32,7 @@ type demoReport struct {
 	faults           [3]int64
 }
 
-func (r *demoReport) set(row, col string, v int) {
+func (r *Report) set(row, col string, v int) {
 	if r.rows[row] == nil {
 		r.rows[row] = map[string]int{}
 	}
@@ -121,10 +124,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func (d *demo) report(ctx context.Context, refused refusals) (*demoReport, error) {
-	r := &demoReport{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}, reasons: map[string]int{},
+func (d *demo) report(ctx context.Context, refused refusals) (*Report, error) {
+	r := &Report{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}, reasons: map[string]int{},
 		foreignTotal: demoForeignRows, noSenderOK: refused.noSender, intruderOK: refused.intruder}
-	stats, err := d.main.drv.Stats(ctx)
+	stats, err := d.main.Driver.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +150,7 @@ func (d *demo) report(ctx context.Context, refused refusals) (*demoReport, error
 	}
 	r.set("sent", typFatura, total[typFatura])
 	d.countFaults(r)
-	nj, err := d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typNoSender}, Limit: 10})
+	nj, err := d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typNoSender}, Limit: 10})
 	if err != nil {
 		return nil, err
 	}
@@ -157,11 +160,11 @@ func (d *demo) report(ctx context.Context, refused refusals) (*demoReport, error
 
 // readEnd reads what the run left: the dead letters (their reasons go
 // into r), the effects, the cancellations and estoque's rows.
-func (d *demo) readEnd(ctx context.Context, r *demoReport) (*demoEnd, error) {
+func (d *demo) readEnd(ctx context.Context, r *Report) (*demoEnd, error) {
 	e := &demoEnd{dead: map[string]map[string]bool{}, applied: map[string]map[string]int{consumerPedidos: {}, consumerFaturas: {}}}
 	var after int64
 	for {
-		jobs, err := d.main.drv.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, AfterID: after, Limit: 500})
+		jobs, err := d.main.Driver.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, AfterID: after, Limit: 500})
 		if err != nil {
 			return nil, err
 		}
@@ -192,10 +195,10 @@ func (d *demo) readEnd(ctx context.Context, r *demoReport) (*demoEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.cancelled, err = d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typCancelado}, Limit: 2 * demoCancelled}); err != nil {
+	if e.cancelled, err = d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typCancelado}, Limit: 2 * demoCancelled}); err != nil {
 		return nil, err
 	}
-	if e.foreign, err = d.main.drv.ListMessages(ctx, driver.ListFilter{Types: []string{typForeign}, Limit: 1000}); err != nil {
+	if e.foreign, err = d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typForeign}, Limit: 1000}); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
@@ -205,7 +208,7 @@ func (d *demo) readEnd(ctx context.Context, r *demoReport) (*demoEnd, error) {
 }
 
 // count fills the table from the verdict and what the run left.
-func (r *demoReport) count(v *verdict.Verdict, types map[int64]string, e *demoEnd) {
+func (r *Report) count(v *verdict.Verdict, types map[int64]string, e *demoEnd) {
 	r.set("sent", typPedido, len(e.committed))
 	r.set("sent", typCancelado, demoCancelled)
 	r.set("applied once", typPedido, len(e.applied[consumerPedidos]))
@@ -233,7 +236,7 @@ func (r *demoReport) count(v *verdict.Verdict, types map[int64]string, e *demoEn
 	r.set("rolled back (never sent)", typPedido, len(e.rolledBack))
 }
 
-func (d *demo) countFaults(r *demoReport) {
+func (d *demo) countFaults(r *Report) {
 	for _, fs := range []*faultServer{d.fat, d.ped} {
 		fs.mu.Lock()
 		for t, v := range fs.redeliv {
@@ -261,6 +264,15 @@ func deadReason(s string) string {
 	return statusText.ReplaceAllString(s, "$1 ")
 }
 
+// oneLine fits s on one line of at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
+	}
+	return s
+}
+
 func abs(n int) int {
 	if n < 0 {
 		return -n
@@ -268,13 +280,16 @@ func abs(n int) int {
 	return n
 }
 
-func (r *demoReport) ok() bool {
+// OK reports whether nothing was lost or applied twice, estoque's rows
+// were left alone and both refusals happened.
+func (r *Report) OK() bool {
 	return r.lost == 0 && r.dupEffects == 0 && r.rolledBackLeaked == 0 && r.foreignUntouched == r.foreignTotal && r.noSenderOK && r.noSenderRows == 0 && r.intruderOK
 }
 
-func (r *demoReport) write(d *demo) {
-	w := d.out
-	fmt.Fprintf(w, "\nfinished in %.1fs on %s\n\n", r.elapsed.Seconds(), d.label)
+// Print prints the table, the dead letters' reasons, the checks and the
+// verdict.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "\nfinished in %.1fs on %s\n\n", r.elapsed.Seconds(), r.label)
 	// Under 80 columns, so the table survives a narrow terminal.
 	rows := []struct{ key, label string }{
 		{"sent", "sent"}, {"rolled back (never sent)", "rolled back"}, {"delivered", "delivered"},
@@ -325,7 +340,7 @@ func (r *demoReport) write(d *demo) {
 	fmt.Fprintf(w, "  faults injected         %d x 503, %d past the timeout, %d lost acks,\n", r.faults[0], r.faults[1], r.faults[2])
 	fmt.Fprintf(w, "                          2 relays killed mid-batch\n")
 	fmt.Fprintln(w)
-	if r.ok() {
+	if r.OK() {
 		fmt.Fprintln(w, "PASS: every committed message was applied once or parked as dead with its")
 		fmt.Fprintln(w, "      reason; the inboxes absorbed every redelivery; nothing else was touched.")
 	} else {

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"errors"
@@ -7,15 +7,10 @@ import (
 	"github.com/xadm/mensageria/driver/sqlite"
 )
 
-// openSQLite opens the SQLite database at path, creating it if need be.
-func openSQLite(path, schema string) (*backend, error) {
-	return openSQLiteFile(path, schema, true)
-}
-
 // openSQLiteFile opens the SQLite database at path; unless create, only
 // one that exists: a command that reads or acts on a database someone
 // else created must not leave an empty file at a mistyped path.
-func openSQLiteFile(path, schema string, create bool) (*backend, error) {
+func openSQLiteFile(path, schema string, create bool) (*DB, error) {
 	drv, err := sqlite.Open(path, &sqlite.Config{Schema: schema, MustExist: !create})
 	if errors.Is(err, fs.ErrNotExist) && !create {
 		return nil, failErr("database sqlite:%s: the file does not exist; this command never creates it (check database: in the config; 'mensageria migrate up' creates a new one)", path)
@@ -23,5 +18,5 @@ func openSQLiteFile(path, schema string, create bool) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &backend{drv: drv, sqlDB: drv.DB(), close: func() { _ = drv.Close() }}, nil
+	return &DB{Driver: drv, SQL: drv.DB(), close: func() { _ = drv.Close() }}, nil
 }

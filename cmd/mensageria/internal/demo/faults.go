@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/chaos/fault"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -195,7 +196,7 @@ func (c crashElector) Release(ctx context.Context) error {
 // relayProc is one relay "process": its own connections, its own client.
 type relayProc struct {
 	name     string
-	conn     *backend
+	conn     *daemon.DB
 	client   *mensageria.Client
 	crashed  atomic.Bool
 	inflight atomic.Int64
@@ -244,7 +245,7 @@ func demoClientConfig(app string, election mensageria.Election, reg *mensageria.
 // connections, to cut; the others share the main ones, as SQLite writers
 // of one handle queue in process instead of polling the file lock.
 func (d *demo) startRelay(ctx context.Context, name, app string, election mensageria.Election, types []string, own bool) (*relayProc, error) {
-	p := &relayProc{name: name, conn: &backend{drv: d.main.drv}}
+	p := &relayProc{name: name, conn: &daemon.DB{Driver: d.main.Driver}}
 	switch {
 	case own && d.remote:
 		// Killing it closes its pool: its sessions end and its election
@@ -258,7 +259,7 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 		// On SQLite the kill is a driver that fails every call from then
 		// on; sharing the one handle keeps writers queueing in process
 		// rather than polling the file lock.
-		p.conn = &backend{drv: crashDriver{Driver: d.main.drv, crashed: &p.crashed}}
+		p.conn = &daemon.DB{Driver: crashDriver{Driver: d.main.Driver, crashed: &p.crashed}}
 	}
 	snd, err := d.senders()
 	if err != nil {
@@ -284,7 +285,7 @@ func (d *demo) startRelay(ctx context.Context, name, app string, election mensag
 		// keep the receivers' inbox transactions from queueing on it.
 		cfg.Concurrency = 8
 	}
-	if p.client, err = mensageria.New(p.conn.drv, cfg); err != nil {
+	if p.client, err = mensageria.New(p.conn.Driver, cfg); err != nil {
 		p.conn.Close()
 		return nil, err
 	}

@@ -1,0 +1,33 @@
+// Package daemon is what the command's long-running parts share, and the
+// one place of the command that opens a database by its URL (and so
+// imports the drivers): the logger, the database open and ping, the schema
+// check at start, tracing, the health endpoints and their probe, and the
+// reading of PostgreSQL's refusals for want of a grant.
+package daemon
+
+import "fmt"
+
+// The command's exit codes an Error carries.
+const (
+	ExitFailure = 1 // a runtime failure: database down, schema behind, ...
+	ExitUsage   = 2 // bad flags, a bad URL, an address that cannot be listened on
+)
+
+// Error is a failure with the exit code the command ends with.
+type Error struct {
+	Code int
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// usageErr makes a usage error (exit code 2).
+func usageErr(format string, args ...any) error {
+	return &Error{Code: ExitUsage, Err: fmt.Errorf(format, args...)}
+}
+
+// failErr makes a runtime failure (exit code 1).
+func failErr(format string, args ...any) error {
+	return &Error{Code: ExitFailure, Err: fmt.Errorf(format, args...)}
+}
