@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
@@ -340,10 +341,10 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 	if !o.asJSON {
 		fmt.Fprintf(a.io.Err, "bench: private server at %s (%s)\n", srv.URL, srv.Dir)
 	}
-	return a.runBench(ctx, &Config{Database: srv.URL, Schema: "mensageria"}, o)
+	return a.runBench(ctx, &config.Config{Database: srv.URL, Schema: "mensageria"}, o)
 }
 
-func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
+func (a *app) runBench(ctx context.Context, c *config.Config, o benchOptions) error {
 	b, err := openPinged(ctx, c.Database, c.Schema)
 	if err != nil {
 		return err
@@ -372,7 +373,7 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 // runScenarios runs the scenarios asked for, in benchScenarios' order, in
 // env (a zero env and no config when only scenarios that bring their own
 // database run).
-func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benchOptions) error {
+func (a *app) runScenarios(ctx context.Context, c *config.Config, env bench.Env, o benchOptions) error {
 	var err error
 	failed := 0
 	peers, _ := o.peers() // checked by runBenchCommand
@@ -497,7 +498,7 @@ func peerScenarios(asked []string) []string {
 // file like an operator's with batch: true on its one HTTP route: the
 // daemon's whole path (config, registry, Sender, hooks, election)
 // measured beside the library's.
-func daemonRelay(c *Config) bench.DaemonRelay {
+func daemonRelay(c *config.Config) bench.DaemonRelay {
 	return func(ctx context.Context, t bench.DaemonTarget) (func() error, error) {
 		dir, err := os.MkdirTemp("", "mensageria-bench-daemon-")
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 )
@@ -174,7 +175,7 @@ func (d *demo) setup(ctx context.Context) error {
 		d.effects, d.orders = "demo_effects", "demo_orders"
 		d.newConn = func() (*backend, error) { return openSQLite(path, d.schema) }
 		d.label = "SQLite"
-	} else if isMySQL(d.opt.db) {
+	} else if config.IsMySQL(d.opt.db) {
 		if err := d.setupMySQL(); err != nil {
 			return err
 		}

@@ -5,16 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/xadm/mensageria/driver/mysql"
 )
-
-// isMySQL reports whether database is a MariaDB or MySQL URL.
-func isMySQL(database string) bool {
-	return strings.HasPrefix(database, "mysql://") || strings.HasPrefix(database, "mariadb://")
-}
 
 // openMySQL opens the MariaDB or MySQL database of a mysql:// or
 // mariadb:// URL. Unlike PostgreSQL's pool it connects at once: the driver
@@ -26,15 +20,6 @@ func openMySQL(database, schema string) (*backend, error) {
 		return nil, err
 	}
 	return &backend{drv: drv, sqlDB: drv.DB(), close: func() { _ = drv.Close() }}, nil
-}
-
-// checkMySQLURL is the config's rule for a mysql:// or mariadb:// URL: it
-// names a host and one database, and its parameters are the Go driver's.
-func checkMySQLURL(database string) string {
-	if _, err := mysql.DSNFromURL(database); err != nil {
-		return "not a valid MariaDB/MySQL URL (mysql://user:password@host:3306/db): " + strings.TrimPrefix(err.Error(), "mensageria/mysql: config url: ")
-	}
-	return ""
 }
 
 // setupMySQL points the demo at a database of its own on the server of

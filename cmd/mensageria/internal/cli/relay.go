@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/kafka"
@@ -198,7 +199,7 @@ func waitAndStopRelay(ctx context.Context, cl *mensageria.Client, srv *http.Serv
 
 // relaySchema checks the schema, or with migrate brings it up, on behalf
 // of the config's app.
-func (a *app) relaySchema(ctx context.Context, b *backend, c *Config, migrate bool, log *slog.Logger) error {
+func (a *app) relaySchema(ctx context.Context, b *backend, c *config.Config, migrate bool, log *slog.Logger) error {
 	mode := driver.MigrateCheck
 	if migrate {
 		mode = driver.MigrateUp
@@ -221,7 +222,7 @@ func (a *app) relaySchema(ctx context.Context, b *backend, c *Config, migrate bo
 
 // relayMetrics builds the relay's metrics, watching the election when
 // there is one; with none, every replica counts as the leader.
-func relayMetrics(b *backend, c *Config, log *slog.Logger) (*metrics, error) {
+func relayMetrics(b *backend, c *config.Config, log *slog.Logger) (*metrics, error) {
 	var el driver.Elector
 	if c.Relay.Election != mensageria.ElectionNone {
 		var err error
