@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,51 +15,23 @@ import (
 	"sync"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/bench"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/mensageriatest/pgserver"
 )
 
-// benchScenarios are the scenarios `bench` knows, in run order.
-var benchScenarios = []string{"drain", "steady", "overhead", "enqueue-check", "wakeup", "http", "backlog", "kafka", "nats", "stress", "tax", "stress-sqlite", "console"}
-
+// benchOptions are the bench command's flags: the scenarios' options, and
+// what the command itself does with them.
 type benchOptions struct {
-	scenarios      []string
-	messages       int
-	duration       time.Duration
-	overheadDur    time.Duration
-	producers      int
-	large          int
-	brokerMessages int
-	batch          int
-	rounds         int
-	pacedFor       time.Duration
-	httpPacedFor   time.Duration // 0: the http scenario's own default
-	checkFor       time.Duration
-	kafkaBrokers   []string
-	kafkaClusters  []string
-	kafkaClaims    []int
-	serveKfake     bool
-	natsURL        string
-	keep           bool
-	asJSON         bool
-
-	stressRate    int
-	stressWarmup  time.Duration
-	stressPhase   time.Duration
-	stressPinned  time.Duration
-	stressLease   time.Duration
-	stressReaders int
-	taxRun        time.Duration
-	taxPaced      time.Duration
-	private       bool
-	stressRelay   bool
-	stressOutbox  []string
-	peer          string
-	riverTuning   string
+	bench.Options
+	serveKfake  bool // run as the kafka scenario's kfake cluster process
+	stressRelay bool // run as the stress scenario's relay process
+	private     bool // a private PostgreSQL server instead of the config's
+	keep        bool // keep the scratch schema
+	asJSON      bool
 }
 
 const benchLong = `bench runs the scenarios behind docs/benchmarks.md against the config's
@@ -185,40 +158,41 @@ func (a *app) benchCommand() *cobra.Command {
 	return cmd
 }
 
-// benchFlags binds the bench command's flags to o.
+// benchFlags binds the bench command's flags to o, with bench's defaults.
 func benchFlags(cmd *cobra.Command, o *benchOptions) {
+	d := bench.DefaultOptions()
 	f := cmd.Flags()
-	f.StringSliceVar(&o.scenarios, "scenario", []string{"drain", "steady", "overhead"}, "scenarios to run: "+strings.Join(benchScenarios, ", "))
-	f.IntVar(&o.messages, "messages", 100000, "drain: backlog size")
-	f.DurationVar(&o.duration, "duration", 20*time.Second, "steady: how long the producers run")
-	f.DurationVar(&o.overheadDur, "overhead-duration", 10*time.Second, "overhead: how long each variant runs")
-	f.IntVar(&o.producers, "producers", 8, "steady: concurrent producers")
-	f.IntVar(&o.large, "backlog-large", 1000000, "backlog: the large backlog (the small one is 10,000)")
-	f.IntVar(&o.brokerMessages, "broker-messages", 30000, "kafka, nats: messages per run")
-	f.IntVar(&o.batch, "batch", 100, "kafka: the relay's claim size")
-	f.IntVar(&o.rounds, "rounds", 3, "kafka, nats, enqueue-check, wakeup: rounds of alternating modes")
-	f.DurationVar(&o.pacedFor, "paced-for", 5*time.Second, "kafka, http: how long each mode's latency phase paces 1,000 msgs/s (http: 10s unless given)")
-	f.DurationVar(&o.checkFor, "check-for", 2*time.Second, "enqueue-check, wakeup: how long each mode enqueues per round")
-	f.StringSliceVar(&o.kafkaBrokers, "kafka-brokers", nil, "kafka: seed brokers (default: kfake clusters, see --kafka-cluster)")
-	f.StringSliceVar(&o.kafkaClusters, "kafka-cluster", []string{bench.KafkaProcess, bench.KafkaInProcess}, "kafka, without --kafka-brokers: kfake run as a process of its own on loopback (process), in this one (in-process), or both")
-	f.IntSliceVar(&o.kafkaClaims, "kafka-claims", bench.KafkaClaims, "kafka: the claim sizes the idempotent and transactional drains are compared at (none: skip)")
+	f.StringSliceVar(&o.Scenarios, "scenario", d.Scenarios, "scenarios to run: "+strings.Join(bench.Scenarios, ", "))
+	f.IntVar(&o.Messages, "messages", d.Messages, "drain: backlog size")
+	f.DurationVar(&o.SteadyFor, "duration", d.SteadyFor, "steady: how long the producers run")
+	f.DurationVar(&o.OverheadFor, "overhead-duration", d.OverheadFor, "overhead: how long each variant runs")
+	f.IntVar(&o.Producers, "producers", d.Producers, "steady: concurrent producers")
+	f.IntVar(&o.BacklogLarge, "backlog-large", d.BacklogLarge, "backlog: the large backlog (the small one is 10,000)")
+	f.IntVar(&o.BrokerMessages, "broker-messages", d.BrokerMessages, "kafka, nats: messages per run")
+	f.IntVar(&o.Batch, "batch", d.Batch, "kafka: the relay's claim size")
+	f.IntVar(&o.Rounds, "rounds", d.Rounds, "kafka, nats, enqueue-check, wakeup: rounds of alternating modes")
+	f.DurationVar(&o.PacedFor, "paced-for", d.PacedFor, "kafka, http: how long each mode's latency phase paces 1,000 msgs/s (http: 10s unless given)")
+	f.DurationVar(&o.CheckFor, "check-for", d.CheckFor, "enqueue-check, wakeup: how long each mode enqueues per round")
+	f.StringSliceVar(&o.KafkaBrokers, "kafka-brokers", d.KafkaBrokers, "kafka: seed brokers (default: kfake clusters, see --kafka-cluster)")
+	f.StringSliceVar(&o.KafkaClusters, "kafka-cluster", d.KafkaClusters, "kafka, without --kafka-brokers: kfake run as a process of its own on loopback (process), in this one (in-process), or both")
+	f.IntSliceVar(&o.KafkaClaims, "kafka-claims", d.KafkaClaims, "kafka: the claim sizes the idempotent and transactional drains are compared at (none: skip)")
 	f.BoolVar(&o.serveKfake, "serve-kfake", false, "internal: run as the kafka scenario's kfake cluster process")
 	_ = f.MarkHidden("serve-kfake")
-	f.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "nats: the server")
-	f.IntVar(&o.stressRate, "stress-rate", 800, "stress: base offered rate, business transactions a second")
-	f.DurationVar(&o.stressWarmup, "stress-warmup", 30*time.Second, "stress: the warmup phase")
-	f.DurationVar(&o.stressPhase, "stress-phase", 90*time.Second, "stress: every other phase but idle-in-tx")
-	f.DurationVar(&o.stressPinned, "stress-pinned", 2*time.Minute, "stress: how long idle-in-tx holds the xmin horizon")
-	f.DurationVar(&o.stressLease, "stress-lease", 0, "stress: the relay's lease (0: its default, 30s)")
-	f.IntVar(&o.stressReaders, "stress-readers", 3, "stress: REPEATABLE READ sessions of the active-readers phase")
-	f.StringSliceVar(&o.stressOutbox, "stress-outbox-set", nil, "stress: storage parameters set on the scratch outbox first (name=value,...), to measure a table setting")
-	f.DurationVar(&o.taxRun, "tax-run", 10*time.Second, "tax: each mode's run per round")
-	f.DurationVar(&o.taxPaced, "tax-paced", 30*time.Second, "tax: the paced run at 80% of the outbox rate")
+	f.StringVar(&o.NatsURL, "nats-url", d.NatsURL, "nats: the server")
+	f.IntVar(&o.StressRate, "stress-rate", d.StressRate, "stress: base offered rate, business transactions a second")
+	f.DurationVar(&o.StressWarmup, "stress-warmup", d.StressWarmup, "stress: the warmup phase")
+	f.DurationVar(&o.StressPhase, "stress-phase", d.StressPhase, "stress: every other phase but idle-in-tx")
+	f.DurationVar(&o.StressPinned, "stress-pinned", d.StressPinned, "stress: how long idle-in-tx holds the xmin horizon")
+	f.DurationVar(&o.StressLease, "stress-lease", d.StressLease, "stress: the relay's lease (0: its default, 30s)")
+	f.IntVar(&o.StressReaders, "stress-readers", d.StressReaders, "stress: REPEATABLE READ sessions of the active-readers phase")
+	f.StringSliceVar(&o.StressOutbox, "stress-outbox-set", d.StressOutbox, "stress: storage parameters set on the scratch outbox first (name=value,...), to measure a table setting")
+	f.DurationVar(&o.TaxRun, "tax-run", d.TaxRun, "tax: each mode's run per round")
+	f.DurationVar(&o.TaxPaced, "tax-paced", d.TaxPaced, "tax: the paced run at 80% of the outbox rate")
 	f.BoolVar(&o.private, "private-server", false, "run the PostgreSQL scenarios on a private server with production defaults, started and removed by bench")
 	f.BoolVar(&o.stressRelay, "stress-relay", false, "internal: run as the stress scenario's relay process")
 	_ = f.MarkHidden("stress-relay")
-	f.StringVar(&o.peer, "peer", "", "run steady, tax and drain for mensageria and for this peer (river), one table of ratios")
-	f.StringVar(&o.riverTuning, "river-tuning", "both", "--peer river: River at its defaults (default), with its fetch tuning (tuned), or both")
+	f.StringVar(&o.Peer, "peer", d.Peer, "run steady, tax and drain for mensageria and for this peer (river), one table of ratios")
+	f.StringVar(&o.RiverTuning, "river-tuning", d.RiverTuning, "--peer river: River at its defaults (default), with its fetch tuning (tuned), or both")
 	f.BoolVar(&o.keep, "keep", false, "keep the scratch schema")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per scenario")
 }
@@ -233,55 +207,14 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 	if o.serveKfake {
 		return bench.ServeKfake(a.io.In, a.io.Out)
 	}
-	for _, k := range o.kafkaClusters {
-		if k != bench.KafkaProcess && k != bench.KafkaInProcess {
-			return usageErr("--kafka-cluster %q: use %s or %s", k, bench.KafkaProcess, bench.KafkaInProcess)
-		}
+	if err := o.Validate(); err != nil {
+		return usageErr("%v", err)
 	}
-	if len(o.kafkaClusters) == 0 {
-		return usageErr("--kafka-cluster: name at least one of %s, %s", bench.KafkaProcess, bench.KafkaInProcess)
-	}
-	for _, c := range o.kafkaClaims {
-		if c < 1 || c > 10000 {
-			return usageErr("--kafka-claims %d: 1..10000", c)
-		}
-	}
-	for _, s := range o.scenarios {
-		if !slices.Contains(benchScenarios, s) {
-			return usageErr("--scenario %q: use %s", s, strings.Join(benchScenarios, ", "))
-		}
-	}
-	switch {
-	case o.brokerMessages < 100:
-		return usageErr("--broker-messages %d: at least 100", o.brokerMessages)
-	case o.batch < 1 || o.batch > o.brokerMessages:
-		return usageErr("--batch %d: 1..--broker-messages", o.batch)
-	case o.rounds < 1:
-		return usageErr("--rounds %d: at least 1", o.rounds)
-	case o.pacedFor < 100*time.Millisecond:
-		return usageErr("--paced-for %s: at least 100ms", o.pacedFor)
-	case o.checkFor < 100*time.Millisecond:
-		return usageErr("--check-for %s: at least 100ms", o.checkFor)
-	case o.stressRate < 1 || o.stressReaders < 1:
-		return usageErr("--stress-rate %d and --stress-readers %d: at least 1", o.stressRate, o.stressReaders)
-	case o.stressWarmup < 100*time.Millisecond || o.stressPhase < 100*time.Millisecond || o.stressPinned < 100*time.Millisecond:
-		return usageErr("--stress-warmup %s, --stress-phase %s, --stress-pinned %s: at least 100ms each", o.stressWarmup, o.stressPhase, o.stressPinned)
-	case o.stressLease != 0 && o.stressLease < time.Second:
-		return usageErr("--stress-lease %s: at least 1s (0: the relay's default)", o.stressLease)
-	case o.taxRun < 100*time.Millisecond || o.taxPaced < 100*time.Millisecond:
-		return usageErr("--tax-run %s, --tax-paced %s: at least 100ms each", o.taxRun, o.taxPaced)
-	}
-	if _, err := o.peers(); err != nil {
-		return err
-	}
-	if err := bench.CheckOutboxSettings(o.stressOutbox); err != nil {
-		return usageErr("--stress-outbox-set: %v", err)
-	}
-	if o.private || onlyPrivate(o.scenarios) {
+	if o.private || o.OwnDatabase() {
 		return a.runBenchPrivate(cmd.Context(), o)
 	}
 	if cmd.Flags().Changed("paced-for") {
-		o.httpPacedFor = o.pacedFor
+		o.HTTPPacedFor = o.PacedFor
 	}
 	c, err := a.loadConfig()
 	if err != nil {
@@ -293,41 +226,10 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 	return a.runBench(cmd.Context(), c, o)
 }
 
-// peers are the peer variants --peer and --river-tuning ask for (none
-// without --peer).
-func (o benchOptions) peers() ([]string, error) {
-	if o.peer == "" {
-		return nil, nil
-	}
-	if o.peer != "river" {
-		return nil, usageErr("--peer %q: the peer is river", o.peer)
-	}
-	switch o.riverTuning {
-	case "both":
-		return []string{bench.PeerRiver, bench.PeerRiverTuned}, nil
-	case "default":
-		return []string{bench.PeerRiver}, nil
-	case "tuned":
-		return []string{bench.PeerRiverTuned}, nil
-	}
-	return nil, usageErr("--river-tuning %q: use both, default or tuned", o.riverTuning)
-}
-
-// onlyPrivate reports whether every scenario asked for brings its own
-// database, so that no config is needed.
-func onlyPrivate(scenarios []string) bool {
-	for _, s := range scenarios {
-		if s != "stress-sqlite" {
-			return false
-		}
-	}
-	return true
-}
-
 // runBenchPrivate runs the scenarios on a private PostgreSQL server (when
 // any needs PostgreSQL), started here and removed afterwards.
 func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
-	if onlyPrivate(o.scenarios) {
+	if o.OwnDatabase() {
 		return a.runScenarios(ctx, nil, bench.Env{}, o)
 	}
 	if !o.asJSON {
@@ -341,10 +243,10 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 	if !o.asJSON {
 		fmt.Fprintf(a.io.Err, "bench: private server at %s (%s)\n", srv.URL, srv.Dir)
 	}
-	return a.runBench(ctx, &Config{Database: srv.URL, Schema: "mensageria"}, o)
+	return a.runBench(ctx, &config.Config{Database: srv.URL, Schema: "mensageria"}, o)
 }
 
-func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
+func (a *app) runBench(ctx context.Context, c *config.Config, o benchOptions) error {
 	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
 	if err != nil {
 		return err
@@ -370,135 +272,28 @@ func (a *app) runBench(ctx context.Context, c *Config, o benchOptions) error {
 	return a.runScenarios(ctx, c, bench.Env{Pool: b.Pool, Schema: schema}, o)
 }
 
-// runScenarios runs the scenarios asked for, in benchScenarios' order, in
-// env (a zero env and no config when only scenarios that bring their own
-// database run).
-func (a *app) runScenarios(ctx context.Context, c *Config, env bench.Env, o benchOptions) error {
-	var err error
-	failed := 0
-	peers, _ := o.peers() // checked by runBenchCommand
-	peerRan := false
-	for _, s := range benchScenarios {
-		if !slices.Contains(o.scenarios, s) {
-			continue
-		}
-		if peers != nil && slices.Contains(bench.PeerScenarios, s) {
-			// One comparison runs every peer scenario asked for, at the
-			// first of them.
-			if peerRan {
-				continue
-			}
-			peerRan = true
-			s = "peer"
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !o.asJSON {
-			fmt.Fprintf(a.io.Err, "bench: running %s...\n", s)
-		}
-		var r bench.Result
-		switch s {
-		case "peer":
-			r, err = bench.PeerCompare(ctx, env, bench.PeerConfig{Peers: peers, Producers: o.producers, SteadyFor: o.duration,
-				TaxRun: o.taxRun, TaxRounds: o.rounds, Messages: o.messages, Scenarios: peerScenarios(o.scenarios)})
-		case "drain":
-			r, err = bench.Drain(ctx, env, o.messages)
-		case "steady":
-			r, err = bench.SteadyState(ctx, env, o.producers, o.duration)
-		case "overhead":
-			r, err = bench.EnqueueOverhead(ctx, env, o.overheadDur)
-		case "enqueue-check":
-			r, err = bench.EnqueueCheck(ctx, env, bench.EnqueueCheckConfig{Rounds: o.rounds, Run: o.checkFor})
-		case "wakeup":
-			r, err = bench.Wakeup(ctx, env, bench.WakeupConfig{Rounds: o.rounds, Run: o.checkFor})
-		case "http":
-			r, err = bench.HTTPEndToEnd(ctx, bench.HTTPEndToEndConfig{Env: env, Messages: o.messages / 2, PacedFor: o.httpPacedFor, Daemon: daemonRelay(c)})
-		case "backlog":
-			r, err = bench.Backlog(ctx, env, 10000, o.large, 10000)
-		case "kafka":
-			var rs []bench.Result
-			rs, err = benchKafka(ctx, env, o)
-			if err == nil {
-				r = rs[len(rs)-1]
-				for _, extra := range rs[:len(rs)-1] {
-					if err := a.writeBench(extra, o.asJSON); err != nil {
-						return err
-					}
-				}
-			}
-		case "nats":
-			r, err = benchNats(ctx, env, o)
-		case "stress":
-			cfg := bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, ReaderSessions: o.stressReaders, OutboxSettings: o.stressOutbox,
-				Phases: bench.StandardStressPhases(o.stressWarmup, o.stressPhase, o.stressPinned), RelayCommand: stressRelayCommand}
-			r, err = bench.Stress(ctx, env, cfg)
-			if err == nil && peers != nil {
-				r, err = a.benchStressPeers(ctx, env, cfg, r, peers, o.asJSON)
-			}
-		case "tax":
-			r, err = bench.OutboxTax(ctx, env, bench.OutboxTaxConfig{Run: o.taxRun, Rounds: o.rounds, PacedFor: o.taxPaced})
-		case "stress-sqlite":
-			r, err = benchStressSQLite(ctx, o)
-		case "console":
-			r, err = bench.Console(ctx, env, bench.ConsoleConfig{})
-		}
-		if err != nil {
-			failed++
-			fmt.Fprintf(a.io.Err, "bench: %s failed: %v\n", s, err)
-			continue
-		}
-		if err := a.writeBench(r, o.asJSON); err != nil {
-			return err
-		}
+// runScenarios runs the scenarios asked for, in bench.Scenarios' order,
+// in env (a zero env and no config when only scenarios that bring their
+// own database run).
+func (a *app) runScenarios(ctx context.Context, c *config.Config, env bench.Env, o benchOptions) error {
+	r := &bench.Runner{Options: o.Options, Env: env, Daemon: daemonRelay(c), RelayCommand: stressRelayCommand,
+		KfakeArgs: []string{"bench", "--serve-kfake"}, Errors: a.io.Err,
+		Write: func(r bench.Result) error { return a.writeBench(r, o.asJSON) }}
+	if !o.asJSON {
+		r.Log = a.io.Err
 	}
-	if failed > 0 {
+	err := r.Run(ctx)
+	if errors.Is(err, bench.ErrScenarioFailed) {
 		return silentExit(ExitFailure)
 	}
-	return nil
-}
-
-// benchStressPeers runs the stress scenario for each peer after
-// mensageria's run m, writes m and each peer's result, and returns the
-// table of them side by side.
-func (a *app) benchStressPeers(ctx context.Context, env bench.Env, cfg bench.StressConfig, m bench.Result, peers []string, asJSON bool) (bench.Result, error) {
-	if err := a.writeBench(m, asJSON); err != nil {
-		return bench.Result{}, err
-	}
-	var rs []bench.Result
-	for _, p := range peers {
-		if !asJSON {
-			fmt.Fprintf(a.io.Err, "bench: running stress for %s...\n", p)
-		}
-		r, err := bench.RiverStress(ctx, env, cfg, p)
-		if err != nil {
-			return bench.Result{}, fmt.Errorf("%s: %w", p, err)
-		}
-		if err := a.writeBench(r, asJSON); err != nil {
-			return bench.Result{}, err
-		}
-		rs = append(rs, r)
-	}
-	return bench.StressPeerCompare(m, rs, cfg.Phases), nil
-}
-
-// peerScenarios are the scenarios of the peer comparison among those
-// asked for.
-func peerScenarios(asked []string) []string {
-	var out []string
-	for _, s := range bench.PeerScenarios {
-		if slices.Contains(asked, s) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return err
 }
 
 // daemonRelay runs the relay command itself, in process, from a config
 // file like an operator's with batch: true on its one HTTP route: the
 // daemon's whole path (config, registry, Sender, hooks, election)
 // measured beside the library's.
-func daemonRelay(c *Config) bench.DaemonRelay {
+func daemonRelay(c *config.Config) bench.DaemonRelay {
 	return func(ctx context.Context, t bench.DaemonTarget) (func() error, error) {
 		dir, err := os.MkdirTemp("", "mensageria-bench-daemon-")
 		if err != nil {
@@ -579,92 +374,6 @@ func stressRelayCommand() *exec.Cmd {
 		exe = os.Args[0]
 	}
 	return exec.Command(exe, "bench", "--stress-relay")
-}
-
-// benchStressSQLite runs the SQLite phases in a temporary directory.
-func benchStressSQLite(ctx context.Context, o benchOptions) (bench.Result, error) {
-	dir, err := os.MkdirTemp("", "mensageria-stress-")
-	if err != nil {
-		return bench.Result{}, err
-	}
-	defer os.RemoveAll(dir)
-	return bench.StressSQLite(ctx, dir, bench.StressConfig{Rate: o.stressRate, Lease: o.stressLease, RelayCommand: stressRelayCommand,
-		Phases: []bench.StressPhase{
-			{Name: "warmup", For: o.stressWarmup, Load: 1},
-			{Name: "clean", For: o.stressPhase, Load: 1},
-			{Name: "crash", For: o.stressPhase, Load: 1, Crash: true},
-		}})
-}
-
-// benchKafka compares the Kafka modes' drains at each of --kafka-claims on
-// each cluster (--kafka-brokers, or kfake as a process of its own and in
-// this one), then runs the relay comparison at --batch and the sink
-// comparison on the first cluster.
-func benchKafka(ctx context.Context, env bench.Env, o benchOptions) ([]bench.Result, error) {
-	type cluster struct {
-		kind    string
-		brokers []string
-	}
-	var clusters []cluster
-	if len(o.kafkaBrokers) > 0 {
-		clusters = append(clusters, cluster{"given", o.kafkaBrokers})
-	}
-	for _, kind := range o.kafkaClusters {
-		if len(o.kafkaBrokers) > 0 {
-			break
-		}
-		switch kind {
-		case bench.KafkaInProcess:
-			c, err := bench.NewKfakeCluster()
-			if err != nil {
-				return nil, fmt.Errorf("in-process Kafka cluster: %w", err)
-			}
-			defer c.Close()
-			clusters = append(clusters, cluster{kind, c.ListenAddrs()})
-		case bench.KafkaProcess:
-			exe, err := os.Executable()
-			if err != nil {
-				return nil, err
-			}
-			p, err := bench.StartKfakeProcess(ctx, exe, "bench", "--serve-kfake")
-			if err != nil {
-				return nil, err
-			}
-			defer p.Stop()
-			clusters = append(clusters, cluster{kind, p.Brokers})
-		}
-	}
-	var out []bench.Result
-	if len(o.kafkaClaims) > 0 {
-		for _, c := range clusters {
-			r, err := bench.KafkaClaimsCompare(ctx, env, c.brokers, c.kind, o.kafkaClaims, o.rounds)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, r)
-		}
-	}
-	brokers := clusters[0].brokers
-	relay, err := bench.KafkaCompare(ctx, env, bench.KafkaCompareConfig{Brokers: brokers, Batch: o.batch,
-		Messages: o.brokerMessages, Rounds: o.rounds, PacedFor: o.pacedFor})
-	if err != nil {
-		return nil, err
-	}
-	relay.Notes += "; on the " + clusters[0].kind + " cluster"
-	sink, err := bench.KafkaSinkCompare(ctx, env, brokers, o.brokerMessages, o.rounds)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, relay, sink), nil
-}
-
-func benchNats(ctx context.Context, env bench.Env, o benchOptions) (bench.Result, error) {
-	nc, err := natsgo.Connect(o.natsURL, natsgo.Timeout(5*time.Second))
-	if err != nil {
-		return bench.Result{}, fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
-	}
-	defer nc.Close()
-	return bench.NatsCompare(ctx, env, nc, o.brokerMessages, o.rounds)
 }
 
 func (a *app) writeBench(r bench.Result, asJSON bool) error {

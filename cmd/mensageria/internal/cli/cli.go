@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
@@ -96,8 +96,8 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	code := ExitUsage // errors cobra raises itself: flags, args, unknown command
 	var ee *exitError
 	var de *daemon.Error
-	var ce *ConfigError
-	var me multiError
+	var ce *config.ConfigError
+	var me config.MultiError
 	switch {
 	case errors.As(err, &ee):
 		code = ee.code
@@ -178,8 +178,8 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		}
 		var ee *exitError
 		var de *daemon.Error
-		var ce *ConfigError
-		var me multiError
+		var ce *config.ConfigError
+		var me config.MultiError
 		var s silentExit
 		if errors.As(err, &ee) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
 			return err
@@ -195,13 +195,13 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 }
 
 // loadConfig reads the --config file.
-func (a *app) loadConfig() (*Config, error) {
+func (a *app) loadConfig() (*config.Config, error) {
 	if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
 		return nil, usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
 	}
-	c, err := LoadConfig(a.configPath, a.io.Env)
+	c, err := config.LoadConfig(a.configPath, a.io.Env)
 	if err != nil {
-		if isReceiveConfig(a.configPath) {
+		if config.IsReceiveFile(a.configPath) {
 			return nil, usageErr("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
 		}
 		return nil, err
@@ -218,34 +218,16 @@ func (a *app) loadConfig() (*Config, error) {
 // a receive daemon's: one file serves every command of a receive-only
 // app. A receive config gives the database, schema and app, and no
 // routes (Config.Receive holds the rest).
-func (a *app) loadOperatorConfig() (*Config, error) {
-	if !isReceiveConfig(a.configPath) {
+func (a *app) loadOperatorConfig() (*config.Config, error) {
+	if !config.IsReceiveFile(a.configPath) {
 		return a.loadConfig()
 	}
-	rc, err := LoadReceiveConfig(a.configPath, a.io.Env)
+	rc, err := config.LoadReceiveConfig(a.configPath, a.io.Env)
 	if err != nil {
 		return nil, err
 	}
 	a.schema = rc.Schema
-	return &Config{File: a.configPath, Database: rc.Database, Schema: rc.Schema, App: rc.App, Receive: rc}, nil
-}
-
-// isReceiveConfig tells a receive daemon's config from a relay's by its
-// top-level keys: consumers: or receive:, and no routes:. A file it cannot
-// read or parse is left to the relay config's loader, which says why.
-func isReceiveConfig(path string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	var top map[string]yaml.Node
-	if yaml.Unmarshal(b, &top) != nil {
-		return false
-	}
-	_, routes := top["routes"]
-	_, consumers := top["consumers"]
-	_, receive := top["receive"]
-	return !routes && (consumers || receive)
+	return config.FromReceive(a.configPath, rc), nil
 }
 
 // exactArgs is cobra.ExactArgs with a usage exit code.

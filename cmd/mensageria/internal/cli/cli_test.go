@@ -141,6 +141,16 @@ relay: {batch: 50, concurrency: 8, lease: 2s, max_attempts: 5, election: leader,
 
 var tokEnv = map[string]string{"TEST_TOKEN": "tok"}
 
+// envOf is an environment of the pairs kv (name, value, ...), for the
+// config's loaders.
+func envOf(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
 func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

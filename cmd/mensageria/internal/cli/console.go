@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 )
@@ -74,7 +75,7 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 		return err
 	}
 	if c.Console == nil {
-		return &ConfigError{File: c.File, Msg: "console: block missing: 'mensageria console' needs at least console: {token: ${MENSAGERIA_CONSOLE_TOKEN}} (docs/config.md#the-web-console)"}
+		return &config.ConfigError{File: c.File, Msg: "console: block missing: 'mensageria console' needs at least console: {token: ${MENSAGERIA_CONSOLE_TOKEN}} (docs/config.md#the-web-console)"}
 	}
 	cc := c.Console
 	addr := o.listen

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 )
 
 func consoleFile(t *testing.T, block string) string {
@@ -126,7 +128,7 @@ func TestDocumentedConsoleExample(t *testing.T) {
 	}
 	ex, _, _ = strings.Cut(ex, "```")
 	env := envOf("MENSAGERIA_CONSOLE_TOKEN", "a-token-of-24-characters", "MENSAGERIA_CONSOLE_PASSWORD", "a long password")
-	c, err := ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/m2m, token: x}\n"+ex), env)
+	c, err := config.ParseConfig("docs/config.md", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/m2m, token: x}\n"+ex), env)
 	if err != nil {
 		t.Fatal(err)
 	}

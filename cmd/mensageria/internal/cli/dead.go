@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
@@ -79,7 +80,7 @@ func oneLine(s string, n int) string {
 // connectInScope connects to the config's current schema and returns the
 // operator's verbs within the scope of a dead or doubt command: the types
 // the catalog gives the config's app, or, with --all-apps, every app's.
-func (a *app) connectInScope(ctx context.Context, allApps bool) (*Config, *daemon.DB, *ops.Ops, error) {
+func (a *app) connectInScope(ctx context.Context, allApps bool) (*config.Config, *daemon.DB, *ops.Ops, error) {
 	c, b, err := a.connectCurrent(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -172,7 +173,7 @@ type DeadPage struct {
 // o.after, as 'dead list' and 'doubt list' do: a type of another app is
 // refused with its owner's name, and an app that owns nothing lists
 // nothing.
-func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*Config, *ops.Page, error) {
+func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*config.Config, *ops.Page, error) {
 	if err := o.check(); err != nil {
 		return nil, nil, err
 	}

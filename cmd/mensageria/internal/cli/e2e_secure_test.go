@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/transport/kafka"
@@ -187,7 +188,7 @@ func prepare(t *testing.T, bin, path string, env []string, n int, types ...strin
 	if r := runBin(t, bin, env, "", "owners", "register", "--config", path); r.code != 0 {
 		t.Fatalf("owners register: %+v", r)
 	}
-	c, err := LoadConfig(path, envLookup(env))
+	c, err := config.LoadConfig(path, envLookup(env))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/guarantee"
 	"github.com/xadm/mensageria/driver"
@@ -101,8 +102,8 @@ type explainOut struct {
 	Routes    []explainRoute   `json:"routes"`
 }
 
-func timingOf(c *Config) explainTiming {
-	cl := c.offlineClient()
+func timingOf(c *config.Config) explainTiming {
+	cl := c.OfflineClient()
 	e := cl.Config()
 	return explainTiming{
 		LeaseSec: e.Lease.Seconds(), MaxAttempts: e.MaxAttempts,
@@ -119,7 +120,7 @@ func timingOf(c *Config) explainTiming {
 // readOwnership reads the catalog entries that concern the config's app:
 // its routed types (whoever owns them) and whatever else it owns. It never
 // creates anything: a SQLite file that does not exist is not opened.
-func readOwnership(ctx context.Context, c *Config) explainOwnership {
+func readOwnership(ctx context.Context, c *config.Config) explainOwnership {
 	if c.Backend() == "sqlite" {
 		if _, err := os.Stat(c.SQLitePath()); err != nil {
 			return explainOwnership{Why: "no database file at " + c.SQLitePath()}
@@ -202,7 +203,7 @@ writes anything.`,
 // deadlineOf says what bounds one delivery of r: the relay cuts every
 // delivery of a claim at the lease's delivery window, and an http request
 // (or probe) at its own timeout before that.
-func deadlineOf(c *Config, r Route) explainDeadline {
+func deadlineOf(c *config.Config, r config.Route) explainDeadline {
 	lease := c.Effective().Lease
 	w := mensageria.DeliveryWindow(lease)
 	d := explainDeadline{DeliveryWindowSec: w.Seconds()}
@@ -245,7 +246,7 @@ func electionName(e mensageria.Election) string {
 	return "leader"
 }
 
-func destination(r Route) string {
+func destination(r config.Route) string {
 	switch r.Transport {
 	case "http":
 		// A query string may carry a gateway's key: it is not shown.
@@ -267,7 +268,7 @@ func destination(r Route) string {
 }
 
 // security says what protects a route's connection.
-func security(r Route) string {
+func security(r config.Route) string {
 	switch r.Transport {
 	case "http":
 		if strings.HasPrefix(r.HTTP.URL, "https://") {
@@ -277,7 +278,7 @@ func security(r Route) string {
 	case "kafka":
 		return kafkaSecurity(r.Kafka)
 	case "nats":
-		d := r.NATS.describe()
+		d := r.NATS.Describe()
 		if d == "" {
 			d = "no credentials"
 		}
@@ -297,7 +298,7 @@ const (
 )
 
 // delivery says how a route's messages travel.
-func delivery(r Route) string {
+func delivery(r config.Route) string {
 	if r.HTTP == nil {
 		return ""
 	}
@@ -334,7 +335,7 @@ func delivery(r Route) string {
 	return fmt.Sprintf("batch: a claim's messages in requests of at most %d messages and %d bytes, each applied in one receiver transaction", items, size)
 }
 
-func writeExplain(w io.Writer, c *Config, out explainOut) {
+func writeExplain(w io.Writer, c *config.Config, out explainOut) {
 	head := fmt.Sprintf("app %s: %d route(s); election %s", out.App, len(out.Routes), out.Election)
 	if out.Election == "leader" {
 		head += " (one active relay per app; a deposed leader is fenced out)."
@@ -403,7 +404,7 @@ func writeTiming(w io.Writer, t explainTiming) {
 		fmt.Sprintf("%s; the inbox records of this app's consumers go after each consumer's own window in the catalog (an Inbox's default %s), other apps' never", delivered, humanDuration(secs(t.DefaultInboxWindowSec))))
 }
 
-func writeOwnership(w io.Writer, c *Config, o explainOwnership) {
+func writeOwnership(w io.Writer, c *config.Config, o explainOwnership) {
 	fmt.Fprintf(w, "\nownership (schema %s)\n", c.Schema)
 	if !o.Read {
 		fmt.Fprint(w, wrap("  ", "  ", "not read: "+o.Why+". The relay records the config's types as app "+c.App+"'s when it starts, and refuses to start if another app owns one."))

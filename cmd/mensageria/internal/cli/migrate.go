@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 )
@@ -144,7 +145,7 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 // printSecuritySQL prints the SQL of docs/security.md that the schema's
 // owner runs after the migrations: a role's grants, the row-level
 // security, or both.
-func (a *app) printSecuritySQL(b *daemon.DB, c *Config, grants, role string, rls bool) error {
+func (a *app) printSecuritySQL(b *daemon.DB, c *config.Config, grants, role string, rls bool) error {
 	if !b.IsPostgres() {
 		return usageErr("--grants and --row-level-security are PostgreSQL's: a SQLite file has no roles (docs/security.md says how to protect it)")
 	}

@@ -12,18 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/transport/kafka"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 	natssender "github.com/xadm/mensageria/transport/nats"
 )
-
-// isMySQL and checkMySQLURL are the config's names for daemon's, which
-// opens databases.
-func isMySQL(database string) bool { return daemon.IsMySQL(database) }
-
-func checkMySQLURL(database string) string { return daemon.CheckMySQLURL(database) }
 
 // newSender builds the Sender of a route, and what closes it. The relay's
 // timing reaches the Senders that need it (a transactional route's
@@ -34,9 +28,9 @@ func checkMySQLURL(database string) string { return daemon.CheckMySQLURL(databas
 // (exit 2) naming what failed; one that cannot be reached is logged and
 // left to the relay's retries, except NATS, whose connection is needed
 // to build the Sender.
-func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensageria.Sender, func(), error) {
+func newSender(ctx context.Context, c *config.Config, r config.Route, log *slog.Logger) (mensageria.Sender, func(), error) {
 	usage := func(err error) error {
-		var ce *ConfigError
+		var ce *config.ConfigError
 		var de *DestinationError
 		if errors.As(err, &ce) || errors.As(err, &de) {
 			return &exitError{code: ExitUsage, err: err}
@@ -56,7 +50,7 @@ func newSender(ctx context.Context, c *Config, r Route, log *slog.Logger) (mensa
 
 // newHTTPSender builds an http: route's Sender, and probes an https://
 // destination with the route's TLS.
-func newHTTPSender(ctx context.Context, c *Config, r Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
+func newHTTPSender(ctx context.Context, c *config.Config, r config.Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
 	h := r.HTTP
 	cfg := m2mhttp.SenderConfig{
 		URL:           h.URL,
@@ -69,7 +63,7 @@ func newHTTPSender(ctx context.Context, c *Config, r Route, log *slog.Logger, us
 		PayloadOnly:   h.PayloadOnly,
 	}
 	if h.TLS != nil {
-		tc, err := h.TLS.load(c.File, time.Now())
+		tc, err := loadClientTLS(h.TLS, c.File, time.Now())
 		if err != nil {
 			return nil, nil, usage(err)
 		}
@@ -100,7 +94,7 @@ func newHTTPSender(ctx context.Context, c *Config, r Route, log *slog.Logger, us
 // newKafkaSender builds a kafka: route's Sender, idempotent or
 // transactional, once the cluster accepted the route's credentials and
 // knows its topic.
-func newKafkaSender(ctx context.Context, c *Config, r Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
+func newKafkaSender(ctx context.Context, c *config.Config, r config.Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
 	opts, err := kafkaOpts(c, r.Kafka)
 	if err != nil {
 		return nil, nil, usage(err)
@@ -134,7 +128,7 @@ func newKafkaSender(ctx context.Context, c *Config, r Route, log *slog.Logger, u
 
 // newNATSSender connects to a nats: route's server and builds its Sender
 // once the stream that holds the subject is found.
-func newNATSSender(ctx context.Context, c *Config, r Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
+func newNATSSender(ctx context.Context, c *config.Config, r config.Route, log *slog.Logger, usage func(error) error) (mensageria.Sender, func(), error) {
 	opts, err := natsOpts(c, r.NATS)
 	if err != nil {
 		return nil, nil, usage(err)
@@ -147,7 +141,7 @@ func newNATSSender(ctx context.Context, c *Config, r Route, log *slog.Logger, us
 		}
 		return nil, nil, fmt.Errorf("route %s (line %d): %s: %w", r.Type, r.Line, destination(r), err)
 	}
-	if d := r.NATS.describe(); d != "" {
+	if d := r.NATS.Describe(); d != "" {
 		log.Info("NATS security checked", "type", r.Type, "destination", destination(r), "security", d)
 	}
 	// The Logger carries the duplicate window's warning, checked at
@@ -180,7 +174,7 @@ func newNATSSender(ctx context.Context, c *Config, r Route, log *slog.Logger, us
 // not exist (auto-creation off), whose name Kafka refuses, or that the
 // client may not use is a DestinationError naming it. A cluster that does
 // not answer is left to checkKafka's line and the relay's retries.
-func checkKafkaTopic(ctx context.Context, r Route, check func(context.Context) error) error {
+func checkKafkaTopic(ctx context.Context, r config.Route, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	err := check(ctx)
@@ -207,7 +201,7 @@ var enqueueOnly = mensageria.SenderFunc(func(context.Context, *mensageria.Delive
 // registry builds the registry of a config's routes, with its Senders (the
 // Client discovers the hooks and settings they need in the registry). With
 // a nil log the Senders are stand-ins, for clients that only enqueue.
-func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Registry, []mensageria.Sender, func(), error) {
+func registry(ctx context.Context, c *config.Config, log *slog.Logger) (*mensageria.Registry, []mensageria.Sender, func(), error) {
 	live := log != nil
 	reg := mensageria.NewRegistry()
 	var senders []mensageria.Sender
@@ -239,7 +233,7 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 		if r.Delivery == mensageria.AtMostOnce {
 			opts = append(opts, mensageria.Mode(mensageria.AtMostOnce))
 			if r.HTTP.Reconcile != nil && live {
-				probe, err := m2mhttp.NewProbe(r.HTTP.Reconcile.probeConfig())
+				probe, err := m2mhttp.NewProbe(r.HTTP.Reconcile.ProbeConfig())
 				if err != nil {
 					closeAll()
 					return nil, nil, nil, fmt.Errorf("route %s (line %d): reconcile: %w", r.Type, r.Line, err)
@@ -256,7 +250,7 @@ func registry(ctx context.Context, c *Config, log *slog.Logger) (*mensageria.Reg
 }
 
 // connect opens the database and an enqueue-only client for a config.
-func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*daemon.DB, *mensageria.Client, error) {
+func connect(ctx context.Context, c *config.Config, mutate func(*mensageria.Config)) (*daemon.DB, *mensageria.Client, error) {
 	reg, _, _, err := registry(ctx, c, nil)
 	if err != nil {
 		return nil, nil, err
@@ -278,24 +272,20 @@ func connect(ctx context.Context, c *Config, mutate func(*mensageria.Config)) (*
 	return b, cl, nil
 }
 
-// nopDriver lets config validation run the library's own checks; New never
-// calls a driver method.
-type nopDriver struct{ driver.Driver }
-
 // connect loads the config and opens its database, checked reachable; the
 // caller closes the backend. A SQLite file must exist: only 'migrate up'
 // (connectCreating) and the daemons create one.
-func (a *app) connect(ctx context.Context) (*Config, *daemon.DB, error) {
+func (a *app) connect(ctx context.Context) (*config.Config, *daemon.DB, error) {
 	return a.connectOpening(ctx, false)
 }
 
 // connectCreating is connect for 'migrate up', which creates a SQLite
 // database that does not exist yet.
-func (a *app) connectCreating(ctx context.Context) (*Config, *daemon.DB, error) {
+func (a *app) connectCreating(ctx context.Context) (*config.Config, *daemon.DB, error) {
 	return a.connectOpening(ctx, true)
 }
 
-func (a *app) connectOpening(ctx context.Context, create bool) (*Config, *daemon.DB, error) {
+func (a *app) connectOpening(ctx context.Context, create bool) (*config.Config, *daemon.DB, error) {
 	c, err := a.loadOperatorConfig()
 	if err != nil {
 		return nil, nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
@@ -148,7 +149,7 @@ func humanDuration(d time.Duration) string {
 // connectCurrent is connect for the commands that read the catalog: the
 // schema must be at this build's version, so that a schema not yet
 // migrated gets one clear message rather than a missing table.
-func (a *app) connectCurrent(ctx context.Context) (*Config, *daemon.DB, error) {
+func (a *app) connectCurrent(ctx context.Context) (*config.Config, *daemon.DB, error) {
 	c, b, err := a.connect(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -160,7 +161,7 @@ func (a *app) connectCurrent(ctx context.Context) (*Config, *daemon.DB, error) {
 	return c, b, nil
 }
 
-func checkSchema(ctx context.Context, c *Config, drv driver.Driver) error {
+func checkSchema(ctx context.Context, c *config.Config, drv driver.Driver) error {
 	res, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
 	if errors.Is(err, driver.ErrSchemaBehind) {
 		return daemon.SchemaBehind(c.Schema, res, "run 'mensageria migrate up' with the config of the app that owns the migrations")
@@ -355,7 +356,7 @@ nothing.`,
 // registerConsumers is owners register with a receive daemon's config:
 // it records the config's consumers, with their windows, as its app's,
 // as the daemon does when it starts.
-func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *Config, asJSON bool) error {
+func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *config.Config, asJSON bool) error {
 	res := make([]driver.Resource, len(c.Receive.Consumers))
 	names := make([]string, len(res))
 	for i, k := range c.Receive.Consumers {

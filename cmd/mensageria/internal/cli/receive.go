@@ -20,9 +20,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/httpguard"
+	"github.com/xadm/mensageria/mensageriaotel"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -72,7 +74,7 @@ its traceparent header (docs/observability.md).`,
 			if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
 				return usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG)", a.configPath)
 			}
-			c, err := LoadReceiveConfig(a.configPath, a.io.Env)
+			c, err := config.LoadReceiveConfig(a.configPath, a.io.Env)
 			if err != nil {
 				return err
 			}
@@ -81,8 +83,7 @@ its traceparent header (docs/observability.md).`,
 				return err
 			}
 			defer tr.Stop(c.ShutdownTimeout, log)
-			c.tracer = tr.Tracer
-			return runReceive(cmd.Context(), c, a.configPath, listen, migrate, log)
+			return runReceive(cmd.Context(), c, tr.Tracer, a.configPath, listen, migrate, log)
 		}),
 	}
 	f := cmd.Flags()
@@ -96,7 +97,9 @@ its traceparent header (docs/observability.md).`,
 
 // receiveDaemon is one running `mensageria receive`.
 type receiveDaemon struct {
-	cfg      *ReceiveConfig
+	cfg *config.ReceiveConfig
+	// tracer, when --trace is on, wraps every consumer's effect.
+	tracer   *mensageriaotel.Tracer
 	b        *daemon.DB
 	rc       *m2mhttp.Receiver
 	creds    *credentials
@@ -106,8 +109,8 @@ type receiveDaemon struct {
 	stopping atomic.Bool
 }
 
-func runReceive(ctx context.Context, c *ReceiveConfig, configPath, healthListen string, migrate bool, log *slog.Logger) error {
-	d := &receiveDaemon{cfg: c, log: log}
+func runReceive(ctx context.Context, c *config.ReceiveConfig, tracer *mensageriaotel.Tracer, configPath, healthListen string, migrate bool, log *slog.Logger) error {
+	d := &receiveDaemon{cfg: c, tracer: tracer, log: log}
 	toks, err := d.loadCredentials()
 	if err != nil {
 		return err
@@ -201,8 +204,8 @@ func (d *receiveDaemon) consumers(configPath string) (reg *mensageria.Registry, 
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if c.tracer != nil {
-			h.Effect = c.tracer.Effect(h.Effect)
+		if d.tracer != nil {
+			h.Effect = d.tracer.Effect(h.Effect)
 		}
 		for _, t := range k.Types {
 			handlers[t] = h
@@ -222,7 +225,7 @@ func (d *receiveDaemon) register(ctx context.Context, reg *mensageria.Registry, 
 	}
 	// The senders' settings are not known here; a relay's defaults are the
 	// usual ones, and a window under their horizon is worth a word.
-	if horizon := (&Config{App: c.App}).offlineClient().RetryHorizon(); horizon > 0 {
+	if horizon := (&config.Config{App: c.App}).OfflineClient().RetryHorizon(); horizon > 0 {
 		for _, k := range c.Consumers {
 			if k.Window < horizon {
 				log.Warn("the consumer's dedup window is shorter than the retry horizon of a relay with the default settings: a message still retried after the window is refused as stale and parked dead at its sender",
@@ -385,7 +388,7 @@ func (d *receiveDaemon) routes(mux *http.ServeMux, deliveries bool) *http.ServeM
 	if !deliveries {
 		return mux
 	}
-	for _, p := range probePaths {
+	for _, p := range config.ProbePaths {
 		// Any other method on a probe is a mistake, not a delivery.
 		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Allow", http.MethodGet)

@@ -11,11 +11,11 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -23,52 +23,10 @@ import (
 // (on SIGHUP, and when its content changes) and the TLS files (on SIGHUP).
 // A reload that fails changes nothing: the daemon goes on with what it had.
 
-// maxTokensFile bounds a tokens file: thousands of tokens, never a log
-// file pointed at by mistake.
-const maxTokensFile = 64 << 10
-
-// TokensFileError is a tokens file that cannot be used, located by line.
-type TokensFileError struct {
-	File   string
-	Line   int // 0 for the file as a whole
-	Reason string
-}
-
-func (e *TokensFileError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("tokens file %s:%d: %s", e.File, e.Line, e.Reason)
-	}
-	return fmt.Sprintf("tokens file %s: %s", e.File, e.Reason)
-}
-
-// ParseTokens reads the content of a tokens file: one token a line, blank
-// lines and lines starting with # ignored, the spaces around a token (and a
-// CR of a Windows line end) trimmed. A line with anything but one token on
-// it is refused, so that a token is never taken only in part.
-func ParseTokens(name string, b []byte) ([]string, error) {
-	if len(b) > maxTokensFile {
-		return nil, &TokensFileError{File: name, Reason: fmt.Sprintf("larger than %d bytes; is it the right file?", maxTokensFile)}
-	}
-	var out []string
-	for i, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if reason := badToken(line); reason != "" {
-			return nil, &TokensFileError{File: name, Line: i + 1, Reason: reason}
-		}
-		if !slices.Contains(out, line) {
-			out = append(out, line)
-		}
-	}
-	return out, nil
-}
-
 // credentials holds what the daemon accepts: the Receiver's tokens and the
 // TLS material, and reloads them.
 type credentials struct {
-	cfg *ReceiveConfig
+	cfg *config.ReceiveConfig
 	rc  *m2mhttp.Receiver
 	log *slog.Logger
 	// reloaded counts reloads by result ("ok", "error").
@@ -87,12 +45,12 @@ func (c *credentials) tokens() ([]string, [sha256.Size]byte, error) {
 	out := slices.Clone(c.cfg.Tokens)
 	var sum [sha256.Size]byte
 	if c.cfg.TokensFile != "" {
-		b, err := readBounded(c.cfg.TokensFile, maxTokensFile)
+		b, err := readBounded(c.cfg.TokensFile, config.MaxTokensFile)
 		if err != nil {
-			return nil, sum, &TokensFileError{File: c.cfg.TokensFile, Reason: err.Error()}
+			return nil, sum, &config.TokensFileError{File: c.cfg.TokensFile, Reason: err.Error()}
 		}
 		sum = sha256.Sum256(b)
-		fromFile, err := ParseTokens(c.cfg.TokensFile, b)
+		fromFile, err := config.ParseTokens(c.cfg.TokensFile, b)
 		if err != nil {
 			return nil, sum, err
 		}
@@ -103,7 +61,7 @@ func (c *credentials) tokens() ([]string, [sha256.Size]byte, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, sum, &TokensFileError{File: c.cfg.TokensFile, Reason: "it holds no token, and receive.tokens none: every request would be refused"}
+		return nil, sum, &config.TokensFileError{File: c.cfg.TokensFile, Reason: "it holds no token, and receive.tokens none: every request would be refused"}
 	}
 	return out, sum, nil
 }
@@ -135,7 +93,7 @@ func (c *credentials) reloadTokens(force bool) {
 }
 
 // loadTLS reads the TLS files into a server config.
-func loadTLS(t *ReceiveTLS) (*tls.Config, error) {
+func loadTLS(t *config.ReceiveTLS) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tls: cert_file %s, key_file %s: %w", t.CertFile, t.KeyFile, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/transport/kafka"
@@ -178,7 +179,7 @@ func waitAndStopRelay(ctx context.Context, cl *mensageria.Client, srv *http.Serv
 
 // relaySchema checks the schema, or with migrate brings it up, on behalf
 // of the config's app.
-func (a *app) relaySchema(ctx context.Context, b *daemon.DB, c *Config, migrate bool, log *slog.Logger) error {
+func (a *app) relaySchema(ctx context.Context, b *daemon.DB, c *config.Config, migrate bool, log *slog.Logger) error {
 	err := daemon.CheckSchema(ctx, b, c.Schema, c.App, migrate, "run 'mensageria migrate up' or start the relay with --migrate", log)
 	var oce *driver.OwnerConflictError
 	if errors.As(err, &oce) {
@@ -189,7 +190,7 @@ func (a *app) relaySchema(ctx context.Context, b *daemon.DB, c *Config, migrate 
 
 // relayMetrics builds the relay's metrics, watching the election when
 // there is one; with none, every replica counts as the leader.
-func relayMetrics(b *daemon.DB, c *Config, log *slog.Logger) (*metrics, error) {
+func relayMetrics(b *daemon.DB, c *config.Config, log *slog.Logger) (*metrics, error) {
 	var el driver.Elector
 	if c.Relay.Election != mensageria.ElectionNone {
 		var err error

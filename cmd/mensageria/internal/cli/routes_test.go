@@ -65,6 +65,6 @@ func TestRouteHealthServed(t *testing.T) {
 }
 
 // emptyOutbox is a driver whose outbox has no rows, for the metrics alone.
-type emptyOutbox struct{ nopDriver }
+type emptyOutbox struct{ driver.Driver }
 
 func (emptyOutbox) Stats(context.Context) ([]driver.TypeStats, error) { return nil, nil }

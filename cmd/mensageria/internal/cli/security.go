@@ -22,13 +22,16 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 )
 
-// load reads the block's files into a client TLS config. Every failure is
-// a *ConfigError naming the key and the file, never the files' contents.
-func (t *TLSConfig) load(file string, now time.Time) (*tls.Config, error) {
+// loadClientTLS reads a tls: block's files into a client TLS config. Every
+// failure is a *ConfigError naming the key and the file, never the files'
+// contents.
+func loadClientTLS(t *config.TLSConfig, file string, now time.Time) (*tls.Config, error) {
 	bad := func(key, format string, args ...any) error {
-		return &ConfigError{File: file, Line: t.Line, Field: t.Field + "." + key, Msg: fmt.Sprintf(format, args...)}
+		return &config.ConfigError{File: file, Line: t.Line, Field: t.Field + "." + key, Msg: fmt.Sprintf(format, args...)}
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
@@ -98,33 +101,8 @@ func appendCerts(pool *x509.CertPool, b []byte) (int, error) {
 	}
 }
 
-// describe says what the block configures, for explain and logs: paths,
-// never contents.
-func (t *TLSConfig) describe() string {
-	if t == nil {
-		return ""
-	}
-	parts := []string{"TLS"}
-	if t.CAFile != "" {
-		parts = append(parts, "CA "+t.CAFile)
-	} else {
-		parts = append(parts, "system CAs")
-	}
-	if t.CertFile != "" {
-		parts = append(parts, "client certificate "+t.CertFile)
-	}
-	return strings.Join(parts, ", ")
-}
-
-func (s *SASLConfig) describe() string {
-	if s == nil {
-		return ""
-	}
-	return "SASL " + s.Mechanism + " as " + s.User
-}
-
-// mechanism is the franz-go SASL mechanism of the block.
-func (s *SASLConfig) mechanism() sasl.Mechanism {
+// saslMechanism is the franz-go SASL mechanism of a sasl: block.
+func saslMechanism(s *config.SASLConfig) sasl.Mechanism {
 	switch s.Mechanism {
 	case "PLAIN":
 		return plain.Auth{User: s.User, Pass: s.Password.Reveal()}.AsMechanism()
@@ -135,33 +113,33 @@ func (s *SASLConfig) mechanism() sasl.Mechanism {
 }
 
 // kafkaOpts are the client options of a Kafka route's security blocks.
-func kafkaOpts(c *Config, k *KafkaRoute) ([]kgo.Opt, error) {
+func kafkaOpts(c *config.Config, k *config.KafkaRoute) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if k.TLS != nil {
-		tc, err := k.TLS.load(c.File, time.Now())
+		tc, err := loadClientTLS(k.TLS, c.File, time.Now())
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	if k.SASL != nil {
-		opts = append(opts, kgo.SASL(k.SASL.mechanism()))
+		opts = append(opts, kgo.SASL(saslMechanism(k.SASL)))
 	}
 	return opts, nil
 }
 
 // natsOpts are the connection options of a NATS route's security keys.
-func natsOpts(c *Config, n *NATSRoute) ([]natsgo.Option, error) {
+func natsOpts(c *config.Config, n *config.NATSRoute) ([]natsgo.Option, error) {
 	var opts []natsgo.Option
 	if n.TLS != nil {
-		tc, err := n.TLS.load(c.File, time.Now())
+		tc, err := loadClientTLS(n.TLS, c.File, time.Now())
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, natsgo.Secure(tc))
 	}
-	field := func(key string) *ConfigError {
-		return &ConfigError{File: c.File, Line: n.Line, Field: n.Field + "." + key}
+	field := func(key string) *config.ConfigError {
+		return &config.ConfigError{File: c.File, Line: n.Line, Field: n.Field + "." + key}
 	}
 	switch {
 	case n.CredsFile != "":
@@ -217,22 +195,6 @@ func checkCreds(path string) error {
 	return nil
 }
 
-func (n *NATSRoute) describe() string {
-	var parts []string
-	if d := n.TLS.describe(); d != "" {
-		parts = append(parts, d)
-	}
-	switch {
-	case n.CredsFile != "":
-		parts = append(parts, "credentials "+n.CredsFile)
-	case n.NkeyFile != "":
-		parts = append(parts, "nkey "+n.NkeyFile)
-	case n.User != "":
-		parts = append(parts, "user "+n.User)
-	}
-	return strings.Join(parts, ", ")
-}
-
 // httpClient is the client of an https route with a tls: block, tuned as
 // m2mhttp's own default client is: as many idle connections kept as
 // requests may be in flight.
@@ -272,7 +234,7 @@ const probeTimeout = 10 * time.Second
 // route's TLS and sends a HEAD request (a receiver answers it 405, and no
 // message travels): a refused certificate, either way, is a
 // DestinationError; an unreachable receiver is only logged.
-func checkHTTPS(ctx context.Context, r Route, client *http.Client, log *slog.Logger) error {
+func checkHTTPS(ctx context.Context, r config.Route, client *http.Client, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, r.HTTP.URL, nil)
@@ -294,11 +256,11 @@ func checkHTTPS(ctx context.Context, r Route, client *http.Client, log *slog.Log
 	return nil
 }
 
-func tlsDescription(t *TLSConfig) string {
+func tlsDescription(t *config.TLSConfig) string {
 	if t == nil {
 		return "TLS, system CAs"
 	}
-	return t.describe()
+	return t.Describe()
 }
 
 // unwrapURL drops net/http's "Head \"url\":" prefix: the route is named
@@ -314,7 +276,7 @@ func unwrapURL(err error) error {
 // tlsRefusal tells a TLS failure (the relay's config or the server's
 // certificate is wrong) from the rest, and says which in the operator's
 // words.
-func tlsRefusal(err error, t *TLSConfig) (string, bool) {
+func tlsRefusal(err error, t *config.TLSConfig) (string, bool) {
 	ca := "the system's CAs (set tls.ca_file to the CA that signed it)"
 	if t != nil && t.CAFile != "" {
 		ca = "ca_file " + t.CAFile
@@ -350,7 +312,7 @@ func tlsRefusal(err error, t *TLSConfig) (string, bool) {
 // connection was closed without an answer twice in a row: with SASL
 // configured, that is how a broker refuses the credentials after the
 // handshake (kfake does so, and so does Kafka when it gives no error code).
-func kafkaRefusal(err error, k *KafkaRoute, eofTwice bool) (string, bool) {
+func kafkaRefusal(err error, k *config.KafkaRoute, eofTwice bool) (string, bool) {
 	if reason, ok := tlsRefusal(err, k.TLS); ok {
 		return reason, true
 	}
@@ -386,7 +348,7 @@ func kafkaRefusal(err error, k *KafkaRoute, eofTwice bool) (string, bool) {
 // checkKafka asks the route's cluster for its metadata with the route's
 // TLS and SASL, on a client of its own: refused credentials are a
 // DestinationError; an unreachable cluster is only logged.
-func checkKafka(ctx context.Context, r Route, opts []kgo.Opt, log *slog.Logger) error {
+func checkKafka(ctx context.Context, r config.Route, opts []kgo.Opt, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	ping := func() error {
@@ -418,12 +380,12 @@ func checkKafka(ctx context.Context, r Route, opts []kgo.Opt, log *slog.Logger) 
 	return nil
 }
 
-func kafkaSecurity(k *KafkaRoute) string {
+func kafkaSecurity(k *config.KafkaRoute) string {
 	var parts []string
-	if d := k.TLS.describe(); d != "" {
+	if d := k.TLS.Describe(); d != "" {
 		parts = append(parts, d)
 	}
-	if d := k.SASL.describe(); d != "" {
+	if d := k.SASL.Describe(); d != "" {
 		parts = append(parts, d)
 	}
 	if len(parts) == 0 {
@@ -434,7 +396,7 @@ func kafkaSecurity(k *KafkaRoute) string {
 
 // natsRefusal tells a NATS connect error that is the server refusing the
 // route's TLS or credentials.
-func natsRefusal(err error, n *NATSRoute) (string, bool) {
+func natsRefusal(err error, n *config.NATSRoute) (string, bool) {
 	if reason, ok := tlsRefusal(err, n.TLS); ok {
 		return reason, true
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 )
 
 // A tls: block's files are checked when they are read, each failure a
@@ -28,34 +30,34 @@ func TestTLSFilesChecked(t *testing.T) {
 	notPEM := file("notpem.pem", "just text\n")
 	brokenPEM := file("broken.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
 
-	tc, err := (&TLSConfig{CAFile: ca.CAFile, CertFile: good.CertFile, KeyFile: good.KeyFile}).load("m.yaml", time.Now())
+	tc, err := loadClientTLS(&config.TLSConfig{CAFile: ca.CAFile, CertFile: good.CertFile, KeyFile: good.KeyFile}, "m.yaml", time.Now())
 	if err != nil || tc.RootCAs == nil || len(tc.Certificates) != 1 {
 		t.Fatalf("good files: %v %+v", err, tc)
 	}
-	if tc, err := (&TLSConfig{}).load("m.yaml", time.Now()); err != nil || tc.RootCAs != nil {
+	if tc, err := loadClientTLS(&config.TLSConfig{}, "m.yaml", time.Now()); err != nil || tc.RootCAs != nil {
 		t.Fatalf("an empty block (the system's CAs): %v", err)
 	}
 	cases := []struct {
 		name  string
-		tls   TLSConfig
+		tls   config.TLSConfig
 		field string
 		msg   string
 	}{
-		{"missing CA file", TLSConfig{CAFile: filepath.Join(dir, "nope.pem")}, "ca_file", "no such file"},
-		{"CA file without PEM", TLSConfig{CAFile: notPEM}, "ca_file", "holds no PEM certificate"},
-		{"CA file with a broken certificate", TLSConfig{CAFile: brokenPEM}, "ca_file", "certificate 1:"},
-		{"missing cert file", TLSConfig{CertFile: filepath.Join(dir, "nope.pem"), KeyFile: good.KeyFile}, "cert_file", "no such file"},
-		{"missing key file", TLSConfig{CertFile: good.CertFile, KeyFile: filepath.Join(dir, "nope.key")}, "key_file", "no such file"},
-		{"key of another certificate", TLSConfig{CertFile: good.CertFile, KeyFile: other.client(t, "x").KeyFile}, "cert_file", "private key does not match public key"},
-		{"cert file that is a key", TLSConfig{CertFile: good.KeyFile, KeyFile: good.KeyFile}, "cert_file", "failed to find"},
-		{"expired client certificate", TLSConfig{CertFile: expired.CertFile, KeyFile: expired.KeyFile}, "cert_file", "expired on"},
-		{"client certificate not valid yet", TLSConfig{CertFile: future.CertFile, KeyFile: future.KeyFile}, "cert_file", "is not valid before"},
+		{"missing CA file", config.TLSConfig{CAFile: filepath.Join(dir, "nope.pem")}, "ca_file", "no such file"},
+		{"CA file without PEM", config.TLSConfig{CAFile: notPEM}, "ca_file", "holds no PEM certificate"},
+		{"CA file with a broken certificate", config.TLSConfig{CAFile: brokenPEM}, "ca_file", "certificate 1:"},
+		{"missing cert file", config.TLSConfig{CertFile: filepath.Join(dir, "nope.pem"), KeyFile: good.KeyFile}, "cert_file", "no such file"},
+		{"missing key file", config.TLSConfig{CertFile: good.CertFile, KeyFile: filepath.Join(dir, "nope.key")}, "key_file", "no such file"},
+		{"key of another certificate", config.TLSConfig{CertFile: good.CertFile, KeyFile: other.client(t, "x").KeyFile}, "cert_file", "private key does not match public key"},
+		{"cert file that is a key", config.TLSConfig{CertFile: good.KeyFile, KeyFile: good.KeyFile}, "cert_file", "failed to find"},
+		{"expired client certificate", config.TLSConfig{CertFile: expired.CertFile, KeyFile: expired.KeyFile}, "cert_file", "expired on"},
+		{"client certificate not valid yet", config.TLSConfig{CertFile: future.CertFile, KeyFile: future.KeyFile}, "cert_file", "is not valid before"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.tls.Field, tc.tls.Line = "routes[0].kafka.tls", 7
-			_, err := tc.tls.load("m.yaml", time.Now())
-			var ce *ConfigError
+			_, err := loadClientTLS(&tc.tls, "m.yaml", time.Now())
+			var ce *config.ConfigError
 			if !errors.As(err, &ce) || ce.Field != "routes[0].kafka.tls."+tc.field || ce.Line != 7 || !strings.Contains(ce.Msg, tc.msg) || !strings.HasPrefix(err.Error(), "m.yaml:7: ") {
 				t.Fatalf("got %v, want a config error on %s containing %q", err, tc.field, tc.msg)
 			}
@@ -78,20 +80,20 @@ func TestNATSCredentialFilesChecked(t *testing.T) {
 	if err := os.WriteFile(creds, []byte("-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &Config{File: "m.yaml"}
+	c := &config.Config{File: "m.yaml"}
 	for _, tc := range []struct {
-		n     NATSRoute
+		n     config.NATSRoute
 		field string
 		msg   string
 	}{
-		{NATSRoute{NkeyFile: seed}, "nkey_file", "not an nkey seed file"},
-		{NATSRoute{NkeyFile: filepath.Join(dir, "nope.nk")}, "nkey_file", "no such file"},
-		{NATSRoute{CredsFile: creds}, "creds_file", "no \"BEGIN USER NKEY SEED\" section"},
-		{NATSRoute{CredsFile: filepath.Join(dir, "nope.creds")}, "creds_file", "no such file"},
+		{config.NATSRoute{NkeyFile: seed}, "nkey_file", "not an nkey seed file"},
+		{config.NATSRoute{NkeyFile: filepath.Join(dir, "nope.nk")}, "nkey_file", "no such file"},
+		{config.NATSRoute{CredsFile: creds}, "creds_file", "no \"BEGIN USER NKEY SEED\" section"},
+		{config.NATSRoute{CredsFile: filepath.Join(dir, "nope.creds")}, "creds_file", "no such file"},
 	} {
 		tc.n.Field, tc.n.Line = "routes[2].nats", 12
 		_, err := natsOpts(c, &tc.n)
-		var ce *ConfigError
+		var ce *config.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "routes[2].nats."+tc.field || !strings.Contains(ce.Msg, tc.msg) {
 			t.Errorf("%+v: got %v, want %s: ...%s", tc.n, err, tc.field, tc.msg)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
@@ -103,7 +104,7 @@ type Status struct {
 	Types    []StatusType   `json:"types"`
 }
 
-func collectStatus(ctx context.Context, c *Config, drv driver.Driver) (*Status, error) {
+func collectStatus(ctx context.Context, c *config.Config, drv driver.Driver) (*Status, error) {
 	o := ops.New(drv, ops.ForApps(c.App))
 	counts, err := o.Count(ctx) // the outbox's only: status shows no inbox queue
 	if err != nil {

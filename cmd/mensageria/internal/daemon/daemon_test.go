@@ -96,15 +96,6 @@ func TestOpenRefusesABadURL(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "database: ") || exitCode(t, err) != ExitUsage {
 		t.Fatalf("%v, want a usage error", err)
 	}
-	if !IsMySQL("mariadb://root@h/db") || !IsMySQL("mysql://root@h/db") || IsMySQL("postgres://h/db") {
-		t.Fatal("IsMySQL")
-	}
-	if why := CheckMySQLURL("mysql://app:s3cret@h:3306/"); why == "" || strings.Contains(why, "s3cret") {
-		t.Fatalf("a URL without a database: %q", why)
-	}
-	if why := CheckMySQLURL("mysql://app:s3cret@h:3306/orders"); why != "" {
-		t.Fatalf("a good URL: %q", why)
-	}
 }
 
 func TestHealthMuxAndProbe(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 )
@@ -40,7 +41,7 @@ func Open(ctx context.Context, database, schema string, create bool) (*DB, error
 	if path, ok := strings.CutPrefix(database, "sqlite:"); ok && path != "" {
 		return openSQLiteFile(path, schema, create)
 	}
-	if IsMySQL(database) {
+	if config.IsMySQL(database) {
 		return openMySQL(database, schema)
 	}
 	pcfg, err := pgxpool.ParseConfig(database)

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/driver"
 )
@@ -164,7 +165,7 @@ func (d *demo) setup(ctx context.Context) error {
 		d.effects, d.orders = "demo_effects", "demo_orders"
 		d.newConn = func() (*daemon.DB, error) { return daemon.Open(ctx, "sqlite:"+path, d.schema, true) }
 		d.label = "SQLite"
-	} else if daemon.IsMySQL(d.opt.DB) {
+	} else if config.IsMySQL(d.opt.DB) {
 		if err := d.setupMySQL(ctx); err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/cli"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -312,13 +313,13 @@ func TestComposeExample(t *testing.T) {
 		}
 		switch name {
 		case "relay":
-			c, err := cli.LoadConfig(host, lookup)
+			c, err := config.LoadConfig(host, lookup)
 			if err != nil {
 				t.Fatalf("%s: %v", host, err)
 			}
 			loaded[name] = c
 		case "receive":
-			c, err := cli.LoadReceiveConfig(host, lookup)
+			c, err := config.LoadReceiveConfig(host, lookup)
 			if err != nil {
 				t.Fatalf("%s: %v", host, err)
 			}
@@ -349,8 +350,8 @@ func TestComposeExample(t *testing.T) {
 		}
 		parseArgs(t, test[1+1:])
 	}
-	relay := loaded["relay"].(*cli.Config)
-	receive := loaded["receive"].(*cli.ReceiveConfig)
+	relay := loaded["relay"].(*config.Config)
+	receive := loaded["receive"].(*config.ReceiveConfig)
 	if len(relay.Routes) == 0 || relay.Routes[0].HTTP == nil {
 		t.Fatalf("the relay config has no http route")
 	}

@@ -1,4 +1,4 @@
-package cli
+package config
 
 import (
 	"errors"
@@ -11,17 +11,15 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/mensageriaotel"
 	"github.com/xadm/mensageria/redact"
 )
 
 // ReceiveConfig is a validated config file of `mensageria receive`
 // (docs/config.md, "Receive").
 type ReceiveConfig struct {
-	// tracer, when --trace is on, wraps every consumer's effect; it is
-	// not read from the file.
-	tracer *mensageriaotel.Tracer
 	// Database is a postgres:// (or postgresql://) URL, a mysql:// (or
 	// mariadb://) URL, or sqlite:PATH:
 	// the receiving app's database, where the inbox queue lives.
@@ -90,8 +88,9 @@ const (
 	defaultReceivePurgeInterval = time.Minute
 )
 
-// probePaths are served by the daemon itself, never taken as deliveries.
-var probePaths = []string{"/healthz", "/readyz", "/metrics"}
+// ProbePaths are served by the daemon itself, never taken as deliveries:
+// receive.path may not be one of them.
+var ProbePaths = []string{"/healthz", "/readyz", "/metrics"}
 
 // ConsumerOf returns the consumer that takes typ.
 func (c *ReceiveConfig) ConsumerOf(typ string) (ReceiveConsumer, bool) {
@@ -163,6 +162,31 @@ func LoadReceiveConfig(path string, env func(string) (string, bool)) (*ReceiveCo
 	return ParseReceiveConfig(path, b, env)
 }
 
+// IsReceiveFile tells a receive daemon's config from a relay's by its
+// top-level keys: consumers: or receive:, and no routes:. A file it cannot
+// read or parse is left to the relay config's loader, which says why.
+func IsReceiveFile(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]yaml.Node
+	if yaml.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, routes := top["routes"]
+	_, consumers := top["consumers"]
+	_, receive := top["receive"]
+	return !routes && (consumers || receive)
+}
+
+// FromReceive is the config an operator command (status, migrate, owners,
+// dead, doubt) reads from a receive daemon's file: its database, schema
+// and app, no routes, and the receive config itself in Receive.
+func FromReceive(file string, rc *ReceiveConfig) *Config {
+	return &Config{File: file, Database: rc.Database, Schema: rc.Schema, App: rc.App, Receive: rc}
+}
+
 // ParseReceiveConfig decodes and validates the bytes of a receive config
 // file named name.
 func ParseReceiveConfig(name string, data []byte, env func(string) (string, bool)) (*ReceiveConfig, error) {
@@ -232,7 +256,7 @@ func (p *parser) checkDatabase(db string) error {
 		if strings.TrimPrefix(db, "sqlite:") == "" {
 			return p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/app.db")
 		}
-	case isMySQL(db):
+	case IsMySQL(db):
 		if why := checkMySQLURL(db); why != "" {
 			return p.errAt([]any{"database"}, "%s", why)
 		}
@@ -334,7 +358,7 @@ func (p *parser) receiveAddress(r *rawReceive, c *ReceiveConfig, do func(func() 
 		case !strings.HasPrefix(c.Path, "/") || strings.ContainsAny(c.Path, "?#{} \t") || !isPrintableASCII(c.Path):
 			return p.errAt(receiveKey("path"), "%q must be a URL path starting with / (no query, no spaces)", c.Path)
 		}
-		for _, pp := range probePaths {
+		for _, pp := range ProbePaths {
 			if c.Path == pp {
 				return p.errAt(receiveKey("path"), "%s is the daemon's own probe; deliveries need another path", pp)
 			}

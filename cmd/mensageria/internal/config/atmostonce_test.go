@@ -1,4 +1,4 @@
-package cli
+package config
 
 import (
 	"errors"
@@ -47,9 +47,6 @@ func TestParseConfigAtMostOnce(t *testing.T) {
 	}
 	if got := c.ClientConfig().ReconcileInterval; got != 30*time.Second {
 		t.Fatalf("reconcile_interval = %s", got)
-	}
-	if _, _, _, err := registry(t.Context(), c, nil); err != nil {
-		t.Fatalf("the enqueue-only registry of the config: %v", err)
 	}
 }
 

@@ -1,7 +1,6 @@
-package cli
+package config
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,8 +171,9 @@ routes:
 	}
 }
 
-// max_rate and the breaker's figures reach the library: the route option
-// in the registry the relay builds, the relay's effective config.
+// max_rate and the breaker's figures reach the library: the route's
+// MaxRate (the registry's route option, cli's TestRegistryOfTheConfig),
+// the relay's effective config.
 func TestParseConfigFlowControl(t *testing.T) {
 	in := `database: sqlite:/tmp/x.db
 app: a
@@ -195,16 +195,6 @@ relay: {route_failure_threshold: 3, route_pause: 2s, route_pause_max: 30s, retry
 	e := c.Effective()
 	if e.RouteFailureThreshold != 3 || e.RoutePause != 2*time.Second || e.RoutePauseMax != 30*time.Second || e.RetryAfterCeiling != 15*time.Minute {
 		t.Fatalf("effective: %+v", e)
-	}
-	reg, _, _, err := registry(context.Background(), c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := reg.Route("lento"); r.MaxRate != 2.5 {
-		t.Fatalf("registry route: %+v", r)
-	}
-	if r, _ := reg.Route("livre"); r.MaxRate != 0 {
-		t.Fatalf("registry route: %+v", r)
 	}
 	// Without the keys, the library's defaults.
 	d, err := ParseConfig("m.yaml", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\n"), envOf())
@@ -446,7 +436,7 @@ func TestElectionAdvisoryIsADeprecatedAliasOfLeader(t *testing.T) {
 // mensageria.ErrConfig.
 func TestSeveralConfigErrorsAreErrConfig(t *testing.T) {
 	_, err := ParseConfig("m.yaml", []byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: http://h/, token: x}\nrelay: {batch: [1], lease: [2]}\n"), envOf())
-	var m multiError
+	var m MultiError
 	if !errors.As(err, &m) || len(m) < 2 {
 		t.Fatalf("got %T %v, want several located errors", err, err)
 	}

@@ -1,4 +1,12 @@
-package cli
+// Package config is the mensageria command's YAML configuration: the
+// relay's file (routes, the relay: block, the console: block) and the
+// receive daemon's (the receive: block and its consumers), decoded into
+// typed values and validated, every mistake located by file, line and
+// key path (docs/config.md). It reads files only to decode them: the
+// files a config names (certificates, tokens, credentials) are read by the
+// daemons when they start, and nothing here opens a database or a
+// connection.
+package config
 
 import (
 	"bytes"
@@ -21,6 +29,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -43,8 +52,8 @@ type Config struct {
 	// located as an error would be; the command prints them and goes on.
 	Warnings []string
 	// Receive is the receive daemon's config this one was read from, when
-	// an operator command was given one (loadOperatorConfig): its
-	// database, schema and app, no routes. Nil for a relay's config.
+	// an operator command was given one (FromReceive): its database,
+	// schema and app, no routes. Nil for a relay's config.
 	Receive *ReceiveConfig
 }
 
@@ -188,7 +197,7 @@ func (c *Config) Backend() string {
 	if strings.HasPrefix(c.Database, "sqlite:") {
 		return "sqlite"
 	}
-	if isMySQL(c.Database) {
+	if IsMySQL(c.Database) {
 		return "mysql"
 	}
 	return "postgres"
@@ -241,18 +250,23 @@ func (c *Config) ClientConfig() mensageria.Config {
 
 // Effective is the library config the file describes with every default
 // filled in, by the library itself: the figures the relay really runs with.
-func (c *Config) Effective() mensageria.Config { return c.offlineClient().Config() }
+func (c *Config) Effective() mensageria.Config { return c.OfflineClient().Config() }
 
-// offlineClient is a client of the config that never touches a database,
-// for the figures the library derives from it.
-func (c *Config) offlineClient() *mensageria.Client {
+// OfflineClient is a client of the config that never touches a database,
+// for the figures the library derives from it (its effective config, its
+// retry horizon). It panics on a config ParseConfig would refuse.
+func (c *Config) OfflineClient() *mensageria.Client {
 	cc := c.ClientConfig()
 	cl, err := mensageria.New(nopDriver{}, &cc)
 	if err != nil {
-		panic("cli: a parsed config the library refuses: " + err.Error()) // ParseConfig ran the same check
+		panic("config: a parsed config the library refuses: " + err.Error()) // ParseConfig ran the same check
 	}
 	return cl
 }
+
+// nopDriver lets validation run the library's own checks; New never calls
+// a driver method.
+type nopDriver struct{ driver.Driver }
 
 // ConfigError is a config file mistake, located by line.
 type ConfigError struct {
@@ -494,13 +508,15 @@ func (p *parser) yamlErr(err error) error {
 	if len(out) == 1 {
 		return out[0]
 	}
-	return multiError(out)
+	return MultiError(out)
 }
 
-// multiError joins several located errors, one per line.
-type multiError []*ConfigError
+// MultiError is several located errors of one file (YAML's type errors),
+// one per line. Each is a *ConfigError, so errors.As finds the first and
+// errors.Is(err, mensageria.ErrConfig) holds.
+type MultiError []*ConfigError
 
-func (m multiError) Error() string {
+func (m MultiError) Error() string {
 	s := make([]string, len(m))
 	for i, e := range m {
 		s[i] = e.Error()
@@ -508,7 +524,7 @@ func (m multiError) Error() string {
 	return strings.Join(s, "\n")
 }
 
-func (m multiError) Unwrap() []error {
+func (m MultiError) Unwrap() []error {
 	out := make([]error, len(m))
 	for i, e := range m {
 		out[i] = e
@@ -516,9 +532,13 @@ func (m multiError) Unwrap() []error {
 	return out
 }
 
+// rawPkg is how yaml.v3 names this package in its messages ("config."),
+// before the raw types.
+var rawPkg = strings.TrimSuffix(reflect.TypeFor[rawConfig]().String(), "rawConfig")
+
 func friendlyUnmarshal(msg string) string {
 	switch {
-	case strings.Contains(msg, "into []cli.rawRoute"):
+	case strings.Contains(msg, "into []"+rawPkg+"rawRoute"):
 		return "routes must be a list (each item starting with '- type: ...')"
 	case strings.Contains(msg, "into []string"):
 		return "expected a list here ([a, b] or '- a' lines)"
@@ -526,7 +546,7 @@ func friendlyUnmarshal(msg string) string {
 		return "expected a single value or a mapping here, found a list"
 	case strings.Contains(msg, "!!map into"):
 		return "expected a single value or a list here, found a mapping"
-	case strings.Contains(msg, "into cli.raw"):
+	case strings.Contains(msg, "into "+rawPkg+"raw"):
 		return "expected a mapping (key: value lines) here"
 	}
 	return msg
@@ -880,7 +900,7 @@ func (p *parser) database(raw *rawConfig, c *Config) error {
 		if strings.TrimPrefix(c.Database, "sqlite:") == "" {
 			return p.errAt([]any{"database"}, "sqlite: needs a file path, e.g. sqlite:/var/lib/app/mensageria.db")
 		}
-	case isMySQL(c.Database):
+	case IsMySQL(c.Database):
 		if why := checkMySQLURL(c.Database); why != "" {
 			return p.errAt([]any{"database"}, "%s", why)
 		}
@@ -1438,7 +1458,7 @@ func (p *parser) onceFields(i int, r Route, h *HTTPRoute, rh *rawHTTP, at func(s
 		return err
 	}
 	// The library's own checks, located at the block.
-	if _, err := m2mhttp.NewProbe(pr.probeConfig()); err != nil {
+	if _, err := m2mhttp.NewProbe(pr.ProbeConfig()); err != nil {
 		var ce *mensageria.ConfigError
 		if errors.As(err, &ce) {
 			return p.errAt(base, "%s", ce.Reason)
@@ -1449,7 +1469,8 @@ func (p *parser) onceFields(i int, r Route, h *HTTPRoute, rh *rawHTTP, at func(s
 	return nil
 }
 
-func (pr *ReconcileProbe) probeConfig() m2mhttp.ProbeConfig {
+// ProbeConfig is the m2mhttp probe the block describes.
+func (pr *ReconcileProbe) ProbeConfig() m2mhttp.ProbeConfig {
 	return m2mhttp.ProbeConfig{URL: pr.URL, Token: pr.Token.Reveal(), Applied: pr.Applied, NotApplied: pr.NotApplied, Timeout: pr.Timeout}
 }
 

@@ -1,4 +1,4 @@
-package cli
+package config
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ func FuzzReceiveConfig(f *testing.F) {
 		c, err := ParseReceiveConfig("f.yaml", data, env)
 		if err != nil {
 			var ce *ConfigError
-			var me multiError
+			var me MultiError
 			if !errors.As(err, &ce) && !errors.As(err, &me) {
 				t.Fatalf("error %T is not a config error: %v", err, err)
 			}

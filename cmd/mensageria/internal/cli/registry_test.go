@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
+)
+
+// The registry the relay builds from a config carries each route's
+// max_rate, and an at-most-once route builds (with its probe) beside an
+// at-least-once one. The config's own checks are internal/config's tests
+// (TestParseConfigFlowControl, TestParseConfigAtMostOnce).
+func TestRegistryOfTheConfig(t *testing.T) {
+	c, err := config.ParseConfig("m.yaml", []byte(`database: sqlite:/tmp/x.db
+app: a
+routes:
+  - type: lento
+    max_rate: 2.5
+    http: {url: http://h/, token: x}
+  - type: livre
+    http: {url: http://h/, token: x}
+`), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _, _, err := registry(t.Context(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := reg.Route("lento"); r.MaxRate != 2.5 {
+		t.Fatalf("registry route: %+v", r)
+	}
+	if r, _ := reg.Route("livre"); r.MaxRate != 0 {
+		t.Fatalf("registry route: %+v", r)
+	}
+
+	once, err := config.ParseConfig("m.yaml", []byte(`database: sqlite:/tmp/x.db
+app: integrador
+routes:
+  - type: lancamento.criado
+    delivery: at_most_once
+    http:
+      url: https://legado.internal/api/v1/lancamentos
+      token: ${LEGACY_TOKEN}
+      payload_only: true
+      not_applied: [503, "502"]
+      reconcile:
+        url: https://legado.internal/api/v1/lancamentos/{key}
+        not_applied: [404, 410]
+        timeout: 3s
+  - type: pedido.criado
+    http: {url: http://127.0.0.1:8081/m2m, token: t}
+relay: {reconcile_interval: 30s}
+`), envOf("LEGACY_TOKEN", "leg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := registry(t.Context(), once, nil); err != nil {
+		t.Fatalf("the enqueue-only registry of the config: %v", err)
+	}
+}
