@@ -40,9 +40,9 @@ bench: services
 fuzz: services
 	@bash scripts/fuzz.sh
 
-## chaos: the fault-injection suite, short profile, verbose (docs/reliability.md)
+## chaos: the fault-injection suite, short profile, verbose, on PostgreSQL and on MariaDB (docs/reliability.md)
 chaos: services
-	$(GO) test -count=1 -v -run 'TestChaos$$' -timeout 15m ./cmd/mensageria/internal/chaos/
+	$(GO) test -count=1 -v -run 'TestChaos(MariaDB)?$$' -timeout 25m ./cmd/mensageria/internal/chaos/
 
 ## chaos-long: the fault-injection suite with 1,000,000 messages
 chaos-long: services

@@ -65,5 +65,5 @@ func profileFromEnv(t *testing.T) profile {
 // nemesis and fails on any broken promise (docs/reliability.md).
 func TestChaos(t *testing.T) {
 	testdb.Long(t, "fault-injection")
-	runChaos(t, profileFromEnv(t))
+	runChaos(t, profileFromEnv(t), startPG(t))
 }

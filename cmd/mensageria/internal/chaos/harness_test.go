@@ -24,7 +24,6 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -90,9 +89,12 @@ type profile struct {
 }
 
 type harness struct {
-	t       testing.TB
-	p       profile
-	ctx     context.Context
+	t   testing.TB
+	p   profile
+	ctx context.Context
+	be  backend
+	// pool and db are the PostgreSQL backend's (nil on another database):
+	// its own faults use them.
 	pool    *pgxpool.Pool
 	schema  string
 	run     string
@@ -276,22 +278,19 @@ func runID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newHarness(t *testing.T, p profile) *harness {
-	db := startDB(t)
-	pool := db.pool(t)
-	schema := chaosSchema
-	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
+func newHarness(t *testing.T, p profile, be backend) *harness {
 	dir := t.TempDir()
 	h := &harness{
-		t: t, p: p, ctx: context.Background(), pool: pool, schema: schema, run: runID(), db: db,
+		t: t, p: p, ctx: context.Background(), be: be, schema: chaosSchema, run: runID(),
 		appName:   map[string]string{},
 		relays:    map[string][]*proc{},
 		receivers: map[string]*proc{},
 		proxies:   map[string]*toxiproxy.Proxy{},
 		faults:    map[string]int{},
 		logDir:    dir,
+	}
+	if pg, ok := be.(*pgBackend); ok {
+		h.pool, h.db = pg.pool, pg.db
 	}
 	for _, a := range apps {
 		h.appName[a] = "chaos-" + h.run + "-" + a
@@ -307,7 +306,7 @@ func newHarness(t *testing.T, p profile) *harness {
 	if os.Getenv("MENSAGERIA_CHAOS_KEEP_LOGS") != "" {
 		t.Logf("worker logs in %s", dir)
 	}
-	h.setupSchema()
+	be.setup(h)
 	return h
 }
 
@@ -378,7 +377,7 @@ func (h *harness) startAll() {
 		}
 		h.t.Cleanup(func() { _ = ln.Close(); _ = lf.Close() })
 		rcv := &proc{h: h, name: a, extra: []*os.File{lf}, args: func(label string) []string {
-			return []string{"-mode", "receiver", "-db", h.db.url(roleReceiver), "-schema", h.schema, "-run", h.run, "-label", label,
+			return []string{"-mode", "receiver", "-db", h.be.workerURL(roleReceiver), "-schema", h.schema, "-run", h.run, "-label", label,
 				"-types", strings.Join(appTypes[a], ","), "-drop-acks", strconv.FormatFloat(h.p.dropAcks, 'f', -1, 64), "-conns", "4"}
 		}}
 		h.receivers[a] = rcv
@@ -403,7 +402,7 @@ func (h *harness) startAll() {
 						ordered = append(ordered, t)
 					}
 				}
-				return []string{"-mode", "relay", "-db", h.db.url(relayRole(a)), "-schema", h.schema, "-run", h.run, "-label", label,
+				return []string{"-mode", "relay", "-db", h.be.workerURL(relayRole(a)), "-schema", h.schema, "-run", h.run, "-label", label,
 					"-app", h.appName[a], "-types", strings.Join(appTypes[a], ","), "-ordered", strings.Join(ordered, ","),
 					"-url", url, "-lease", h.p.lease.String(), "-conns", "3"}
 			}}
@@ -441,7 +440,7 @@ type producerLog struct {
 func (h *harness) produce(p int, clients map[string]*mensageria.Client, deadline time.Time, out *producerLog) error {
 	rng := rand.New(rand.NewPCG(uint64(p), uint64(time.Now().UnixNano())))
 	index := map[string]int{}
-	if _, err := h.pool.Exec(h.ctx, "INSERT INTO "+h.schema+".chaos_business VALUES ($1, 0)", p); err != nil {
+	if err := h.be.exec(h.ctx, "INSERT INTO "+h.be.table("chaos_business")+" VALUES ($1, 0)", p); err != nil {
 		return err
 	}
 	total := int64(h.p.messages)
@@ -516,26 +515,26 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 	for attempt := 0; ; attempt++ {
 		uncertain := false
 		ok, err := func() (bool, error) {
-			tx, err := h.pool.Begin(h.ctx)
+			tx, err := h.be.begin(h.ctx)
 			if err != nil {
 				return false, err
 			}
-			defer func() { _ = tx.Rollback(h.ctx) }()
-			if _, err := tx.Exec(h.ctx, "UPDATE "+h.schema+".chaos_business SET value = value + 1 WHERE producer = $1", p); err != nil {
+			defer func() { _ = tx.rollback(h.ctx) }()
+			if err := tx.exec(h.ctx, "UPDATE "+h.be.table("chaos_business")+" SET value = value + 1 WHERE producer = $1", p); err != nil {
 				return false, err
 			}
 			for _, a := range apps {
 				if len(byApp[a]) == 0 {
 					continue
 				}
-				if _, err := clients[a].EnqueueTx(h.ctx, tx, byApp[a]...); err != nil {
+				if _, err := clients[a].EnqueueTx(h.ctx, tx.raw(), byApp[a]...); err != nil {
 					return false, err
 				}
 			}
 			if rollback {
-				return false, tx.Rollback(h.ctx)
+				return false, tx.rollback(h.ctx)
 			}
-			if err := tx.Commit(h.ctx); err != nil {
+			if err := tx.commit(h.ctx); err != nil {
 				uncertain = true
 				h.fault(figCommitUnknown, 1)
 				for range 120 {
@@ -543,7 +542,7 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 					// FOR SHARE waits for the commit, should its
 					// backend still be finishing it, and then reads its
 					// outcome.
-					qerr := h.pool.QueryRow(h.ctx, "SELECT value FROM "+h.schema+".chaos_business WHERE producer = $1 FOR SHARE", p).Scan(&v)
+					qerr := h.be.queryRow(h.ctx, "SELECT value FROM "+h.be.table("chaos_business")+" WHERE producer = $1"+h.be.lockShared(), p).Scan(&v)
 					if qerr == nil {
 						return v == committedSoFar+1, nil
 					}
@@ -568,7 +567,7 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 func (h *harness) monitor(ctx context.Context) {
 	for ctx.Err() == nil {
 		var n int64
-		if err := h.pool.QueryRow(ctx, "SELECT count(*) FROM "+h.schema+".outbox WHERE state = 'pending'").Scan(&n); err == nil {
+		if err := h.be.queryRow(ctx, "SELECT count(*) FROM "+h.be.table("outbox")+" WHERE state = 'pending'").Scan(&n); err == nil {
 			h.backlog.Store(n)
 		}
 		sleepCtx(ctx, 300*time.Millisecond)
@@ -588,7 +587,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // election table names the holder's pid.
 func (h *harness) leaderOf(a string) *proc {
 	var holder string
-	_ = h.pool.QueryRow(h.ctx, "SELECT holder FROM "+h.schema+".leader WHERE app = $1", h.appName[a]).Scan(&holder)
+	_ = h.be.queryRow(h.ctx, "SELECT holder FROM "+h.be.table("leader")+" WHERE app = $1", h.appName[a]).Scan(&holder)
 	parts := strings.Split(holder, "/")
 	if len(parts) == 3 {
 		if pid, err := strconv.Atoi(parts[1]); err == nil {
@@ -635,6 +634,9 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 			if ctx.Err() != nil {
 				return
 			}
+			if h.be.skips(kind) {
+				continue
+			}
 			switch kind {
 			case FaultKill:
 				p := h.leaderOf(a)
@@ -651,15 +653,12 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 				sleepCtx(ctx, lease+lease/2)
 				p.signal(syscall.SIGCONT)
 			case FaultPGKill:
-				var n int
-				err := h.pool.QueryRow(h.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-					WHERE datname = current_database() AND (application_name LIKE $1 OR application_name = $2)`,
-					"chaos "+h.run+" "+a+"/%", "mensageria relay "+h.appName[a]).Scan(&n)
+				n, err := h.be.killSessions(h.ctx, h, a)
 				if err != nil {
-					h.t.Errorf("pg_terminate_backend: %v", err)
+					h.t.Errorf("%s: %v", h.be.faultName(FaultPGKill), err)
 				}
-				h.logf("nemesis: pg_terminate_backend on %d backends of app %s's relays", n, a)
-				h.fault(FaultPGBackend, n)
+				h.logf("nemesis: %s on %d sessions of app %s's relays", h.be.faultName(FaultPGKill), n, a)
+				h.fault(h.be.faultName(FaultPGBackend), n)
 			case FaultOutage401, FaultOutage503:
 				p := h.receivers[a]
 				st := map[string]int{FaultOutage401: 401, FaultOutage503: 503}[kind]
@@ -694,9 +693,9 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 				h.logf("nemesis: answers swallowed on proxy %s", other)
 				h.toxic(other, "timeout", `{"name":"timeout","type":"timeout","stream":"downstream","toxicity":0.5,"attributes":{"timeout":0}}`, 2*time.Second, ctx)
 			default:
-				h.dbFault(ctx, kind, a)
+				h.be.dbFault(ctx, h, kind, a)
 			}
-			h.fault(kind, 1)
+			h.fault(h.be.faultName(kind), 1)
 			sleepCtx(ctx, h.p.gap)
 		}
 	}
@@ -717,7 +716,7 @@ func (h *harness) heal() {
 func (h *harness) converge(deadline time.Time) error {
 	var pending int64 = -1
 	for time.Now().Before(deadline) {
-		if err := h.pool.QueryRow(h.ctx, "SELECT count(*) FROM "+h.schema+".outbox WHERE state = 'pending'").Scan(&pending); err == nil && pending == 0 {
+		if err := h.be.queryRow(h.ctx, "SELECT count(*) FROM "+h.be.table("outbox")+" WHERE state = 'pending'").Scan(&pending); err == nil && pending == 0 {
 			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -727,9 +726,9 @@ func (h *harness) converge(deadline time.Time) error {
 
 // load reads what the processes recorded into h.hist.
 func (h *harness) load() error {
-	s := h.schema
-	q := func(sql string, scan func(pgx.Rows) error) error {
-		rows, err := h.pool.Query(h.ctx, sql)
+	tb := h.be.table
+	q := func(sql string, scan func(rowsScanner) error) error {
+		rows, err := h.be.query(h.ctx, sql)
 		if err != nil {
 			return err
 		}
@@ -741,7 +740,7 @@ func (h *harness) load() error {
 		}
 		return rows.Err()
 	}
-	err := q("SELECT id, n, type, attempt, route, relay, ack_dropped FROM "+s+".chaos_arrivals ORDER BY id", func(r pgx.Rows) error {
+	err := q("SELECT id, n, type, attempt, route, relay, ack_dropped FROM "+tb("chaos_arrivals")+" ORDER BY id", func(r rowsScanner) error {
 		var a Arrival
 		err := r.Scan(&a.ID, &a.N, &a.Type, &a.Attempt, &a.Route, &a.Relay, &a.AckDropped)
 		h.hist.Arrivals = append(h.hist.Arrivals, a)
@@ -750,7 +749,7 @@ func (h *harness) load() error {
 	if err != nil {
 		return err
 	}
-	err = q("SELECT seq, n, arrival_id FROM "+s+".chaos_effects ORDER BY seq", func(r pgx.Rows) error {
+	err = q("SELECT seq, n, arrival_id FROM "+tb("chaos_effects")+" ORDER BY seq", func(r rowsScanner) error {
 		var e Effect
 		err := r.Scan(&e.Seq, &e.N, &e.ArrivalID)
 		h.hist.Effects = append(h.hist.Effects, e)
@@ -760,10 +759,12 @@ func (h *harness) load() error {
 		return err
 	}
 	prefix := "chaos " + h.run + " "
-	err = q("SELECT seq, row_id, n, type, kind, token, until, at, app_name FROM "+s+".chaos_leases ORDER BY seq", func(r pgx.Rows) error {
+	err = q("SELECT seq, row_id, n, type, kind, token, "+h.be.micros("until")+", "+h.be.micros("at")+", app_name FROM "+tb("chaos_leases")+" ORDER BY seq", func(r rowsScanner) error {
 		var l LeaseEvent
 		var name string
-		err := r.Scan(&l.Seq, &l.Row, &l.N, &l.Type, &l.Kind, &l.Token, &l.Until, &l.At, &name)
+		var until, at int64
+		err := r.Scan(&l.Seq, &l.Row, &l.N, &l.Type, &l.Kind, &l.Token, &until, &at, &name)
+		l.Until, l.At = time.UnixMicro(until), time.UnixMicro(at)
 		if rest, ok := strings.CutPrefix(name, prefix); ok {
 			l.Relay = rest
 		}
@@ -773,7 +774,7 @@ func (h *harness) load() error {
 	if err != nil {
 		return err
 	}
-	err = q("SELECT message_id, state FROM "+s+".outbox WHERE state IN ('dead', 'pending')", func(r pgx.Rows) error {
+	err = q("SELECT message_id, state FROM "+tb("outbox")+" WHERE state IN ('dead', 'pending')", func(r rowsScanner) error {
 		var id uuid.UUID
 		var state string
 		err := r.Scan(&id, &state)
@@ -790,7 +791,7 @@ func (h *harness) load() error {
 	}
 	for i := range h.hist.Business {
 		b := &h.hist.Business[i]
-		if err := h.pool.QueryRow(h.ctx, "SELECT value FROM "+s+".chaos_business WHERE producer = $1", b.Producer).Scan(&b.Value); err != nil {
+		if err := h.be.queryRow(h.ctx, "SELECT value FROM "+tb("chaos_business")+" WHERE producer = $1", b.Producer).Scan(&b.Value); err != nil {
 			return err
 		}
 	}
@@ -799,8 +800,8 @@ func (h *harness) load() error {
 
 // runChaos is one whole run: start, produce under faults, heal, converge,
 // stop, check.
-func runChaos(t *testing.T, p profile) *Report {
-	h := newHarness(t, p)
+func runChaos(t *testing.T, p profile, be backend) *Report {
+	h := newHarness(t, p, be)
 	h.startAll()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -813,7 +814,7 @@ func runChaos(t *testing.T, p profile) *Report {
 			// Producers only enqueue; the registry is what allows it.
 			reg.MustRegister(typ, mensageria.SenderFunc(func(context.Context, *mensageria.Delivery) error { return nil }))
 		}
-		c, err := mensageria.New(driverFor(t, h), &mensageria.Config{App: h.appName[a], Registry: reg})
+		c, err := mensageria.New(be.newDriver(t), &mensageria.Config{App: h.appName[a], Registry: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -882,6 +883,7 @@ wait:
 	if err := h.load(); err != nil {
 		t.Fatalf("load history: %v", err)
 	}
+	be.checkHistory(h)
 	h.faultsMu.Lock()
 	h.hist.Faults = h.faults
 	h.faultsMu.Unlock()
@@ -889,13 +891,13 @@ wait:
 	r := Check(&h.hist)
 	r.Faults[FaultAckDrop] = r.AckDrops
 	r.Faults[FaultRefused] = int(h.refused.Load())
-	t.Logf("chaos run %s in %s:\n%s", h.run, time.Since(start).Round(time.Second), r.Summary())
+	t.Logf("chaos run %s on %s in %s:\n%s", h.run, be.kind(), time.Since(start).Round(time.Second), r.Summary())
 	if convErr != nil {
 		t.Errorf("did not converge: %v", convErr)
 	}
 	for _, k := range nemesisKinds {
-		if h.faults[k] == 0 {
-			t.Errorf("fault %s was never injected", k)
+		if !be.skips(k) && h.faults[be.faultName(k)] == 0 {
+			t.Errorf("fault %s was never injected", be.faultName(k))
 		}
 	}
 	// The outages met traffic, and the dead letters are only the poison
@@ -908,12 +910,4 @@ wait:
 		t.Errorf("the history broke %d promises (see above)", len(r.Violations))
 	}
 	return r
-}
-
-func driverFor(t *testing.T, h *harness) driver.Driver {
-	drv, err := postgres.New(h.pool, &postgres.Config{Schema: h.schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return drv
 }

@@ -1,8 +1,9 @@
 // Command chaosworker is one process of the fault-injection suite
 // (internal/chaos): a relay replica of one app, or the HTTP receiver of
 // one app's messages. The harness builds it, starts, kills, pauses and
-// restarts it; everything it must remember goes to PostgreSQL, so a
-// SIGKILL loses nothing the checker needs.
+// restarts it; everything it must remember goes to the database
+// (PostgreSQL, or MariaDB for a mysql:// -db), so a SIGKILL loses nothing
+// the checker needs.
 //
 // It ends on SIGTERM, SIGINT, or when its stdin closes (the harness died).
 // A receiver also reads commands from stdin: "outage STATUS MILLIS" makes
@@ -15,6 +16,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -40,6 +42,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/chaos/fault"
+	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -66,7 +69,7 @@ type flags struct {
 func main() {
 	var f flags
 	flag.StringVar(&f.mode, "mode", "", "relay or receiver")
-	flag.StringVar(&f.db, "db", "", "PostgreSQL URL")
+	flag.StringVar(&f.db, "db", "", "PostgreSQL URL, or a mysql:// URL of MariaDB")
 	flag.StringVar(&f.schema, "schema", "", "schema of the outbox and the history tables")
 	flag.StringVar(&f.run, "run", "", "run id, a prefix of every application_name")
 	flag.StringVar(&f.app, "app", "", "mensageria app name (relay)")
@@ -113,6 +116,68 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		os.Exit(1)
 	}
+}
+
+// store is the worker's database: the driver over a pool of its own, and
+// the history statements, on PostgreSQL or on MariaDB.
+type store struct {
+	drv   driver.Driver
+	close func()
+	// table names a table of the harness in the run's schema: on
+	// PostgreSQL a table of that schema, on MariaDB one with the
+	// driver's prefix.
+	table func(name string) string
+	// arrival records one request and returns its id.
+	arrival func(ctx context.Context, n int64, typ string, attempt int, route, relay string, dropped bool) (int64, error)
+	// effect records the effect of message n, applied by arrival aid, in
+	// the inbox's transaction.
+	effect func(ctx context.Context, tx mensageria.Tx, n, aid int64) error
+}
+
+// openStore opens the -db database. name is this process's name for the
+// history's lease events and for the nemesis (application_name on
+// PostgreSQL); params are more PostgreSQL session parameters.
+func openStore(ctx context.Context, f *flags, name string, params map[string]string) (*store, error) {
+	if isMySQL(f.db) {
+		db, drv, err := openMySQL(ctx, f, name)
+		if err != nil {
+			return nil, err
+		}
+		table := func(n string) string { return f.schema + "_" + n }
+		return &store{drv: drv, close: func() { _ = db.Close() }, table: table,
+			arrival: func(ctx context.Context, n int64, typ string, attempt int, route, relay string, dropped bool) (int64, error) {
+				res, err := db.ExecContext(ctx, "INSERT INTO "+table("chaos_arrivals")+" (n, type, attempt, route, relay, ack_dropped) VALUES (?, ?, ?, ?, ?, ?)",
+					n, typ, attempt, route, relay, dropped)
+				if err != nil {
+					return 0, err
+				}
+				return res.LastInsertId()
+			},
+			effect: func(ctx context.Context, tx mensageria.Tx, n, aid int64) error {
+				_, err := tx.Raw().(*sql.Tx).ExecContext(ctx, "INSERT INTO "+table("chaos_effects")+" (n, arrival_id) VALUES (?, ?)", n, aid)
+				return err
+			}}, nil
+	}
+	all := map[string]string{"application_name": name}
+	for k, v := range params {
+		all[k] = v
+	}
+	pool, drv, err := openDriver(ctx, f, all)
+	if err != nil {
+		return nil, err
+	}
+	table := func(n string) string { return f.schema + "." + n }
+	return &store{drv: drv, close: pool.Close, table: table,
+		arrival: func(ctx context.Context, n int64, typ string, attempt int, route, relay string, dropped bool) (int64, error) {
+			var id int64
+			err := pool.QueryRow(ctx, "INSERT INTO "+table("chaos_arrivals")+" (n, type, attempt, route, relay, ack_dropped) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+				n, typ, attempt, route, relay, dropped).Scan(&id)
+			return id, err
+		},
+		effect: func(ctx context.Context, tx mensageria.Tx, n, aid int64) error {
+			_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+table("chaos_effects")+" (n, arrival_id) VALUES ($1, $2)", n, aid)
+			return err
+		}}, nil
 }
 
 // openDriver opens a pool with the given session parameters and the
@@ -195,13 +260,14 @@ func (hook) OnDelivery(ev mensageria.DeliveryEvent) {
 func (hook) OnElection(ev mensageria.ElectionEvent) { emit("leader %v %d", ev.Leader, ev.Epoch) }
 
 func relay(ctx context.Context, f *flags, log *slog.Logger) error {
-	// The pool's application_name names this process in the outbox
-	// trigger's history and lets the nemesis find its backends.
-	pool, drv, err := openDriver(ctx, f, map[string]string{"application_name": "chaos " + f.run + " " + f.label})
+	// The pool's application_name (@chaos_name on MariaDB) names this
+	// process in the outbox trigger's history and lets the nemesis find
+	// its backends.
+	st, err := openStore(ctx, f, "chaos "+f.run+" "+f.label, nil)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer st.close()
 	send, err := relaySender(f)
 	if err != nil {
 		return err
@@ -210,7 +276,7 @@ func relay(ctx context.Context, f *flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	c, err := mensageria.New(drv, &mensageria.Config{
+	c, err := mensageria.New(st.drv, &mensageria.Config{
 		App:          f.app,
 		Registry:     reg,
 		BatchSize:    50,
@@ -377,21 +443,19 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 	// since a settle made after the restart survives whatever the crash
 	// took. An effect committed asynchronously, acknowledged, and lost in
 	// a crash before the relay settled on the restarted server was a lost
-	// message (TestInTxCommitsDurablyOnAnAsynchronousSession).
-	pool, drv, err := openDriver(ctx, f, map[string]string{
-		"application_name":   "chaos " + f.run + " receiver " + f.label,
-		"synchronous_commit": "off",
-	})
+	// message (TestInTxCommitsDurablyOnAnAsynchronousSession). MariaDB
+	// has no such session setting: every commit there is durable.
+	st, err := openStore(ctx, f, "chaos "+f.run+" receiver "+f.label, map[string]string{"synchronous_commit": "off"})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rc, err := inboxReceiver(f, drv, log)
+	defer st.close()
+	rc, err := inboxReceiver(f, st, log)
 	if err != nil {
 		return err
 	}
 	route, _, _ := strings.Cut(f.label, "#")
-	rec := &recorder{f: f, pool: pool, inner: rc, route: route, arrivals: f.schema + ".chaos_arrivals"}
+	rec := &recorder{f: f, st: st, inner: rc, route: route}
 	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -409,8 +473,7 @@ func receiver(ctx context.Context, f *flags, log *slog.Logger) error {
 // inboxReceiver applies each type of -types through an inbox: the effect
 // records the message and the arrival that applied it, and a poison
 // message is refused for good.
-func inboxReceiver(f *flags, drv *postgres.Driver, log *slog.Logger) (*m2mhttp.Receiver, error) {
-	effects := f.schema + ".chaos_effects"
+func inboxReceiver(f *flags, st *store, log *slog.Logger) (*m2mhttp.Receiver, error) {
 	effect := func(ctx context.Context, tx mensageria.Tx, d *mensageria.Delivery) error {
 		var p struct {
 			Poison bool `json:"poison"`
@@ -420,14 +483,13 @@ func inboxReceiver(f *flags, drv *postgres.Driver, log *slog.Logger) (*m2mhttp.R
 			return mensageria.Permanent(errors.New("poison message: refused for good"))
 		}
 		aid, _ := ctx.Value(arrivalKey{}).(int64)
-		_, err := tx.Raw().(pgx.Tx).Exec(ctx, "INSERT INTO "+effects+" (n, arrival_id) VALUES ($1, $2)", N(d.ID), aid)
-		return err
+		return st.effect(ctx, tx, N(d.ID), aid)
 	}
 	handlers := map[string]m2mhttp.Handler{}
 	for _, t := range split(f.types) {
 		// Many messages share a key (ordered streams), so each message is
 		// deduplicated by its id.
-		in, err := mensageria.NewInbox(drv, mensageria.InboxConfig{Consumer: "chaos " + t, DedupKey: func(d *mensageria.Delivery) string { return d.ID.String() }})
+		in, err := mensageria.NewInbox(st.drv, mensageria.InboxConfig{Consumer: "chaos " + t, DedupKey: func(d *mensageria.Delivery) string { return d.ID.String() }})
 		if err != nil {
 			return nil, err
 		}
@@ -440,11 +502,10 @@ func inboxReceiver(f *flags, drv *postgres.Driver, log *slog.Logger) (*m2mhttp.R
 // commands and the lost answers of -drop-acks, and records every request
 // it lets through in the history before the inbox runs.
 type recorder struct {
-	f        *flags
-	pool     *pgxpool.Pool
-	inner    http.Handler
-	route    string
-	arrivals string
+	f     *flags
+	st    *store
+	inner http.Handler
+	route string
 }
 
 func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -474,9 +535,7 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	drop := rec.f.dropAcks > 0 && rand.Float64() < rec.f.dropAcks
 	// Recorded before the inbox runs, so every effect has its request
 	// in the history even if this process dies right after.
-	var id int64
-	err = rec.pool.QueryRow(r.Context(), "INSERT INTO "+rec.arrivals+" (n, type, attempt, route, relay, ack_dropped) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-		N(env.ID), env.Type, env.Attempt, rec.route, env.Headers[HeaderRelay], drop).Scan(&id)
+	id, err := rec.st.arrival(r.Context(), N(env.ID), env.Type, env.Attempt, rec.route, env.Headers[HeaderRelay], drop)
 	if err != nil {
 		http.Error(w, "could not record the arrival", http.StatusServiceUnavailable)
 		return
