@@ -114,8 +114,22 @@ var (
 	_ sqldriver.NamedValueChecker  = (*clockConn)(nil)
 )
 
+// statementOf is query without its comment lines and final semicolon:
+// driver/mysql sends its named statements as their queries/*.sql files
+// hold them, each under a header of comments.
+func statementOf(query string) string {
+	var b strings.Builder
+	for line := range strings.Lines(query) {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return strings.TrimSuffix(strings.TrimSpace(b.String()), ";")
+}
+
 func (c *clockConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
-	if query == clockRead {
+	if statementOf(query) == clockRead {
 		query = "SELECT @chaos_now := " + strings.TrimPrefix(clockRead, "SELECT ")
 	}
 	q, ok := c.Conn.(sqldriver.QueryerContext)
