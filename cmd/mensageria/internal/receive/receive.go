@@ -282,7 +282,9 @@ func (d *instance) serve(healthListen string) (srv, health *http.Server, done ch
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	done = make(chan error, 2)
-	go func() { done <- srv.Serve(ln) }()
+	// The goroutines take the server and the channel as arguments: the
+	// results named srv and done are nil once a failure below returns.
+	go func(s *http.Server, done chan<- error) { done <- s.Serve(ln) }(srv, done)
 	if healthListen != "" {
 		hl, err := net.Listen("tcp", healthListen)
 		if err != nil {
@@ -291,7 +293,7 @@ func (d *instance) serve(healthListen string) (srv, health *http.Server, done ch
 		}
 		health = &http.Server{Handler: d.mux(false), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("serving health and metrics", "addr", hl.Addr().String(), "paths", "/healthz /readyz /metrics")
-		go func() { done <- health.Serve(hl) }()
+		go func(s *http.Server, done chan<- error) { done <- s.Serve(hl) }(health, done)
 	}
 	return srv, health, done, ln.Addr().String(), scheme, nil
 }
