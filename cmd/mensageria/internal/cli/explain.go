@@ -183,8 +183,8 @@ writes anything.`,
 				if !ok {
 					return fmt.Errorf("route %q: no guarantee map for transport %q", r.Type, r.Transport)
 				}
-				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: destination(r), Line: r.Line,
-					Security: security(r), Delivery: delivery(r), MaxRate: r.MaxRate, Deadline: deadlineOf(c, r), Map: m})
+				out.Routes = append(out.Routes, explainRoute{Type: r.Type, Destination: r.Destination(), Line: r.Line,
+					Security: r.Security(), Delivery: delivery(r), MaxRate: r.MaxRate, Deadline: deadlineOf(c, r), Map: m})
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.io.Out)
@@ -244,50 +244,6 @@ func electionName(e mensageria.Election) string {
 		return "none"
 	}
 	return "leader"
-}
-
-func destination(r config.Route) string {
-	switch r.Transport {
-	case "http":
-		// A query string may carry a gateway's key: it is not shown.
-		return "POST " + redact.URL(r.HTTP.URL)
-	case "kafka":
-		d := "topic " + r.Kafka.Topic + " on " + strings.Join(r.Kafka.Brokers, ",")
-		if r.Kafka.TransactionalID != "" {
-			d += " (transactional id " + r.Kafka.TransactionalID + ")"
-		}
-		return d
-	case "nats":
-		d := "subject " + r.NATS.Subject + " on " + redact.URL(r.NATS.URL)
-		if r.NATS.Stream != "" {
-			d += " (stream " + r.NATS.Stream + ")"
-		}
-		return d
-	}
-	return r.Transport
-}
-
-// security says what protects a route's connection.
-func security(r config.Route) string {
-	switch r.Transport {
-	case "http":
-		if strings.HasPrefix(r.HTTP.URL, "https://") {
-			return tlsDescription(r.HTTP.TLS) + "; bearer token"
-		}
-		return "plaintext HTTP; bearer token"
-	case "kafka":
-		return kafkaSecurity(r.Kafka)
-	case "nats":
-		d := r.NATS.Describe()
-		if d == "" {
-			d = "no credentials"
-		}
-		if strings.HasPrefix(r.NATS.URL, "tls://") && r.NATS.TLS == nil {
-			d = "TLS, system CAs; " + d
-		}
-		return d
-	}
-	return ""
 }
 
 // m2mhttp.SenderConfig's defaults of MaxBatchItems and MaxBatchBytes,

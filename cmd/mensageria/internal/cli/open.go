@@ -100,7 +100,7 @@ func newKafkaSender(ctx context.Context, c *config.Config, r config.Route, log *
 		return nil, nil, usage(err)
 	}
 	if k := r.Kafka; k.SASL != nil && k.SASL.Mechanism == "PLAIN" && k.TLS == nil {
-		log.Warn("SASL PLAIN without TLS sends the password in clear text; add a tls: block", "type", r.Type, "destination", destination(r))
+		log.Warn("SASL PLAIN without TLS sends the password in clear text; add a tls: block", "type", r.Type, "destination", r.Destination())
 	}
 	if err := checkKafka(ctx, r, opts, log); err != nil {
 		return nil, nil, usage(err)
@@ -137,12 +137,12 @@ func newNATSSender(ctx context.Context, c *config.Config, r config.Route, log *s
 	nc, err := natsgo.Connect(r.NATS.URL, opts...)
 	if err != nil {
 		if reason, ok := natsRefusal(err, r.NATS); ok {
-			return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err})
+			return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: r.Destination(), Reason: reason, Err: err})
 		}
-		return nil, nil, fmt.Errorf("route %s (line %d): %s: %w", r.Type, r.Line, destination(r), err)
+		return nil, nil, fmt.Errorf("route %s (line %d): %s: %w", r.Type, r.Line, r.Destination(), err)
 	}
 	if d := r.NATS.Describe(); d != "" {
-		log.Info("NATS security checked", "type", r.Type, "destination", destination(r), "security", d)
+		log.Info("NATS security checked", "type", r.Type, "destination", r.Destination(), "security", d)
 	}
 	// The Logger carries the duplicate window's warning, checked at
 	// Start against the relay's retry horizon.
@@ -163,7 +163,7 @@ func newNATSSender(ctx context.Context, c *config.Config, r config.Route, log *s
 		nc.Close()
 		var se *natssender.StreamError
 		if errors.As(err, &se) {
-			return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: "the stream is missing", Err: err})
+			return nil, nil, usage(&DestinationError{Type: r.Type, Line: r.Line, Destination: r.Destination(), Reason: "the stream is missing", Err: err})
 		}
 		return nil, nil, fmt.Errorf("route %s (line %d): %w", r.Type, r.Line, err)
 	}
@@ -188,7 +188,7 @@ func checkKafkaTopic(ctx context.Context, r config.Route, check func(context.Con
 	case errors.Is(err, kerr.InvalidTopicException):
 		reason = "Kafka refuses the topic's name"
 	}
-	return &DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err}
+	return &DestinationError{Type: r.Type, Line: r.Line, Destination: r.Destination(), Reason: reason, Err: err}
 }
 
 // enqueueOnly stands in for a route's Sender in clients that never relay

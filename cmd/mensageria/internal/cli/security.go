@@ -246,21 +246,14 @@ func checkHTTPS(ctx context.Context, r config.Route, client *http.Client, log *s
 	resp, err := c.Do(req)
 	if err == nil {
 		_ = resp.Body.Close()
-		log.Info("TLS checked", "type", r.Type, "destination", destination(r), "tls", tlsDescription(r.HTTP.TLS))
+		log.Info("TLS checked", "type", r.Type, "destination", r.Destination(), "tls", r.HTTP.TLS.DescribeHTTPS())
 		return nil
 	}
 	if reason, ok := tlsRefusal(err, r.HTTP.TLS); ok {
-		return &DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: unwrapURL(err)}
+		return &DestinationError{Type: r.Type, Line: r.Line, Destination: r.Destination(), Reason: reason, Err: unwrapURL(err)}
 	}
-	log.Warn("receiver unreachable at start; its messages wait and are retried", "type", r.Type, "destination", destination(r), "err", unwrapURL(err))
+	log.Warn("receiver unreachable at start; its messages wait and are retried", "type", r.Type, "destination", r.Destination(), "err", unwrapURL(err))
 	return nil
-}
-
-func tlsDescription(t *config.TLSConfig) string {
-	if t == nil {
-		return "TLS, system CAs"
-	}
-	return t.Describe()
 }
 
 // unwrapURL drops net/http's "Head \"url\":" prefix: the route is named
@@ -368,30 +361,16 @@ func checkKafka(ctx context.Context, r config.Route, opts []kgo.Opt, log *slog.L
 		eofTwice = errors.Is(err, io.EOF)
 	}
 	if err == nil {
-		log.Info("Kafka reached", "type", r.Type, "destination", destination(r), "security", kafkaSecurity(r.Kafka))
+		log.Info("Kafka reached", "type", r.Type, "destination", r.Destination(), "security", r.Kafka.Describe())
 		return nil
 	}
 	if reason, ok := kafkaRefusal(err, r.Kafka, eofTwice); ok {
-		return &DestinationError{Type: r.Type, Line: r.Line, Destination: destination(r), Reason: reason, Err: err}
+		return &DestinationError{Type: r.Type, Line: r.Line, Destination: r.Destination(), Reason: reason, Err: err}
 	}
 	// The route's Sender checks its topic at Start and says it once, at
 	// warning level, when the cluster does not answer.
-	log.Debug("Kafka unreachable at start; its messages wait and are retried", "type", r.Type, "destination", destination(r), "err", err)
+	log.Debug("Kafka unreachable at start; its messages wait and are retried", "type", r.Type, "destination", r.Destination(), "err", err)
 	return nil
-}
-
-func kafkaSecurity(k *config.KafkaRoute) string {
-	var parts []string
-	if d := k.TLS.Describe(); d != "" {
-		parts = append(parts, d)
-	}
-	if d := k.SASL.Describe(); d != "" {
-		parts = append(parts, d)
-	}
-	if len(parts) == 0 {
-		return "plaintext"
-	}
-	return strings.Join(parts, ", ")
 }
 
 // natsRefusal tells a NATS connect error that is the server refusing the

@@ -1,7 +1,9 @@
-package cli
+package receive
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -103,3 +105,5 @@ func TestNotifierCoalesces(t *testing.T) {
 		t.Fatalf("a mark after close was sent: %v", sent)
 	}
 }
+
+func testLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
