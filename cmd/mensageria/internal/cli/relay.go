@@ -3,20 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/transport/kafka"
-	natssender "github.com/xadm/mensageria/transport/nats"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/relay"
 )
 
 // relayOptions are the relay command's flags.
@@ -92,149 +84,10 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 	if err != nil {
 		return err
 	}
-	reg, senders, closeSenders, err := registry(ctx, c, log)
-	if err != nil {
-		return err
-	}
-	defer closeSenders()
-	b, err := daemon.OpenPinged(ctx, c.Database, c.Schema, true)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := a.relaySchema(ctx, b, c, o.migrate, log); err != nil {
-		return err
-	}
-	cc := c.ClientConfig()
-	cc.Registry = reg
-	cc.Logger = log
-	m, err := relayMetrics(b, c, log)
-	if err != nil {
-		return err
-	}
-	cc.Hooks = append(cc.Hooks, m)
-	tr, err := daemon.StartTracing(ctx, o.traced, "mensageria-relay", c.App, a.io.Env, log)
-	if err != nil {
-		return err
-	}
-	defer tr.Stop(o.shutdown, log)
-	if tr.Tracer != nil {
-		cc.Hooks = append(cc.Hooks, tr.Tracer)
-	}
-	for _, s := range senders {
-		if ts, ok := s.(*kafka.TransactionalSender); ok {
-			m.watchTransactional(ts)
-		}
-	}
-	cl, err := mensageria.New(b.Driver, &cc)
-	if err != nil {
-		return err
-	}
-	m.routes = cl.Routes
-	// Ownership first, before anything is served or claimed: a
-	// config that routes another app's type stops here.
-	if _, err := cl.Register(ctx); err != nil {
-		var oce *driver.OwnerConflictError
-		if errors.As(err, &oce) {
-			return conflictErr(oce, "start its relay", a.configPath)
-		}
-		return fmt.Errorf("ownership catalog: %w", err)
-	}
-	srv, srvDone, err := daemon.ServeHealth(o.listen, serveMux(m, relayReady(cl, b)), log)
-	if err != nil {
-		return err
-	}
-	if err := a.startRelay(ctx, cl); err != nil {
-		return err
-	}
-	log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", electionName(c.Relay.Election))
-	return waitAndStopRelay(ctx, cl, srv, srvDone, o.shutdown, c.App, log)
-}
-
-// waitAndStopRelay runs until ctx ends or the health server fails, then
-// stops the relay within shutdown.
-func waitAndStopRelay(ctx context.Context, cl *mensageria.Client, srv *http.Server, srvDone <-chan error, shutdown time.Duration, appName string, log *slog.Logger) error {
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("stopping: finishing deliveries in flight", "timeout", shutdown)
-	case serveErr = <-srvDone:
-		log.Error("health server failed; stopping", "err", serveErr)
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
-	defer cancel()
-	stopErr := cl.Stop(sctx)
-	if stopErr != nil {
-		log.Warn("stop timed out; unfinished deliveries were released for the next relay", "err", stopErr)
-	}
-	if srv != nil {
-		_ = srv.Shutdown(sctx)
-	}
-	log.Info("relay stopped", "app", appName)
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
-	}
-	return nil
-}
-
-// relaySchema checks the schema, or with migrate brings it up, on behalf
-// of the config's app.
-func (a *app) relaySchema(ctx context.Context, b *daemon.DB, c *config.Config, migrate bool, log *slog.Logger) error {
-	err := daemon.CheckSchema(ctx, b, c.Schema, c.App, migrate, "run 'mensageria migrate up' or start the relay with --migrate", log)
-	var oce *driver.OwnerConflictError
-	if errors.As(err, &oce) {
-		return conflictErr(oce, "migrate the schema up (--migrate)", a.configPath)
-	}
-	return err
-}
-
-// relayMetrics builds the relay's metrics, watching the election when
-// there is one; with none, every replica counts as the leader.
-func relayMetrics(b *daemon.DB, c *config.Config, log *slog.Logger) (*metrics, error) {
-	var el driver.Elector
-	if c.Relay.Election != mensageria.ElectionNone {
-		var err error
-		if el, err = b.Driver.Elector(c.App, c.Effective().Lease); err != nil {
-			return nil, err
-		}
-	}
-	m := newMetrics(c.App, b.Driver, el, log)
-	if c.Relay.Election == mensageria.ElectionNone {
-		m.AlwaysLeader()
-	}
-	return m, nil
-}
-
-// relayReady is /readyz: the relay is ready and the database answers.
-func relayReady(cl *mensageria.Client, b *daemon.DB) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := cl.Ready(); err != nil {
-			return err
-		}
-		if b.Pool != nil {
-			return b.Pool.Ping(ctx)
-		}
-		_, err := b.Driver.Stats(ctx)
-		return err
-	}
-}
-
-// startRelay starts cl's relay; what only the config or the cluster can
-// fix is a usage error.
-func (a *app) startRelay(ctx context.Context, cl *mensageria.Client) error {
-	err := cl.Start(ctx)
-	if err == nil {
-		return nil
-	}
-	var oce *driver.OwnerConflictError
-	if errors.As(err, &oce) {
-		return conflictErr(oce, "start its relay", a.configPath)
-	}
-	var se *natssender.StreamError
-	if kafka.TopicRefused(err) || errors.As(err, &se) {
-		// A topic or stream missing or refused is the config's or the
-		// cluster's to fix: a retry would meet the same answer.
-		return &exitError{code: ExitUsage, err: err}
+	err = relay.Run(ctx, relay.Options{Config: c, Listen: o.listen, Shutdown: o.shutdown, Migrate: o.migrate, Trace: o.traced, Env: a.io.Env, Log: log})
+	var ce *relay.ConflictError
+	if errors.As(err, &ce) {
+		return conflictErr(ce.Err, ce.What, a.configPath)
 	}
 	return err
 }

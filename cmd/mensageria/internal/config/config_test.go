@@ -172,7 +172,7 @@ routes:
 }
 
 // max_rate and the breaker's figures reach the library: the route's
-// MaxRate (the registry's route option, cli's TestRegistryOfTheConfig),
+// MaxRate (the registry's route option, relay's TestRegistryOfTheConfig),
 // the relay's effective config.
 func TestParseConfigFlowControl(t *testing.T) {
 	in := `database: sqlite:/tmp/x.db

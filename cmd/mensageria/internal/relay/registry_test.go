@@ -1,4 +1,4 @@
-package cli
+package relay
 
 import (
 	"testing"
@@ -58,4 +58,13 @@ relay: {reconcile_interval: 30s}
 	if _, _, _, err := registry(t.Context(), once, nil); err != nil {
 		t.Fatalf("the enqueue-only registry of the config: %v", err)
 	}
+}
+
+// envOf is an environment of the given key and value pairs.
+func envOf(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
