@@ -382,3 +382,22 @@ func TestDeliveredPerMinute(t *testing.T) {
 		t.Fatalf("DeliveredPerMinute without a history = %v, %v, %v", mins, ok, err)
 	}
 }
+
+// CheckApp refuses, without a database, the app names Transfer refuses,
+// as an ErrInvalid that is mensageria's ErrInvalidApp too.
+func TestCheckApp(t *testing.T) {
+	for _, good := range []string{"pedidos", "a", "billing-v2.eu:1"} {
+		if err := ops.CheckApp(good); err != nil {
+			t.Errorf("CheckApp(%q) = %v", good, err)
+		}
+	}
+	for _, bad := range []string{"", " pedidos", "not an app!", "-x", strings.Repeat("a", 101), "a\u200bb"} {
+		err := ops.CheckApp(bad)
+		if !errors.Is(err, ops.ErrInvalid) || !errors.Is(err, driver.ErrInvalidApp) {
+			t.Errorf("CheckApp(%q) = %v, want ErrInvalid and ErrInvalidApp", bad, err)
+		}
+		if terr := ops.New(nil, ops.AllApps()).Transfer(context.Background(), driver.ResourceType, "t", "a", bad); bad != "" && (terr == nil || terr.Error() != err.Error()) {
+			t.Errorf("Transfer to %q = %v, CheckApp = %v", bad, terr, err)
+		}
+	}
+}

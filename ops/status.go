@@ -126,7 +126,7 @@ type TypeStatus struct {
 	Route *Route
 	// Paused is an operator's pause of the type (PauseRoute), with who
 	// and why; nil when it is not paused.
-	Paused *driver.RoutePause
+	Paused *RoutePause
 }
 
 // Route is a route's state as its relay last recorded it. Its texts are
@@ -144,11 +144,14 @@ type Route struct {
 	Recorded time.Time
 }
 
+// Leader is an app's relay election holder as the database records it.
+type Leader = driver.Leader
+
 // Election is one app's relay election, as the database holds it; Err is
 // why it could not be read.
 type Election struct {
 	App    string
-	Leader driver.Leader
+	Leader Leader
 	Err    error
 }
 
