@@ -114,11 +114,22 @@ func (c *Client) Config() Config { return c.cfg }
 // Driver returns the driver the client runs on.
 func (c *Client) Driver() driver.Driver { return c.drv }
 
-// Migrate applies the schema migrations (driver.MigrateUp) or verifies them
-// (driver.MigrateCheck) on behalf of this client's app. The schema's
+// MigrateMode selects what Migrate does, re-exported from the driver seam.
+type MigrateMode = driver.MigrateMode
+
+// The migration modes.
+const (
+	// MigrateUp applies every missing migration.
+	MigrateUp = driver.MigrateUp
+	// MigrateCheck verifies the version and changes nothing.
+	MigrateCheck = driver.MigrateCheck
+)
+
+// Migrate applies the schema migrations (MigrateUp) or verifies them
+// (MigrateCheck) on behalf of this client's app. The schema's
 // migrations have one owner app, recorded by its first migration: MigrateUp
 // from any other app fails with an *OwnerConflictError naming the owner.
-func (c *Client) Migrate(ctx context.Context, mode driver.MigrateMode) (driver.MigrateResult, error) {
+func (c *Client) Migrate(ctx context.Context, mode MigrateMode) (driver.MigrateResult, error) {
 	return c.drv.Migrate(ctx, driver.MigrateParams{Mode: mode, App: c.cfg.App})
 }
 

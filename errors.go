@@ -45,6 +45,10 @@ var (
 	// type, inbox consumer, Kafka transactional id or the schema's
 	// migrations belong to another app.
 	ErrOwnerConflict = driver.ErrOwnerConflict
+	// ErrInvalidApp is wrapped by the refusal of an app name that is not
+	// 1-100 letters, digits or ._:- starting with a letter or digit (the
+	// Config's App, an ownership transfer's new owner).
+	ErrInvalidApp = driver.ErrInvalidApp
 )
 
 // ConflictError is returned (wrapping ErrConflict) by an Inbox for a

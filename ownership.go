@@ -21,6 +21,24 @@ type (
 	OwnerConflictError = driver.OwnerConflictError
 )
 
+// The kinds of catalog entries, re-exported from the driver seam.
+const (
+	// ResourceType is a message type: only its owner may enqueue it and
+	// only its owner's relay claims it.
+	ResourceType = driver.ResourceType
+	// ResourceConsumer is an inbox consumer, with its dedup window: only
+	// its owner's relay purges its records.
+	ResourceConsumer = driver.ResourceConsumer
+	// ResourceKafkaTransactionalID is a Kafka transactional id: two apps
+	// producing under one id would fence each other.
+	ResourceKafkaTransactionalID = driver.ResourceKafkaTransactionalID
+	// ResourceMigrations is the schema's migrations (Name MigrationsName).
+	ResourceMigrations = driver.ResourceMigrations
+)
+
+// MigrationsName is the Name of the ResourceMigrations entry.
+const MigrationsName = driver.MigrationsName
+
 // Register records in the ownership catalog what this app owns: its
 // registered types, its Inboxes' consumers (with their windows) and the
 // resources its Senders hold (ResourceOwner), in one atomic step. Start

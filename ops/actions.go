@@ -35,7 +35,7 @@ const (
 // what it is instead of dead, "" when there is no such message.
 type Left struct {
 	ID    int64
-	State driver.State
+	State State
 }
 
 // Plan is an action checked and ready to apply: the scope allows it, and
@@ -165,7 +165,7 @@ func (o *Ops) plan(ctx context.Context, a Action, s Selection) (*Plan, error) {
 		switch j, ok := byID[id]; {
 		case !ok:
 			p.Left = append(p.Left, Left{ID: id})
-		case j.State != driver.StateDead:
+		case j.State != StateDead:
 			p.Left = append(p.Left, Left{ID: id, State: j.State})
 		default:
 			p.IDs = append(p.IDs, id)
@@ -174,12 +174,33 @@ func (o *Ops) plan(ctx context.Context, a Action, s Selection) (*Plan, error) {
 	return p, nil
 }
 
+// Outcome is what a Decision says of messages in doubt.
+type Outcome = driver.Resolution
+
+// The outcomes of a Decision.
+const (
+	// OutcomeDelivered: the receiver has the effect; the message is
+	// settled as delivered.
+	OutcomeDelivered = driver.ResolveDelivered
+	// OutcomeRetry: the receiver does not have the effect; the message
+	// gets one more attempt.
+	OutcomeRetry = driver.ResolveRetry
+	// OutcomeDead: nobody sends the message again; it becomes a dead
+	// letter.
+	OutcomeDead = driver.ResolveDead
+)
+
+// ErrInvalidDecision is wrapped by the refusal of a Decision that cannot
+// be recorded (Decision.Check); it is the drivers' own, so errors.Is
+// matches the refusal of a backend too.
+var ErrInvalidDecision = driver.ErrInvalidResolve
+
 // Decision is an operator's decision about messages in doubt.
 type Decision struct {
 	IDs []int64
 	// Outcome is delivered (the receiver has the effect), retry (it does
 	// not: one more attempt) or dead (nobody sends it again).
-	Outcome driver.Resolution
+	Outcome Outcome
 	// By names who decides and Reason why; both are recorded, and
 	// required.
 	By, Reason string
@@ -192,7 +213,7 @@ func (d Decision) params() driver.ResolveParams {
 	return driver.ResolveParams{IDs: slices.Clone(d.IDs), Outcome: d.Outcome, By: d.By, Reason: d.Reason, KeepDelivered: d.KeepDelivered}
 }
 
-// Check returns an error wrapping driver.ErrInvalidResolve when d cannot
+// Check returns an error wrapping ErrInvalidDecision when d cannot
 // be recorded: no ids, an unknown outcome, no By or no Reason.
 func (d Decision) Check() error { return driver.CheckResolve(d.params()) }
 

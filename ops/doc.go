@@ -7,8 +7,13 @@
 // a Go app calls to operate its own outbox without shelling out. It never
 // prints: every verb returns a typed result, and every refusal a typed
 // error (*OutOfScopeError, *NotFoundError, *AtMostOnceError,
-// *TransferConflictError, or one wrapping ErrInvalid or ErrNoAtMostOnce)
-// that a caller maps to its own exit code, HTTP status or message.
+// *TransferConflictError, *PauseRouteError, or one wrapping ErrInvalid,
+// ErrInvalidDecision or ErrNoAtMostOnce) that a caller maps to its own
+// exit code, HTTP status or message. What a caller checks before it
+// connects (CheckApp, CheckPause, Decision.Check) is refused the same way
+// without a database, and the vocabulary of the results (State, Outcome,
+// RoutePause, Leader) is named here, so that a caller needs no driver
+// package of its own beyond the one it opens.
 //
 // An Ops acts within a Scope, and there is one rule for it: an app may act
 // only on the message types the ownership catalog gives it. A dead letter

@@ -11,6 +11,23 @@ import (
 	"github.com/xadm/mensageria/redact"
 )
 
+// State is a message's state in the outbox.
+type State = driver.State
+
+// The states an operator sees. A message in flight is pending with a
+// lease.
+const (
+	StatePending   = driver.StatePending
+	StateDelivered = driver.StateDelivered
+	// StateDead is a dead letter's: no relay sends it again until it is
+	// retried.
+	StateDead = driver.StateDead
+	// StateInDoubt is a message's of an at-most-once route whose attempt
+	// may have reached the receiver: no relay sends it again until an
+	// operator resolves it.
+	StateInDoubt = driver.StateInDoubt
+)
+
 // Message is an outbox row as an operator sees it: a dead letter, or a
 // message in doubt. Its texts are masked (redact.Text): a row written
 // before the relay masked its reasons may still quote a secret of a URL.
@@ -20,7 +37,7 @@ type Message struct {
 	MessageID string
 	Type      string
 	Key       string
-	State     driver.State
+	State     State
 	Attempts  int
 	CreatedAt time.Time // UTC
 	LastError string
@@ -45,7 +62,7 @@ type Message struct {
 
 // Resolution is one recorded decision about a message in doubt.
 type Resolution struct {
-	Outcome driver.Resolution
+	Outcome Outcome
 	By      string
 	Reason  string
 	At      time.Time // UTC
@@ -109,12 +126,12 @@ type Page struct {
 
 // DeadLetters lists one page of the scope's dead letters.
 func (o *Ops) DeadLetters(ctx context.Context, p ListParams) (*Page, error) {
-	return o.list(ctx, driver.StateDead, p)
+	return o.list(ctx, StateDead, p)
 }
 
 // InDoubt lists one page of the scope's messages in doubt.
 func (o *Ops) InDoubt(ctx context.Context, p ListParams) (*Page, error) {
-	return o.list(ctx, driver.StateInDoubt, p)
+	return o.list(ctx, StateInDoubt, p)
 }
 
 func (o *Ops) list(ctx context.Context, state driver.State, p ListParams) (*Page, error) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
@@ -209,31 +210,59 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("in doubt = %+v, %v", page, err)
 	}
 	var oos *ops.OutOfScopeError
-	_, err = o.Resolve(ctx, ops.Decision{IDs: []int64{doubt[0], theirs}, Outcome: driver.ResolveDead, By: "ana", Reason: "checked"})
-	if !errors.As(err, &oos) || oos.ID != theirs || ob.state(doubt[0]) != driver.StateInDoubt {
+	_, err = o.Resolve(ctx, ops.Decision{IDs: []int64{doubt[0], theirs}, Outcome: ops.OutcomeDead, By: "ana", Reason: "checked"})
+	if !errors.As(err, &oos) || oos.ID != theirs || ob.state(doubt[0]) != ops.StateInDoubt {
 		t.Fatalf("resolving another app's: %v", err)
 	}
-	if _, err := o.Resolve(ctx, ops.Decision{IDs: doubt, Outcome: driver.ResolveDead, By: "ana"}); !errors.Is(err, driver.ErrInvalidResolve) {
+	if _, err := o.Resolve(ctx, ops.Decision{IDs: doubt, Outcome: ops.OutcomeDead, By: "ana"}); !errors.Is(err, ops.ErrInvalidDecision) || !errors.Is(err, driver.ErrInvalidResolve) {
 		t.Fatalf("a decision without a reason: %v", err)
 	}
 
-	res, err := o.Resolve(ctx, ops.Decision{IDs: []int64{doubt[0], dead}, Outcome: driver.ResolveDelivered, By: "ana", Reason: "billing has it"})
+	res, err := o.Resolve(ctx, ops.Decision{IDs: []int64{doubt[0], dead}, Outcome: ops.OutcomeDelivered, By: "ana", Reason: "billing has it"})
 	if err != nil || !slices.Equal(res.Resolved, []int64{doubt[0]}) || !slices.Equal(res.NotInDoubt, []int64{dead}) {
 		t.Fatalf("resolve = %+v, %v", res, err)
 	}
 	gone, err := o.ShowInDoubt(ctx, doubt[0])
-	if err != nil || !gone.Gone || gone.Type != "pedido.criado" || len(gone.Resolutions) != 1 || gone.Resolutions[0].By != "ana" || gone.Resolutions[0].Outcome != driver.ResolveDelivered {
+	if err != nil || !gone.Gone || gone.Type != "pedido.criado" || len(gone.Resolutions) != 1 || gone.Resolutions[0].By != "ana" || gone.Resolutions[0].Outcome != ops.OutcomeDelivered {
 		t.Fatalf("show of a message resolved delivered = %+v, %v", gone, err)
 	}
 	if _, err := ops.New(ob.drv, ops.ForApps("faturamento")).ShowInDoubt(ctx, doubt[0]); !errors.As(err, &oos) || oos.Owner != "pedidos" {
 		t.Fatalf("another app's show of it: %v", err)
 	}
-	res, err = o.Resolve(ctx, ops.Decision{IDs: []int64{doubt[1]}, Outcome: driver.ResolveRetry, By: "ana", Reason: "not there"})
-	if err != nil || len(res.Resolved) != 1 || ob.state(doubt[1]) != driver.StatePending {
+	res, err = o.Resolve(ctx, ops.Decision{IDs: []int64{doubt[1]}, Outcome: ops.OutcomeRetry, By: "ana", Reason: "not there"})
+	if err != nil || len(res.Resolved) != 1 || ob.state(doubt[1]) != ops.StatePending {
 		t.Fatalf("resolve retry = %+v, %v; state %s", res, err, ob.state(doubt[1]))
 	}
 	if _, err := o.ShowInDoubt(ctx, 999999); !errors.Is(err, ops.ErrNotFound) {
 		t.Fatalf("show of a missing id: %v", err)
+	}
+}
+
+// Decision.Check refuses, without a database, what no backend records:
+// no ids, an outcome other than the three, no one deciding or no reason.
+func TestDecisionCheck(t *testing.T) {
+	good := ops.Decision{IDs: []int64{1}, Outcome: ops.OutcomeRetry, By: "ana", Reason: "not there"}
+	if err := good.Check(); err != nil {
+		t.Fatalf("Check of a good decision: %v", err)
+	}
+	for _, o := range []ops.Outcome{ops.OutcomeDelivered, ops.OutcomeRetry, ops.OutcomeDead} {
+		d := good
+		d.Outcome = o
+		if err := d.Check(); err != nil {
+			t.Errorf("Check of outcome %q: %v", o, err)
+		}
+	}
+	for name, bad := range map[string]func(*ops.Decision){
+		"no ids":          func(d *ops.Decision) { d.IDs = nil },
+		"unknown outcome": func(d *ops.Decision) { d.Outcome = "maybe" },
+		"no by":           func(d *ops.Decision) { d.By = "" },
+		"no reason":       func(d *ops.Decision) { d.Reason = " " },
+	} {
+		d := good
+		bad(&d)
+		if err := d.Check(); !errors.Is(err, ops.ErrInvalidDecision) {
+			t.Errorf("Check with %s: %v, want ErrInvalidDecision", name, err)
+		}
 	}
 }
 
@@ -319,5 +348,56 @@ func TestStatus(t *testing.T) {
 	all, err := o.Status(ctx, ops.StatusParams{AllElections: true})
 	if err != nil || len(all.Elections) != 2 || all.Elections[0].App != "faturamento" {
 		t.Fatalf("every app's elections: %+v, %v", all.Elections, err)
+	}
+}
+
+// DeliveredPerMinute reads the deliveries the driver counts per type and
+// minute, whatever the scope; a driver that keeps no such history answers
+// not ok, and nothing else.
+func TestDeliveredPerMinute(t *testing.T) {
+	ob := newOutbox(t)
+	ctx := context.Background()
+	ob.settle(driver.SettleParams{Delivered: ob.claim("pedido.criado", 3)})
+	ob.claim("fatura.emitida", 1) // in flight: not delivered
+
+	mins, ok, err := ops.New(ob.drv, ops.ForApps("faturamento")).DeliveredPerMinute(ctx, []string{"pedido.criado", "fatura.emitida"}, 10*time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("DeliveredPerMinute = %v, %v, %v", mins, ok, err)
+	}
+	n := map[string]int64{}
+	for _, m := range mins {
+		n[m.Type] += m.N
+		if m.Minute.IsZero() {
+			t.Errorf("a count without its minute: %+v", m)
+		}
+	}
+	if n["pedido.criado"] != 3 || n["fatura.emitida"] != 0 {
+		t.Fatalf("delivered per type = %v, want pedido.criado 3 and no fatura.emitida", n)
+	}
+
+	// An interface value holding only driver.Driver hides the history.
+	var plain struct{ driver.Driver }
+	plain.Driver = ob.drv
+	if mins, ok, err := ops.New(plain, ops.AllApps()).DeliveredPerMinute(ctx, []string{"pedido.criado"}, time.Minute); ok || err != nil || mins != nil {
+		t.Fatalf("DeliveredPerMinute without a history = %v, %v, %v", mins, ok, err)
+	}
+}
+
+// CheckApp refuses, without a database, the app names Transfer refuses,
+// as an ErrInvalid that is mensageria's ErrInvalidApp too.
+func TestCheckApp(t *testing.T) {
+	for _, good := range []string{"pedidos", "a", "billing-v2.eu:1"} {
+		if err := ops.CheckApp(good); err != nil {
+			t.Errorf("CheckApp(%q) = %v", good, err)
+		}
+	}
+	for _, bad := range []string{"", " pedidos", "not an app!", "-x", strings.Repeat("a", 101), "a\u200bb"} {
+		err := ops.CheckApp(bad)
+		if !errors.Is(err, ops.ErrInvalid) || !errors.Is(err, driver.ErrInvalidApp) {
+			t.Errorf("CheckApp(%q) = %v, want ErrInvalid and ErrInvalidApp", bad, err)
+		}
+		if terr := ops.New(nil, ops.AllApps()).Transfer(context.Background(), driver.ResourceType, "t", "a", bad); bad != "" && (terr == nil || terr.Error() != err.Error()) {
+			t.Errorf("Transfer to %q = %v, CheckApp = %v", bad, terr, err)
+		}
 	}
 }

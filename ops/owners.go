@@ -83,10 +83,21 @@ func (o *Ops) Transfer(ctx context.Context, kind driver.ResourceKind, name, from
 	if to == from {
 		return invalid("the entry moves from and to %q", from)
 	}
-	if err := driver.CheckApp(to); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := CheckApp(to); err != nil {
+		return err
 	}
 	return o.transfer(ctx, kind, name, from, to)
+}
+
+// CheckApp refuses, as Transfer and Register do, an app name that is not
+// 1-100 letters, digits or ._:- starting with a letter or digit: the
+// error wraps ErrInvalid and mensageria.ErrInvalidApp. A caller checks an
+// operator's input with it before connecting.
+func CheckApp(app string) error {
+	if err := driver.CheckApp(app); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
 }
 
 // Release deletes one catalog entry of app from, only while from still

@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/xadm/mensageria/driver"
@@ -67,5 +68,38 @@ func TestRoutePauseScope(t *testing.T) {
 	}
 	if list, err := pedidos.RoutePauses(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("pauses after the resume: %+v, %v", list, err)
+	}
+}
+
+// CheckPause refuses, without a database, the pauses PauseRoute refuses:
+// a blank, over-long or non-UTF-8 type, operator or reason; a resume is
+// checked with the reason "-".
+func TestCheckPause(t *testing.T) {
+	if err := ops.CheckPause("pedido.criado", "cli:ana", "billing upgrades"); err != nil {
+		t.Fatalf("CheckPause of a good pause: %v", err)
+	}
+	if err := ops.CheckPause("pedido.criado", "cli:ana", "-"); err != nil {
+		t.Fatalf("CheckPause of a resume: %v", err)
+	}
+	long := strings.Repeat("x", 201)
+	for _, c := range []struct{ typ, by, reason, field string }{
+		{" ", "cli:ana", "x", "type"},
+		{long, "cli:ana", "x", "type"},
+		{"pedido.criado", "", "x", "paused by"},
+		{"pedido.criado", "cli:ana", "  ", "reason"},
+		{"pedido.criado", "cli:ana", "a\x00b", "reason"},
+		{"pedido.criado", "cli:ana", "\xff", "reason"},
+	} {
+		var pe *ops.PauseRouteError
+		if err := ops.CheckPause(c.typ, c.by, c.reason); !errors.As(err, &pe) || pe.Field != c.field {
+			t.Errorf("CheckPause(%q, %q, %q) = %v, want a *PauseRouteError on %s", c.typ, c.by, c.reason, err, c.field)
+		}
+	}
+	// What CheckPause refuses, PauseRoute refuses the same way.
+	ob := newOutbox(t)
+	_, err := ops.New(ob.drv, ops.AllApps()).PauseRoute(context.Background(), "pedido.criado", "cli:ana", "  ")
+	want := ops.CheckPause("pedido.criado", "cli:ana", "  ")
+	if err == nil || want == nil || err.Error() != want.Error() {
+		t.Fatalf("PauseRoute with a blank reason: %v, CheckPause: %v", err, want)
 	}
 }

@@ -93,6 +93,24 @@ func (o *Ops) ReadCounts(ctx context.Context) (*Counted, error) {
 	return c, nil
 }
 
+// DeliveredMinute is how many messages of one type were delivered in one
+// minute (Minute is the minute's start).
+type DeliveredMinute = driver.DeliveredMinute
+
+// DeliveredPerMinute reads the deliveries of each of types in every
+// minute that began less than since ago (on the database clock), sorted by
+// type and minute; a minute with none has no entry. Reads are not scoped.
+// ok is false, and nothing is read, on a driver that keeps no delivery
+// history (it does not implement driver.DeliveryHistory).
+func (o *Ops) DeliveredPerMinute(ctx context.Context, types []string, since time.Duration) (mins []DeliveredMinute, ok bool, err error) {
+	h, ok := o.drv.(driver.DeliveryHistory)
+	if !ok {
+		return nil, false, nil
+	}
+	mins, err = h.DeliveredPerMinute(ctx, types, since)
+	return mins, true, err
+}
+
 // TypeStatus is one type's line of the status.
 type TypeStatus struct {
 	Type string
@@ -108,7 +126,7 @@ type TypeStatus struct {
 	Route *Route
 	// Paused is an operator's pause of the type (PauseRoute), with who
 	// and why; nil when it is not paused.
-	Paused *driver.RoutePause
+	Paused *RoutePause
 }
 
 // Route is a route's state as its relay last recorded it. Its texts are
@@ -126,11 +144,14 @@ type Route struct {
 	Recorded time.Time
 }
 
+// Leader is an app's relay election holder as the database records it.
+type Leader = driver.Leader
+
 // Election is one app's relay election, as the database holds it; Err is
 // why it could not be read.
 type Election struct {
 	App    string
-	Leader driver.Leader
+	Leader Leader
 	Err    error
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
+	"github.com/xadm/mensageria/ops"
 )
 
 // ConsoleConfig sizes the console scenario (issue #15): the web console's
@@ -66,7 +67,7 @@ func Console(ctx context.Context, e Env, cfg ConsoleConfig) (Result, error) {
 	}
 	r.Set("count-ms", ms(time.Since(began)))
 
-	c, err := console.New(console.Options{Driver: d, Auth: console.Auth{Token: consoleToken}, MinRefresh: time.Hour})
+	c, err := console.New(console.Options{Ops: ops.New(d, ops.AllApps()), Auth: console.Auth{Token: consoleToken}, MinRefresh: time.Hour})
 	if err != nil {
 		return r, err
 	}

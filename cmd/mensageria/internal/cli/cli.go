@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
 )
 
@@ -187,7 +187,7 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		// Another app's ownership, or a type no app owns, is a mistake of
 		// configuration or of the operator, never a passing failure: a
 		// retry would meet the same catalog.
-		if errors.Is(err, driver.ErrOwnerConflict) || errors.Is(err, driver.ErrUnownedType) || errors.Is(err, driver.ErrInvalidApp) {
+		if errors.Is(err, mensageria.ErrOwnerConflict) || errors.Is(err, mensageria.ErrUnownedType) || errors.Is(err, mensageria.ErrInvalidApp) {
 			return &exitError{code: ExitUsage, err: err}
 		}
 		return &exitError{code: ExitFailure, err: err}

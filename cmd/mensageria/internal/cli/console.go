@@ -12,6 +12,7 @@ import (
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/console"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
+	"github.com/xadm/mensageria/ops"
 )
 
 // defaultConsoleListen is where the console listens unless the config's
@@ -100,7 +101,7 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 	}
 	con, err := console.New(console.Options{
 		Apps:         apps,
-		Driver:       b.Driver,
+		Ops:          ops.New(b.Driver, ops.AllApps()),
 		Auth:         console.Auth{Token: cc.Token.Reveal(), User: cc.User, Password: cc.Password.Reveal()},
 		ReadOnly:     cc.ReadOnly || o.readOnly,
 		SecureCookie: cc.SecureCookie,

@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -107,7 +107,7 @@ func refusal(ctx context.Context, o *ops.Ops, err error) error {
 	case errors.As(err, &oos):
 		owner := "no app owns it"
 		// An entry the upgrade to the catalog left unclaimed is named so.
-		if e, lerr := o.Owner(ctx, driver.ResourceType, oos.Type); lerr == nil {
+		if e, lerr := o.Owner(ctx, mensageria.ResourceType, oos.Type); lerr == nil {
 			owner = "it is owned by " + quoteApp(e.App)
 		}
 		return usageErr("message type %q is not app %s's (%s): its dead letters are not this config's to touch; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.Type, strings.Join(oos.Apps, ", "), owner)
@@ -173,7 +173,7 @@ type DeadPage struct {
 // o.after, as 'dead list' and 'doubt list' do: a type of another app is
 // refused with its owner's name, and an app that owns nothing lists
 // nothing.
-func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions) (*config.Config, *ops.Page, error) {
+func (a *app) listInScope(ctx context.Context, state ops.State, o listOptions) (*config.Config, *ops.Page, error) {
 	if err := o.check(); err != nil {
 		return nil, nil, err
 	}
@@ -183,7 +183,7 @@ func (a *app) listInScope(ctx context.Context, state driver.State, o listOptions
 	}
 	defer b.Close()
 	list := op.DeadLetters
-	if state == driver.StateInDoubt {
+	if state == ops.StateInDoubt {
 		list = op.InDoubt
 	}
 	// A negative --after has always listed from the first row.
@@ -238,7 +238,7 @@ func (a *app) deadListCommand() *cobra.Command {
 		Short: "List dead messages",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, page, err := a.listInScope(cmd.Context(), driver.StateDead, o)
+			c, page, err := a.listInScope(cmd.Context(), ops.StateDead, o)
 			if err != nil {
 				return err
 			}
@@ -308,7 +308,7 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 	if err != nil {
 		return refusal(ctx, op, err)
 	}
-	if m.State != driver.StateDead {
+	if m.State != ops.StateDead {
 		fmt.Fprintf(a.io.Err, "note: message %d is %s, not dead\n", m.ID, m.State)
 	}
 	d := deadOf(*m, true)

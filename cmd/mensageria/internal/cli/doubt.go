@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -103,7 +102,7 @@ func (a *app) doubtListCommand() *cobra.Command {
 		Short: "List messages in doubt",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			c, page, err := a.listInScope(cmd.Context(), driver.StateInDoubt, o)
+			c, page, err := a.listInScope(cmd.Context(), ops.StateInDoubt, o)
 			if err != nil {
 				return err
 			}
@@ -213,7 +212,7 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 			if by == "" {
 				by = operator()
 			}
-			d := ops.Decision{IDs: ids, Outcome: driver.Resolution(outcome), By: by, Reason: reason, KeepDelivered: keep}
+			d := ops.Decision{IDs: ids, Outcome: ops.Outcome(outcome), By: by, Reason: reason, KeepDelivered: keep}
 			if err := d.Check(); err != nil {
 				return usageErr("%v (see 'mensageria doubt resolve --help')", err)
 			}
@@ -238,7 +237,7 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 				}
 			}
 			res, err := op.Apply(ctx, p)
-			if errors.Is(err, driver.ErrInvalidResolve) {
+			if errors.Is(err, ops.ErrInvalidDecision) {
 				return usageErr("%v", err)
 			}
 			if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 )
 
 // maxPayload matches the library's limit, checked here so a huge file is
@@ -163,7 +163,7 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	if err := b.Ping(ctx); err != nil {
 		return err
 	}
-	if err := checkSchema(ctx, c, b.Driver); err != nil {
+	if err := checkSchema(ctx, c, b); err != nil {
 		return err
 	}
 	// The library's Enqueue would record the type as this app's
@@ -177,7 +177,7 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	if err != nil {
 		return err
 	}
-	o, owned, err := lookupOwner(ctx, b.Driver, driver.ResourceType, opt.typ)
+	o, owned, err := lookupOwner(ctx, ops.New(b.Driver, ops.AllApps()), mensageria.ResourceType, opt.typ)
 	switch {
 	case err != nil:
 		return err

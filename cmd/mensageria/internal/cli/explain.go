@@ -16,7 +16,6 @@ import (
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/guarantee"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -133,7 +132,7 @@ func readOwnership(ctx context.Context, c *config.Config) explainOwnership {
 		return explainOwnership{Why: err.Error()}
 	}
 	defer b.Close()
-	if err := checkSchema(ctx, c, b.Driver); err != nil {
+	if err := checkSchema(ctx, c, b); err != nil {
 		return explainOwnership{Why: err.Error()}
 	}
 	all, err := b.Driver.Owners(ctx, "")
@@ -143,7 +142,7 @@ func readOwnership(ctx context.Context, c *config.Config) explainOwnership {
 	out := explainOwnership{Read: true, Entries: []OwnerEntry{}}
 	for _, o := range all {
 		_, routed := c.Route(o.Name)
-		if o.App == c.App || (o.Kind == driver.ResourceType && routed) || o.Kind == driver.ResourceMigrations {
+		if o.App == c.App || (o.Kind == mensageria.ResourceType && routed) || o.Kind == mensageria.ResourceMigrations {
 			out.Entries = append(out.Entries, ownerEntryOf(o))
 		}
 	}
@@ -368,7 +367,7 @@ func writeOwnership(w io.Writer, c *config.Config, o explainOwnership) {
 	}
 	owner := map[string]OwnerEntry{}
 	for _, e := range o.Entries {
-		if e.Kind == string(driver.ResourceType) {
+		if e.Kind == string(mensageria.ResourceType) {
 			owner[e.Name] = e
 		}
 	}
@@ -389,16 +388,16 @@ func writeOwnership(w io.Writer, c *config.Config, o explainOwnership) {
 	for _, e := range o.Entries {
 		_, routed := c.Route(e.Name)
 		switch {
-		case e.Kind == string(driver.ResourceType) && routed:
-		case e.Kind == string(driver.ResourceType):
+		case e.Kind == string(mensageria.ResourceType) && routed:
+		case e.Kind == string(mensageria.ResourceType):
 			fmt.Fprintf(w, "  type %-30s app %s, not routed by this config: its rows stay pending\n", e.Name, e.App)
-		case e.Kind == string(driver.ResourceConsumer):
+		case e.Kind == string(mensageria.ResourceConsumer):
 			window := "records kept forever"
 			if e.WindowSeconds != nil && *e.WindowSeconds > 0 {
 				window = "window " + humanDuration(secs(*e.WindowSeconds))
 			}
 			fmt.Fprintf(w, "  consumer %-26s app %s, %s\n", e.Name, e.App, window)
-		case e.Kind == string(driver.ResourceMigrations):
+		case e.Kind == string(mensageria.ResourceMigrations):
 			fmt.Fprintf(w, "  migrations %-24s app %s runs 'migrate up'\n", "", appName(e.App))
 		default:
 			fmt.Fprintf(w, "  %s %s  app %s\n", e.Kind, e.Name, appName(e.App))

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 )
 
 const migrateLong = `migrate manages the mensageria tables in the configured schema.
@@ -37,13 +37,13 @@ func (a *app) migrateCommand() *cobra.Command {
 		},
 	}
 	var asJSON bool
-	run := func(mode driver.MigrateMode) func(*cobra.Command, []string) error {
+	run := func(mode mensageria.MigrateMode) func(*cobra.Command, []string) error {
 		return runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runMigrate(cmd, mode, asJSON)
 		})
 	}
-	up := &cobra.Command{Use: "up", Short: "Apply every missing migration", Args: noArgs, RunE: run(driver.MigrateUp)}
-	check := &cobra.Command{Use: "check", Short: "Verify the schema version without changing anything (exit 1 when behind)", Args: noArgs, RunE: run(driver.MigrateCheck)}
+	up := &cobra.Command{Use: "up", Short: "Apply every missing migration", Args: noArgs, RunE: run(mensageria.MigrateUp)}
+	check := &cobra.Command{Use: "check", Short: "Verify the schema version without changing anything (exit 1 when behind)", Args: noArgs, RunE: run(mensageria.MigrateCheck)}
 	for _, c := range []*cobra.Command{up, check} {
 		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	}
@@ -54,9 +54,9 @@ func (a *app) migrateCommand() *cobra.Command {
 
 // runMigrate applies (MigrateUp) or checks (MigrateCheck) the schema and
 // says where it stands; a schema behind exits 1.
-func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON bool) error {
+func (a *app) runMigrate(cmd *cobra.Command, mode mensageria.MigrateMode, asJSON bool) error {
 	connect := a.connect // check never creates a SQLite file
-	if mode == driver.MigrateUp {
+	if mode == mensageria.MigrateUp {
 		connect = a.connectCreating
 	}
 	c, b, err := connect(cmd.Context())
@@ -64,9 +64,9 @@ func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON boo
 		return err
 	}
 	defer b.Close()
-	res, err := b.Driver.Migrate(cmd.Context(), driver.MigrateParams{Mode: mode, App: c.App})
-	behind := errors.Is(err, driver.ErrSchemaBehind)
-	var oce *driver.OwnerConflictError
+	res, err := b.Migrate(cmd.Context(), mode, c.App)
+	behind := errors.Is(err, mensageria.ErrSchemaBehind)
+	var oce *mensageria.OwnerConflictError
 	if errors.As(err, &oce) {
 		return conflictErr(oce, "migrate the schema up", a.configPath)
 	}
@@ -81,7 +81,7 @@ func (a *app) runMigrate(cmd *cobra.Command, mode driver.MigrateMode, asJSON boo
 		switch {
 		case behind:
 			fmt.Fprintf(a.io.Out, "schema %s is behind: version %d, this build needs %d; run 'mensageria migrate up' (or apply 'mensageria migrate sql')\n", c.Schema, res.From, res.Latest)
-		case mode == driver.MigrateCheck:
+		case mode == mensageria.MigrateCheck:
 			fmt.Fprintf(a.io.Out, "schema %s is current (version %d)\n", c.Schema, res.To)
 		case len(res.Applied) == 0:
 			fmt.Fprintf(a.io.Out, "schema %s already at version %d; nothing to apply\n", c.Schema, res.To)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -32,9 +32,9 @@ type OwnerEntry struct {
 	Since         time.Time `json:"since"`
 }
 
-func ownerEntryOf(o driver.Ownership) OwnerEntry {
+func ownerEntryOf(o mensageria.Ownership) OwnerEntry {
 	e := OwnerEntry{Kind: string(o.Kind), Name: o.Name, App: o.App, Unclaimed: o.App == "", Since: o.Since.UTC()}
-	if o.Kind == driver.ResourceConsumer {
+	if o.Kind == mensageria.ResourceConsumer {
 		w := o.Window.Seconds()
 		e.WindowSeconds = &w
 	}
@@ -42,10 +42,10 @@ func ownerEntryOf(o driver.Ownership) OwnerEntry {
 }
 
 // kinds are the catalog's kinds as the owners commands take them.
-var kinds = []driver.ResourceKind{driver.ResourceType, driver.ResourceConsumer, driver.ResourceKafkaTransactionalID, driver.ResourceMigrations}
+var kinds = []mensageria.ResourceKind{mensageria.ResourceType, mensageria.ResourceConsumer, mensageria.ResourceKafkaTransactionalID, mensageria.ResourceMigrations}
 
-func parseKind(s string) (driver.ResourceKind, error) {
-	k := driver.ResourceKind(strings.ReplaceAll(strings.ToLower(s), "-", "_"))
+func parseKind(s string) (mensageria.ResourceKind, error) {
+	k := mensageria.ResourceKind(strings.ReplaceAll(strings.ToLower(s), "-", "_"))
 	if slices.Contains(kinds, k) {
 		return k, nil
 	}
@@ -57,15 +57,15 @@ func parseKind(s string) (driver.ResourceKind, error) {
 }
 
 // thing names a catalog entry in messages.
-func thing(k driver.ResourceKind, name string) string {
+func thing(k mensageria.ResourceKind, name string) string {
 	switch k {
-	case driver.ResourceType:
+	case mensageria.ResourceType:
 		return "message type " + strconv.Quote(name)
-	case driver.ResourceConsumer:
+	case mensageria.ResourceConsumer:
 		return "inbox consumer " + strconv.Quote(name)
-	case driver.ResourceKafkaTransactionalID:
+	case mensageria.ResourceKafkaTransactionalID:
 		return "Kafka transactional id " + strconv.Quote(name)
-	case driver.ResourceMigrations:
+	case mensageria.ResourceMigrations:
 		return "the schema's migrations"
 	}
 	return string(k) + " " + strconv.Quote(name)
@@ -89,11 +89,11 @@ func quoteApp(app string) string {
 // conflictErr turns a catalog conflict met by app while doing what into a
 // usage error that names every conflicting entry and its owner, and the
 // way out.
-func conflictErr(e *driver.OwnerConflictError, what, configPath string) error {
+func conflictErr(e *mensageria.OwnerConflictError, what, configPath string) error {
 	var parts []string
 	for _, c := range e.Conflicts {
 		verb := "is"
-		if c.Kind == driver.ResourceMigrations {
+		if c.Kind == mensageria.ResourceMigrations {
 			verb = "are"
 		}
 		parts = append(parts, fmt.Sprintf("%s %s owned by %s", thing(c.Kind, c.Name), verb, quoteApp(c.App)))
@@ -102,16 +102,16 @@ func conflictErr(e *driver.OwnerConflictError, what, configPath string) error {
 		parts = append(parts, "something it claims is owned by another app")
 	}
 	nothing := "nothing was claimed"
-	if len(e.Conflicts) > 0 && e.Conflicts[0].Kind == driver.ResourceMigrations {
+	if len(e.Conflicts) > 0 && e.Conflicts[0].Kind == mensageria.ResourceMigrations {
 		nothing = "nothing was applied"
 	}
 	msg := fmt.Sprintf("app %q cannot %s: %s; %s", e.App, what, strings.Join(parts, "; "), nothing)
 	if len(e.Conflicts) > 0 {
 		c := e.Conflicts[0]
 		switch {
-		case c.Kind == driver.ResourceMigrations:
+		case c.Kind == mensageria.ResourceMigrations:
 			msg += fmt.Sprintf(". Run 'mensageria migrate up' with app %s's config ('migrate check' is open to every app), or move the migrations with 'mensageria owners transfer migrations %s --from %s --to %s'",
-				strconv.Quote(c.App), driver.MigrationsName, shellArg(c.App), shellArg(e.App))
+				strconv.Quote(c.App), mensageria.MigrationsName, shellArg(c.App), shellArg(e.App))
 		default:
 			msg += fmt.Sprintf(". Remove it from %s if it is not this app's, or, if it is moving here, run 'mensageria owners transfer %s %s --from %s --to %s' first",
 				configPath, c.Kind, shellArg(c.Name), shellArg(c.App), shellArg(e.App))
@@ -154,16 +154,16 @@ func (a *app) connectCurrent(ctx context.Context) (*config.Config, *daemon.DB, e
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkSchema(ctx, c, b.Driver); err != nil {
+	if err := checkSchema(ctx, c, b); err != nil {
 		b.Close()
 		return nil, nil, err
 	}
 	return c, b, nil
 }
 
-func checkSchema(ctx context.Context, c *config.Config, drv driver.Driver) error {
-	res, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateCheck, App: c.App})
-	if errors.Is(err, driver.ErrSchemaBehind) {
+func checkSchema(ctx context.Context, c *config.Config, b *daemon.DB) error {
+	res, err := b.Migrate(ctx, mensageria.MigrateCheck, c.App)
+	if errors.Is(err, mensageria.ErrSchemaBehind) {
 		return daemon.SchemaBehind(c.Schema, res, "run 'mensageria migrate up' with the config of the app that owns the migrations")
 	}
 	if err != nil {
@@ -173,17 +173,16 @@ func checkSchema(ctx context.Context, c *config.Config, drv driver.Driver) error
 }
 
 // lookupOwner finds one entry of the catalog.
-func lookupOwner(ctx context.Context, drv driver.Driver, kind driver.ResourceKind, name string) (driver.Ownership, bool, error) {
-	all, err := drv.Owners(ctx, "")
-	if err != nil {
-		return driver.Ownership{}, false, fmt.Errorf("ownership catalog: %w", err)
+func lookupOwner(ctx context.Context, op *ops.Ops, kind mensageria.ResourceKind, name string) (mensageria.Ownership, bool, error) {
+	o, err := op.Owner(ctx, kind, name)
+	var nf *ops.NotFoundError
+	switch {
+	case errors.As(err, &nf):
+		return mensageria.Ownership{}, false, nil
+	case err != nil:
+		return mensageria.Ownership{}, false, err
 	}
-	for _, o := range all {
-		if o.Kind == kind && o.Name == name {
-			return o, true, nil
-		}
-	}
-	return driver.Ownership{}, false, nil
+	return o, true, nil
 }
 
 func (a *app) ownersCommand() *cobra.Command {
@@ -262,7 +261,7 @@ every entry of the schema.`,
 			if !allApps {
 				var missing []string
 				for _, t := range c.Types() {
-					if !slices.ContainsFunc(list, func(o driver.Ownership) bool { return o.Kind == driver.ResourceType && o.Name == t }) {
+					if !slices.ContainsFunc(list, func(o mensageria.Ownership) bool { return o.Kind == mensageria.ResourceType && o.Name == t }) {
 						missing = append(missing, t)
 					}
 				}
@@ -278,12 +277,12 @@ every entry of the schema.`,
 	return cmd
 }
 
-func writeOwners(a *app, list []driver.Ownership) {
+func writeOwners(a *app, list []mensageria.Ownership) {
 	tw, rows := newTable(a.io.Out, 0)
 	fmt.Fprintln(rows, "KIND\tNAME\tAPP\tWINDOW\tSINCE")
 	for _, o := range list {
 		window := "-"
-		if o.Kind == driver.ResourceConsumer {
+		if o.Kind == mensageria.ResourceConsumer {
 			window = "forever"
 			if o.Window > 0 {
 				window = humanDuration(o.Window)
@@ -314,23 +313,23 @@ nothing.`,
 			}
 			defer b.Close()
 			if c.Receive != nil {
-				return a.registerConsumers(cmd.Context(), b.Driver, c, asJSON)
+				return a.registerConsumers(cmd.Context(), ops.New(b.Driver, ops.ForApps(c.App)), c, asJSON)
 			}
-			res := make([]driver.Resource, len(c.Routes))
+			res := make([]mensageria.Resource, len(c.Routes))
 			for i, r := range c.Routes {
-				res[i] = driver.Resource{Kind: driver.ResourceType, Name: r.Type}
+				res[i] = mensageria.Resource{Kind: mensageria.ResourceType, Name: r.Type}
 			}
 			rr, err := ops.New(b.Driver, ops.ForApps(c.App)).Register(cmd.Context(), c.App, res)
-			var oce *driver.OwnerConflictError
+			var oce *mensageria.OwnerConflictError
 			if errors.As(err, &oce) {
 				return conflictErr(oce, "register its types", a.configPath)
 			}
 			if err != nil {
 				return fmt.Errorf("register: %w", err)
 			}
-			var unlisted []driver.Ownership
+			var unlisted []mensageria.Ownership
 			for _, o := range rr.Unlisted {
-				if o.Kind == driver.ResourceType {
+				if o.Kind == mensageria.ResourceType {
 					unlisted = append(unlisted, o)
 				}
 			}
@@ -356,15 +355,15 @@ nothing.`,
 // registerConsumers is owners register with a receive daemon's config:
 // it records the config's consumers, with their windows, as its app's,
 // as the daemon does when it starts.
-func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *config.Config, asJSON bool) error {
-	res := make([]driver.Resource, len(c.Receive.Consumers))
+func (a *app) registerConsumers(ctx context.Context, op *ops.Ops, c *config.Config, asJSON bool) error {
+	res := make([]mensageria.Resource, len(c.Receive.Consumers))
 	names := make([]string, len(res))
 	for i, k := range c.Receive.Consumers {
-		res[i] = driver.Resource{Kind: driver.ResourceConsumer, Name: k.Name, Window: k.Window}
+		res[i] = mensageria.Resource{Kind: mensageria.ResourceConsumer, Name: k.Name, Window: k.Window}
 		names[i] = k.Name
 	}
-	rr, err := ops.New(drv, ops.ForApps(c.App)).Register(ctx, c.App, res)
-	var oce *driver.OwnerConflictError
+	rr, err := op.Register(ctx, c.App, res)
+	var oce *mensageria.OwnerConflictError
 	if errors.As(err, &oce) {
 		return conflictErr(oce, "register its consumers", a.configPath)
 	}
@@ -376,7 +375,7 @@ func (a *app) registerConsumers(ctx context.Context, drv driver.Driver, c *confi
 	}
 	fmt.Fprintf(a.io.Out, "app %s owns %d inbox consumer(s) in schema %s: %s\n", c.App, len(res), c.Schema, visible(strings.Join(names, ", ")))
 	for _, o := range rr.Unlisted {
-		if o.Kind == driver.ResourceConsumer {
+		if o.Kind == mensageria.ResourceConsumer {
 			fmt.Fprintf(a.io.Err, "note: app %s also owns inbox consumer %q, which the config does not list; release it with 'mensageria owners release consumer %s --from %s'\n",
 				c.App, o.Name, shellArg(o.Name), shellArg(c.App))
 		}
@@ -406,8 +405,8 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			switch {
 			case name == "":
 				return usageErr("owners %s: NAME is empty", verb)
-			case kind == driver.ResourceMigrations && name != driver.MigrationsName:
-				return usageErr("owners %s: the migrations entry is named %q, not %q", verb, driver.MigrationsName, name)
+			case kind == mensageria.ResourceMigrations && name != mensageria.MigrationsName:
+				return usageErr("owners %s: the migrations entry is named %q, not %q", verb, mensageria.MigrationsName, name)
 			case !cmd.Flags().Changed("from"):
 				return usageErr("owners %s needs --from APP: the app that owns it now ('' for an entry left unclaimed)", verb)
 			case !release && to == "":
@@ -419,8 +418,9 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			// match the entry, so that one stored under a name no path
 			// accepts any more can still be moved away.
 			if !release {
-				if err := driver.CheckApp(to); err != nil {
-					return usageErr("owners transfer --to: %v; nothing changed", strings.TrimPrefix(err.Error(), driver.ErrInvalidApp.Error()+": "))
+				if err := ops.CheckApp(to); err != nil {
+					why := strings.TrimPrefix(err.Error(), ops.ErrInvalid.Error()+": ")
+					return usageErr("owners transfer --to: %v; nothing changed", strings.TrimPrefix(why, mensageria.ErrInvalidApp.Error()+": "))
 				}
 			}
 			c, b, err := a.connectCurrent(cmd.Context())
@@ -461,22 +461,22 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 
 // printTransfer says what owners transfer or release changed, and what
 // the operator does next.
-func (a *app) printTransfer(verb string, release bool, kind driver.ResourceKind, name, from, to, schema string, asJSON bool) error {
+func (a *app) printTransfer(verb string, release bool, kind mensageria.ResourceKind, name, from, to, schema string, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(a.io.Out).Encode(map[string]any{"action": verb, "kind": kind, "name": name, "from": from, "to": to, "schema": schema})
 	}
 	if release {
 		fmt.Fprintf(a.io.Out, "%s released by %s in schema %s\n", thing(kind, name), quoteApp(from), schema)
-		if kind == driver.ResourceType {
+		if kind == mensageria.ResourceType {
 			fmt.Fprintf(a.io.Err, "note: until an app registers it, the database refuses new rows of type %q; rows already there stay pending\n", name)
 		}
 		return nil
 	}
 	fmt.Fprintf(a.io.Out, "%s moved from %s to %s in schema %s\n", thing(kind, name), quoteApp(from), quoteApp(to), schema)
 	switch kind {
-	case driver.ResourceType:
+	case mensageria.ResourceType:
 		fmt.Fprintf(a.io.Err, "note: running relays pick the change up within one lease: app %s's relays stop claiming %q (what they had already claimed they deliver and settle), and app %s's relays that route it start claiming it; a relay of app %s that does not route it yet needs its config to, and a restart. App %s's relay now refuses to start while its config still routes it\n", appName(from), name, to, to, appName(from))
-	case driver.ResourceMigrations:
+	case mensageria.ResourceMigrations:
 		fmt.Fprintf(a.io.Err, "note: from now on only app %s runs 'mensageria migrate up' on schema %s\n", to, schema)
 	}
 	return nil

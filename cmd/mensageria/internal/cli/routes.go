@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -45,7 +44,7 @@ func (a *app) routesPauseCommand() *cobra.Command {
 			if by == "" {
 				by = operator()
 			}
-			if err := driver.CheckPauseRoute(driver.PauseRouteParams{App: "-", Type: args[0], PausedBy: by, Reason: reason}); err != nil {
+			if err := ops.CheckPause(args[0], by, reason); err != nil {
 				return usageErr("%v (see 'mensageria routes pause --help')", err)
 			}
 			ctx := cmd.Context()
@@ -152,7 +151,7 @@ type pausedJSON struct {
 	PausedAt time.Time `json:"paused_at"`
 }
 
-func pauseJSON(p driver.RoutePause) pausedJSON {
+func pauseJSON(p ops.RoutePause) pausedJSON {
 	return pausedJSON{Type: p.Type, App: p.App, PausedBy: p.PausedBy, Reason: p.Reason, PausedAt: p.PausedAt.UTC()}
 }
 
@@ -161,7 +160,7 @@ func pauseJSON(p driver.RoutePause) pausedJSON {
 func routeRefusal(err error, typ string) error {
 	var oos *ops.OutOfScopeError
 	var np *ops.NotPausedError
-	var pe *driver.PauseRouteError
+	var pe *ops.PauseRouteError
 	switch {
 	case errors.As(err, &oos):
 		owner := "no app owns it"

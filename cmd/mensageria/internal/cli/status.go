@@ -15,7 +15,6 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -104,8 +103,7 @@ type Status struct {
 	Types    []StatusType   `json:"types"`
 }
 
-func collectStatus(ctx context.Context, c *config.Config, drv driver.Driver) (*Status, error) {
-	o := ops.New(drv, ops.ForApps(c.App))
+func collectStatus(ctx context.Context, c *config.Config, o *ops.Ops) (*Status, error) {
 	counts, err := o.Count(ctx) // the outbox's only: status shows no inbox queue
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -157,7 +155,7 @@ func collectStatus(ctx context.Context, c *config.Config, drv driver.Driver) (*S
 	return st, nil
 }
 
-func statusPause(p *driver.RoutePause) *pausedJSON {
+func statusPause(p *ops.RoutePause) *pausedJSON {
 	if p == nil {
 		return nil
 	}
@@ -178,7 +176,7 @@ func statusRoute(r *ops.Route) *StatusRoute {
 }
 
 // statusElection fills e with the app's election holder h.
-func statusElection(h driver.Leader, e *StatusElection) {
+func statusElection(h ops.Leader, e *StatusElection) {
 	e.Holder, e.Epoch = h.Holder, h.Epoch
 	if !h.Since.IsZero() && h.Holder != "" {
 		since := h.Since.UTC()
@@ -307,7 +305,7 @@ func (a *app) statusCommand() *cobra.Command {
 			defer b.Close()
 			ctx := cmd.Context()
 			for first := true; ; first = false {
-				st, err := collectStatus(ctx, c, b.Driver)
+				st, err := collectStatus(ctx, c, ops.New(b.Driver, ops.ForApps(c.App)))
 				if err != nil {
 					if ctx.Err() != nil && !first {
 						return nil

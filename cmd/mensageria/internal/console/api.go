@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 	"github.com/xadm/mensageria/redact"
 )
@@ -113,45 +112,46 @@ type Action struct {
 // maxActionIDs bounds one action by ids; bulk beyond it is "all of a type".
 const maxActionIDs = 1000
 
-// DecodeAction decodes an action body into the driver's selection. It
+// DecodeAction decodes an action body into the dead letters it selects
+// (discard says the action is a discard, which allows no duplicate). It
 // never selects nothing and never selects more than the body names: ids
 // must be positive and distinct, and a whole type needs all: true as well
 // as the type, so that a body that lost its ids cannot become "everything".
-func DecodeAction(body io.Reader, discard bool) (driver.ReviveParams, error) {
+func DecodeAction(body io.Reader, discard bool) (ops.Selection, error) {
 	var a Action
 	if err := decodeJSON(body, &a); err != nil {
-		return driver.ReviveParams{}, err
+		return ops.Selection{}, err
 	}
 	if a.AllowDuplicate && discard {
-		return driver.ReviveParams{}, badRequest("allow_duplicate is for a retry, not a discard")
+		return ops.Selection{}, badRequest("allow_duplicate is for a retry, not a discard")
 	}
 	switch {
 	case len(a.IDs) > 0 && (a.Type != "" || a.All):
-		return driver.ReviveParams{}, badRequest("select dead letters by ids or by type with all: true, not both")
+		return ops.Selection{}, badRequest("select dead letters by ids or by type with all: true, not both")
 	case len(a.IDs) > 0:
 		if len(a.IDs) > maxActionIDs {
-			return driver.ReviveParams{}, badRequest("at most %d ids per action (use type and all: true for more)", maxActionIDs)
+			return ops.Selection{}, badRequest("at most %d ids per action (use type and all: true for more)", maxActionIDs)
 		}
 		seen := make(map[int64]bool, len(a.IDs))
 		for _, id := range a.IDs {
 			if id <= 0 {
-				return driver.ReviveParams{}, badRequest("id %d is not a message id", id)
+				return ops.Selection{}, badRequest("id %d is not a message id", id)
 			}
 			if seen[id] {
-				return driver.ReviveParams{}, badRequest("id %d is listed twice", id)
+				return ops.Selection{}, badRequest("id %d is listed twice", id)
 			}
 			seen[id] = true
 		}
-		return driver.ReviveParams{IDs: slices.Clone(a.IDs), Discard: discard, ClearMark: a.AllowDuplicate}, nil
+		return ops.Selection{IDs: slices.Clone(a.IDs), AllowDuplicate: a.AllowDuplicate}, nil
 	case a.Type != "" && a.All:
 		if len(a.Type) > 200 {
-			return driver.ReviveParams{}, badRequest("type is longer than 200 characters")
+			return ops.Selection{}, badRequest("type is longer than 200 characters")
 		}
-		return driver.ReviveParams{Types: []string{a.Type}, Discard: discard, ClearMark: a.AllowDuplicate}, nil
+		return ops.Selection{Types: []string{a.Type}, AllowDuplicate: a.AllowDuplicate}, nil
 	case a.Type != "":
-		return driver.ReviveParams{}, badRequest("acting on every dead letter of a type needs all: true")
+		return ops.Selection{}, badRequest("acting on every dead letter of a type needs all: true")
 	}
-	return driver.ReviveParams{}, badRequest("select dead letters: ids, or type with all: true")
+	return ops.Selection{}, badRequest("select dead letters: ids, or type with all: true")
 }
 
 func jsonBody(r *http.Request) bool {
@@ -411,11 +411,10 @@ func (c *Console) perMinute(ctx context.Context, ov *Overview, types []string, v
 	for i := range chartMinutes {
 		ov.Minutes = append(ov.Minutes, now.Add(time.Duration(i-chartMinutes+1)*time.Minute))
 	}
-	h, ok := c.opt.Driver.(driver.DeliveryHistory)
-	if !ok || len(types) == 0 {
+	if len(types) == 0 {
 		return
 	}
-	mins, err := h.DeliveredPerMinute(ctx, types, chartMinutes*time.Minute)
+	mins, _, err := c.every().DeliveredPerMinute(ctx, types, chartMinutes*time.Minute)
 	if err != nil {
 		ov.Errors = append(ov.Errors, "deliveries per minute: "+redact.Text(err.Error()))
 	}
@@ -429,11 +428,11 @@ func (c *Console) perMinute(ctx context.Context, ov *Overview, types []string, v
 
 // scoped is the operator's verbs within the console's apps (Options.Apps;
 // every app's without): what its actions may touch.
-func (c *Console) scoped() *ops.Ops { return ops.New(c.opt.Driver, ops.ForApps(c.opt.Apps...)) }
+func (c *Console) scoped() *ops.Ops { return c.opt.Ops.In(ops.ForApps(c.opt.Apps...)) }
 
 // every is the verbs over every app: the console shows every app's types
 // and messages, and acts only within scoped.
-func (c *Console) every() *ops.Ops { return ops.New(c.opt.Driver, ops.AllApps()) }
+func (c *Console) every() *ops.Ops { return c.opt.Ops.In(ops.AllApps()) }
 
 // Letter is a dead letter in the list.
 type Letter struct {
@@ -498,12 +497,12 @@ func rawOrString(b []byte) json.RawMessage {
 const maxPage = 500
 
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request, _ principal) {
-	c.listOf(w, r, driver.StateDead, "dead letters")
+	c.listOf(w, r, ops.StateDead, "dead letters")
 }
 
 // listOf answers one page of a type's rows in state (dead, or in doubt),
 // on that type's part of the state's index.
-func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state driver.State, what string) {
+func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state ops.State, what string) {
 	q := r.URL.Query()
 	typ := q.Get("type")
 	if typ == "" {
@@ -521,7 +520,7 @@ func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state driver.St
 		return
 	}
 	list := c.every().DeadLetters
-	if state == driver.StateInDoubt {
+	if state == ops.StateInDoubt {
 		list = c.every().InDoubt
 	}
 	p, err := list(r.Context(), ops.ListParams{Types: []string{typ}, After: after, Limit: int(limit)})
@@ -583,13 +582,12 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
-		sel := ops.Selection{IDs: p.IDs, Types: p.Types, AllowDuplicate: p.ClearMark}
 		o := c.scoped()
 		plan := o.PlanRetry
 		if discard {
 			plan = o.PlanDiscard
 		}
-		pl, err := plan(r.Context(), sel)
+		pl, err := plan(r.Context(), p)
 		if err != nil {
 			c.refused(w, r, err)
 			return
@@ -635,7 +633,7 @@ func (c *Console) refused(w http.ResponseWriter, r *http.Request, err error) {
 		problem(w, r, http.StatusConflict, "at_most_once", fmt.Sprintf("%d dead letter(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
 			"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, retry with allow_duplicate: true; if it does, discard them",
 			len(amo.IDs), ops.IDList(amo.IDs)))
-	case errors.Is(err, driver.ErrInvalidResolve):
+	case errors.Is(err, ops.ErrInvalidDecision):
 		problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 	default:
 		problem(w, r, http.StatusServiceUnavailable, "database", "the database did not answer: "+redact.Text(err.Error()))

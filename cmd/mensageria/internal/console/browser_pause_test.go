@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 )
 
 // An operator pauses a type from the page, giving a reason the page asks
@@ -18,7 +19,7 @@ func TestBrowserPausesAndResumesARoute(t *testing.T) {
 	ctx := context.Background()
 	d := pgDriver(t)
 	own(t, d, "billing", "invoice.issued")
-	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
+	c, err := New(Options{Ops: ops.New(d, ops.AllApps()), Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/ops"
 )
 
 // EnvChromium names the browser the console's browser tests drive
@@ -182,7 +183,7 @@ func TestBrowserOperatorJourney(t *testing.T) {
 	}
 	payID := doubtful[0].ID
 
-	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
+	c, err := New(Options{Ops: ops.New(d, ops.AllApps()), Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +313,7 @@ func TestBrowserShowsInvisibleCharactersAndAsksBeforeADuplicate(t *testing.T) {
 	insert(t, d, "payment.captured", "pay-9")
 	pay := killMarked(t, d, "payment.captured")
 
-	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
+	c, err := New(Options{Ops: ops.New(d, ops.AllApps()), Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@
 // and every refusal is an RFC 9457 problem response. The page and its
 // script are embedded; nothing is built to run it.
 //
-// It reads through the driver seam only. The one costly statement, the
-// per-type counts (driver.Driver.Stats), is never run by a page load: the
-// console keeps the last counts and recounts in the background, at most
-// once per Options.MinRefresh and never more often than ten times the last
-// count took, so a million pending rows cost the database one scan every
-// few seconds however many operators look.
+// It reads and acts through the ops package only. The one costly
+// statement, the per-type counts (ops.Ops.ReadCounts), is never run by a
+// page load: the console keeps the last counts and recounts in the
+// background, at most once per Options.MinRefresh and never more often
+// than ten times the last count took, so a million pending rows cost the
+// database one scan every few seconds however many operators look.
 package console
 
 import (
@@ -34,8 +34,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/httpguard"
+	"github.com/xadm/mensageria/ops"
 )
 
 //go:embed assets
@@ -50,9 +51,8 @@ func (e *ConfigError) Error() string {
 	return "mensageria/console: " + e.Field + ": " + e.Reason
 }
 
-// Is makes errors.Is(err, mensageria.ErrConfig) true (the driver seam's
-// sentinel, which the root package exports).
-func (e *ConfigError) Is(target error) bool { return target == driver.ErrConfig }
+// Is makes errors.Is(err, mensageria.ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == mensageria.ErrConfig }
 
 // Auth is who may use the console: the holder of Token, or of User and
 // Password (HTTP basic credentials). At least one must be set.
@@ -64,8 +64,11 @@ type Auth struct {
 
 // Options configure a console.
 type Options struct {
-	Driver driver.Driver
-	Auth   Auth
+	// Ops are the operator's verbs over the outbox the console shows;
+	// their scope does not matter: the console reads every app's and
+	// acts within Apps.
+	Ops  *ops.Ops
+	Auth Auth
 	// ReadOnly refuses every action (retry, discard): the console only
 	// shows.
 	ReadOnly bool
@@ -107,8 +110,8 @@ type Console struct {
 // New checks opt and returns a console. It starts the first count at once,
 // so that the first page does not wait for it.
 func New(opt Options) (*Console, error) {
-	if opt.Driver == nil {
-		return nil, &ConfigError{Field: "Driver", Reason: "required"}
+	if opt.Ops == nil {
+		return nil, &ConfigError{Field: "Ops", Reason: "required"}
 	}
 	a := opt.Auth
 	if a.Token == "" && a.User == "" && a.Password == "" {
@@ -153,7 +156,7 @@ func New(opt Options) (*Console, error) {
 		sessions: map[string]sessionEntry{},
 		ctx:      ctx, cancel: cancel,
 	}
-	c.counts = newCounter(ctx, opt.Driver, opt.MinRefresh, opt.Logger)
+	c.counts = newCounter(ctx, opt.Ops.In(ops.AllApps()), opt.MinRefresh, opt.Logger)
 	c.guard = httpguard.NewThrottle(20, 2)
 	c.routes()
 	return c, nil

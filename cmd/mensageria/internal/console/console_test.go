@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/ops"
 )
 
 const testToken = "console-token-0123456789"
@@ -91,7 +92,7 @@ type harness struct {
 
 func newHarness(t *testing.T, d driver.Driver, mutate func(*Options)) *harness {
 	t.Helper()
-	opt := Options{Driver: d, Auth: Auth{Token: testToken, User: "ops", Password: "correct horse battery"}, MinRefresh: time.Millisecond}
+	opt := Options{Ops: ops.New(d, ops.AllApps()), Auth: Auth{Token: testToken, User: "ops", Password: "correct horse battery"}, MinRefresh: time.Millisecond}
 	if mutate != nil {
 		mutate(&opt)
 	}
@@ -186,7 +187,7 @@ func TestNewRefusesAConsoleWithoutCredentials(t *testing.T) {
 		"short pass":    {User: "ops", Password: "short"},
 		"colon user":    {User: "o:ps", Password: "correct horse battery"},
 	} {
-		_, err := New(Options{Driver: d, Auth: a})
+		_, err := New(Options{Ops: ops.New(d, ops.AllApps()), Auth: a})
 		var ce *ConfigError
 		if !errors.Is(err, mensageria.ErrConfig) || !errors.As(err, &ce) || ce.Field == "" {
 			t.Errorf("%s: New = %v, want a *ConfigError", name, err)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -41,8 +40,8 @@ type countSnapshot struct {
 	err     error
 }
 
-func newCounter(ctx context.Context, drv driver.Driver, min time.Duration, log *slog.Logger) *counter {
-	c := &counter{ctx: ctx, ops: ops.New(drv, ops.AllApps()), min: min, log: log}
+func newCounter(ctx context.Context, o *ops.Ops, min time.Duration, log *slog.Logger) *counter {
+	c := &counter{ctx: ctx, ops: o, min: min, log: log}
 	c.mu.Lock()
 	c.startLocked()
 	c.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 	"github.com/xadm/mensageria/redact"
 )
@@ -47,45 +46,45 @@ type ResolveRequest struct {
 // maxReason bounds the recorded reason.
 const maxReason = 2000
 
-// DecodeResolve decodes a resolve body into the driver's decision, with By
+// DecodeResolve decodes a resolve body into the operator's decision, with By
 // left to the caller. It selects by ids only (positive, distinct, at most
 // maxActionIDs): a decision about what reached a receiver is taken one
 // message at a time, or for messages the operator picked, never for a
 // whole type blind. The outcome is one of delivered, retry, dead and the
 // reason is required.
-func DecodeResolve(body io.Reader) (driver.ResolveParams, error) {
+func DecodeResolve(body io.Reader) (ops.Decision, error) {
 	var q ResolveRequest
 	if err := decodeJSON(body, &q); err != nil {
-		return driver.ResolveParams{}, err
+		return ops.Decision{}, err
 	}
 	if len(q.IDs) == 0 {
-		return driver.ResolveParams{}, badRequest("select messages in doubt: ids")
+		return ops.Decision{}, badRequest("select messages in doubt: ids")
 	}
 	if len(q.IDs) > maxActionIDs {
-		return driver.ResolveParams{}, badRequest("at most %d ids per resolution", maxActionIDs)
+		return ops.Decision{}, badRequest("at most %d ids per resolution", maxActionIDs)
 	}
 	seen := make(map[int64]bool, len(q.IDs))
 	for _, id := range q.IDs {
 		if id <= 0 {
-			return driver.ResolveParams{}, badRequest("id %d is not a message id", id)
+			return ops.Decision{}, badRequest("id %d is not a message id", id)
 		}
 		if seen[id] {
-			return driver.ResolveParams{}, badRequest("id %d is listed twice", id)
+			return ops.Decision{}, badRequest("id %d is listed twice", id)
 		}
 		seen[id] = true
 	}
-	o := driver.Resolution(q.Outcome)
-	if o != driver.ResolveDelivered && o != driver.ResolveRetry && o != driver.ResolveDead {
-		return driver.ResolveParams{}, badRequest("outcome %q is none of delivered (the receiver has the effect), retry (it does not: one more attempt), dead", q.Outcome)
+	o := ops.Outcome(q.Outcome)
+	if o != ops.OutcomeDelivered && o != ops.OutcomeRetry && o != ops.OutcomeDead {
+		return ops.Decision{}, badRequest("outcome %q is none of delivered (the receiver has the effect), retry (it does not: one more attempt), dead", q.Outcome)
 	}
 	reason := strings.TrimSpace(q.Reason)
 	if reason == "" {
-		return driver.ResolveParams{}, badRequest("a reason is required: the decision is recorded for whoever looks at the message later")
+		return ops.Decision{}, badRequest("a reason is required: the decision is recorded for whoever looks at the message later")
 	}
 	if len(reason) > maxReason {
-		return driver.ResolveParams{}, badRequest("the reason is longer than %d bytes", maxReason)
+		return ops.Decision{}, badRequest("the reason is longer than %d bytes", maxReason)
 	}
-	return driver.ResolveParams{IDs: slices.Clone(q.IDs), Outcome: o, Reason: reason}, nil
+	return ops.Decision{IDs: slices.Clone(q.IDs), Outcome: o, Reason: reason}, nil
 }
 
 // ResolveResult is what POST /api/doubt/resolve answers: the ids resolved,
@@ -109,7 +108,7 @@ func (c *Console) doubtList(w http.ResponseWriter, r *http.Request, _ principal)
 	if !c.atMostOnce(w, r) {
 		return
 	}
-	c.listOf(w, r, driver.StateInDoubt, "messages in doubt")
+	c.listOf(w, r, ops.StateInDoubt, "messages in doubt")
 }
 
 func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
@@ -127,7 +126,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	rp.By = p.by
 	o := c.scoped()
-	plan, err := o.PlanResolve(r.Context(), ops.Decision{IDs: rp.IDs, Outcome: rp.Outcome, By: rp.By, Reason: rp.Reason})
+	plan, err := o.PlanResolve(r.Context(), rp)
 	if err != nil {
 		c.refused(w, r, err)
 		return

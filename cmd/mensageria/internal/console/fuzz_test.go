@@ -25,15 +25,12 @@ func FuzzDecodeAction(f *testing.F) {
 			}
 			return
 		}
-		if p.Discard != discard {
-			t.Fatalf("%q: discard %v, want %v", body, p.Discard, discard)
-		}
 		// Sending a marked dead letter again is asked for in so many
 		// words, and only by a retry.
-		if p.ClearMark {
+		if p.AllowDuplicate {
 			var a Action
 			if discard || json.Unmarshal(body, &a) != nil || !a.AllowDuplicate {
-				t.Fatalf("%q: ClearMark without allow_duplicate in a retry: %+v", body, p)
+				t.Fatalf("%q: AllowDuplicate without allow_duplicate in a retry: %+v", body, p)
 			}
 		}
 		switch {
@@ -121,7 +118,7 @@ func FuzzDecodeResolve(f *testing.F) {
 		}
 		// With By set, the driver accepts the decision as it is.
 		p.By = "ops"
-		if err := driver.CheckResolve(p); err != nil {
+		if err := p.Check(); err != nil {
 			t.Fatalf("%q: decoded %+v, which the driver refuses: %v", body, p, err)
 		}
 	})

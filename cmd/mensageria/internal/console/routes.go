@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -19,7 +18,7 @@ type PauseView struct {
 	PausedAt time.Time `json:"paused_at"`
 }
 
-func pauseView(p *driver.RoutePause) *PauseView {
+func pauseView(p *ops.RoutePause) *PauseView {
 	if p == nil {
 		return nil
 	}
@@ -51,8 +50,8 @@ func DecodePause(body io.Reader, needReason bool) (PauseRequest, error) {
 	if needReason && reason == "" {
 		return PauseRequest{}, badRequest("a reason is required: the pause is shown with it to everyone who wonders why the type's messages wait")
 	}
-	var pe *driver.PauseRouteError
-	if err := driver.CheckPauseRoute(driver.PauseRouteParams{App: "-", Type: q.Type, PausedBy: "-", Reason: reason}); errors.As(err, &pe) {
+	var pe *ops.PauseRouteError
+	if err := ops.CheckPause(q.Type, "-", reason); errors.As(err, &pe) {
 		return PauseRequest{}, badRequest("%s %s", pe.Field, pe.Reason)
 	}
 	return q, nil
@@ -84,13 +83,13 @@ func (c *Console) routeAction(w http.ResponseWriter, r *http.Request, p principa
 		return
 	}
 	o := c.scoped()
-	var got driver.RoutePause
+	var got ops.RoutePause
 	if pause {
 		got, err = o.PauseRoute(r.Context(), q.Type, p.by, q.Reason)
 	} else {
 		got, err = o.ResumeRoute(r.Context(), q.Type)
 	}
-	var pe *driver.PauseRouteError
+	var pe *ops.PauseRouteError
 	switch {
 	case errors.As(err, &pe):
 		problem(w, r, http.StatusBadRequest, "bad_request", err.Error())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/ops"
 )
 
 // EnvScreenshot names the file TestBrowserScreenshot writes the main page
@@ -126,7 +127,7 @@ func seedShowcase(t *testing.T, d *sqlite.Driver) {
 func TestBrowserScreenshot(t *testing.T) {
 	d := sqliteDriver(t)
 	seedShowcase(t, d)
-	c, err := New(Options{Driver: d, Auth: Auth{Token: testToken}})
+	c, err := New(Options{Ops: ops.New(d, ops.AllApps()), Auth: Auth{Token: testToken}})
 	if err != nil {
 		t.Fatal(err)
 	}

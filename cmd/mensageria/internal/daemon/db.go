@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
@@ -22,6 +23,12 @@ type DB struct {
 	Pool   *pgxpool.Pool // PostgreSQL's; nil on SQLite and MySQL
 	SQL    *sql.DB       // SQLite's or MySQL's handle; nil on PostgreSQL
 	close  func()
+}
+
+// Migrate applies every missing migration (mensageria.MigrateUp) or
+// checks the schema's version (mensageria.MigrateCheck) on behalf of app.
+func (b *DB) Migrate(ctx context.Context, mode mensageria.MigrateMode, app string) (driver.MigrateResult, error) {
+	return b.Driver.Migrate(ctx, driver.MigrateParams{Mode: mode, App: app})
 }
 
 // Close closes the driver and its handle; a nil DB, or one built around
