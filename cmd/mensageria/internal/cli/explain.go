@@ -16,6 +16,7 @@ import (
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/guarantee"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/relay"
 	"github.com/xadm/mensageria/redact"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -169,7 +170,7 @@ writes anything.`,
 			if err != nil {
 				return err
 			}
-			out := explainOut{App: c.App, Election: electionName(c.Relay.Election), Timing: timingOf(c)}
+			out := explainOut{App: c.App, Election: relay.ElectionName(c.Relay.Election), Timing: timingOf(c)}
 			if noDB {
 				out.Ownership.Why = "not read (--no-db)"
 			} else {
@@ -236,13 +237,6 @@ func deadlineOf(c *config.Config, r config.Route) explainDeadline {
 		d.Text += fmt.Sprintf("; each reconcile probe %s", humanDuration(pt))
 	}
 	return d
-}
-
-func electionName(e mensageria.Election) string {
-	if e == mensageria.ElectionNone {
-		return "none"
-	}
-	return "leader"
 }
 
 // m2mhttp.SenderConfig's defaults of MaxBatchItems and MaxBatchBytes,

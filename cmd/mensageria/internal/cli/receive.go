@@ -67,7 +67,7 @@ its traceparent header (docs/observability.md).`,
 			}
 			defer tr.Stop(c.ShutdownTimeout, log)
 			err = receive.Run(cmd.Context(), receive.Options{Config: c, Tracer: tr.Tracer, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Log: log})
-			var ce *receive.ConflictError
+			var ce *daemon.ConflictError
 			if errors.As(err, &ce) {
 				return conflictErr(ce.Err, ce.What, a.configPath)
 			}

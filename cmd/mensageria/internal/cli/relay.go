@@ -85,7 +85,7 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 		return err
 	}
 	err = relay.Run(ctx, relay.Options{Config: c, Listen: o.listen, Shutdown: o.shutdown, Migrate: o.migrate, Trace: o.traced, Env: a.io.Env, Log: log})
-	var ce *relay.ConflictError
+	var ce *daemon.ConflictError
 	if errors.As(err, &ce) {
 		return conflictErr(ce.Err, ce.What, a.configPath)
 	}

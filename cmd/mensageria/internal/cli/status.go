@@ -15,6 +15,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/relay"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -118,7 +119,7 @@ func collectStatus(ctx context.Context, c *config.Config, o *ops.Ops) (*Status, 
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	st := &Status{App: c.App, Schema: c.Schema, At: time.Now().UTC(), Election: StatusElection{Mode: electionName(c.Relay.Election)}}
+	st := &Status{App: c.App, Schema: c.Schema, At: time.Now().UTC(), Election: StatusElection{Mode: relay.ElectionName(c.Relay.Election)}}
 	for _, t := range full.Types {
 		_, routed := c.Route(t.Type)
 		// A type with no rows gets a line when the config routes it: "0

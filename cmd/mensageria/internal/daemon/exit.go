@@ -5,7 +5,11 @@
 // reading of PostgreSQL's refusals for want of a grant.
 package daemon
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/xadm/mensageria"
+)
 
 // The command's exit codes an Error carries.
 const (
@@ -21,6 +25,18 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
+
+// ConflictError is a catalog conflict met at a daemon's start: another app
+// owns what the config claims. What says what the app could not do
+// ("start its relay", "receive", "migrate the schema up (--migrate)");
+// the command words the way out.
+type ConflictError struct {
+	What string
+	Err  *mensageria.OwnerConflictError
+}
+
+func (e *ConflictError) Error() string { return e.Err.Error() }
+func (e *ConflictError) Unwrap() error { return e.Err }
 
 // usageErr makes a usage error (exit code 2).
 func usageErr(format string, args ...any) error {

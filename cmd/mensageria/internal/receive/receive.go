@@ -51,17 +51,6 @@ type Options struct {
 	Log     *slog.Logger
 }
 
-// ConflictError is a catalog conflict met at start: another app owns what
-// the config claims. What says what the app could not do ("receive",
-// "migrate the schema up (--migrate)"); the command words the way out.
-type ConflictError struct {
-	What string
-	Err  *driver.OwnerConflictError
-}
-
-func (e *ConflictError) Error() string { return e.Err.Error() }
-func (e *ConflictError) Unwrap() error { return e.Err }
-
 // usageErr makes a usage error (exit code 2).
 func usageErr(format string, args ...any) error {
 	return &daemon.Error{Code: daemon.ExitUsage, Err: fmt.Errorf(format, args...)}
@@ -88,7 +77,7 @@ type instance struct {
 
 // Run runs the daemon until ctx ends (SIGTERM or SIGINT), then lets the
 // requests in flight finish within receive.shutdown_timeout. Its errors
-// carry their exit code as a *daemon.Error, or are a *ConflictError.
+// carry their exit code as a *daemon.Error, or are a *daemon.ConflictError.
 func Run(ctx context.Context, o Options) error {
 	c, configPath, log := o.Config, o.ConfigPath, o.Log
 	d := &instance{cfg: c, tracer: o.Tracer, log: log}
@@ -218,7 +207,7 @@ func (d *instance) register(ctx context.Context, reg *mensageria.Registry) error
 	var oce *driver.OwnerConflictError
 	switch {
 	case errors.As(err, &oce):
-		return &ConflictError{What: "receive", Err: oce}
+		return &daemon.ConflictError{What: "receive", Err: oce}
 	case err != nil:
 		return fmt.Errorf("ownership catalog: %w", err)
 	}
@@ -334,7 +323,7 @@ func (d *instance) checkSchema(ctx context.Context, migrate bool) error {
 	err := daemon.CheckSchema(ctx, d.b, d.cfg.Schema, d.cfg.App, migrate, "run 'mensageria migrate up' or start the receiver with --migrate", d.log)
 	var oce *driver.OwnerConflictError
 	if errors.As(err, &oce) {
-		return &ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
+		return &daemon.ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
 	}
 	return err
 }

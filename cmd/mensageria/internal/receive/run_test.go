@@ -37,7 +37,7 @@ consumers:
 	return c, path
 }
 
-// A consumer another app owns stops the start as a *ConflictError that
+// A consumer another app owns stops the start as a *daemon.ConflictError that
 // names what could not be done and keeps the catalog's conflict.
 func TestRunReportsAnotherAppsConsumerAsConflict(t *testing.T) {
 	c, path := sqliteConfig(t, "127.0.0.1:0")
@@ -58,7 +58,7 @@ func TestRunReportsAnotherAppsConsumerAsConflict(t *testing.T) {
 	}
 
 	err = Run(ctx, Options{Config: c, ConfigPath: "receive.yaml", Log: testLogger()})
-	var ce *ConflictError
+	var ce *daemon.ConflictError
 	if !errors.As(err, &ce) || ce.What != "receive" || !errors.Is(err, driver.ErrOwnerConflict) {
 		t.Fatalf("Run with another app's consumer: %v", err)
 	}

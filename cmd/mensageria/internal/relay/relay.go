@@ -43,24 +43,12 @@ type Options struct {
 	Log   *slog.Logger
 }
 
-// ConflictError is a catalog conflict met at start: another app owns what
-// the config claims. What says what the app could not do ("start its
-// relay", "migrate the schema up (--migrate)"); the command words the way
-// out.
-type ConflictError struct {
-	What string
-	Err  *driver.OwnerConflictError
-}
-
-func (e *ConflictError) Error() string { return e.Err.Error() }
-func (e *ConflictError) Unwrap() error { return e.Err }
-
 // Run builds the config's Senders, checking each destination, records the
 // app's ownership, serves the health endpoints and runs the relay until
 // ctx ends (SIGTERM or SIGINT); then it stops claiming, lets the
 // deliveries in flight finish within o.Shutdown and releases the rest.
 // Its errors carry their exit code as a *daemon.Error, or are a
-// *ConflictError.
+// *daemon.ConflictError.
 func Run(ctx context.Context, o Options) error {
 	c, log := o.Config, o.Log
 	reg, senders, closeSenders, err := registry(ctx, c, log)
@@ -107,7 +95,7 @@ func Run(ctx context.Context, o Options) error {
 	if _, err := cl.Register(ctx); err != nil {
 		var oce *driver.OwnerConflictError
 		if errors.As(err, &oce) {
-			return &ConflictError{What: "start its relay", Err: oce}
+			return &daemon.ConflictError{What: "start its relay", Err: oce}
 		}
 		return fmt.Errorf("ownership catalog: %w", err)
 	}
@@ -118,7 +106,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := start(ctx, cl); err != nil {
 		return err
 	}
-	log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", electionName(c.Relay.Election))
+	log.Info("relay started", "app", c.App, "schema", c.Schema, "types", strings.Join(c.Types(), ","), "election", ElectionName(c.Relay.Election))
 	return waitAndStop(ctx, cl, srv, srvDone, o.Shutdown, c.App, log)
 }
 
@@ -154,7 +142,7 @@ func checkSchema(ctx context.Context, b *daemon.DB, c *config.Config, migrate bo
 	err := daemon.CheckSchema(ctx, b, c.Schema, c.App, migrate, "run 'mensageria migrate up' or start the relay with --migrate", log)
 	var oce *driver.OwnerConflictError
 	if errors.As(err, &oce) {
-		return &ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
+		return &daemon.ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
 	}
 	return err
 }
@@ -199,7 +187,7 @@ func start(ctx context.Context, cl *mensageria.Client) error {
 	}
 	var oce *driver.OwnerConflictError
 	if errors.As(err, &oce) {
-		return &ConflictError{What: "start its relay", Err: oce}
+		return &daemon.ConflictError{What: "start its relay", Err: oce}
 	}
 	var se *natssender.StreamError
 	if kafka.TopicRefused(err) || errors.As(err, &se) {
@@ -210,8 +198,9 @@ func start(ctx context.Context, cl *mensageria.Client) error {
 	return err
 }
 
-// electionName is the election's word in the start's log line.
-func electionName(e mensageria.Election) string {
+// ElectionName is the election's word in the start's log line and in
+// explain.
+func ElectionName(e mensageria.Election) string {
 	if e == mensageria.ElectionNone {
 		return "none"
 	}

@@ -65,7 +65,7 @@ func (h *watchHandler) Handle(ctx context.Context, r slog.Record) error {
 func (h *watchHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *watchHandler) WithGroup(string) slog.Handler      { return h }
 
-// A type another app owns stops the start as a *ConflictError that names
+// A type another app owns stops the start as a *daemon.ConflictError that names
 // what could not be done and keeps the catalog's conflict, before
 // anything is served.
 func TestRunReportsAnotherAppsTypeAsConflict(t *testing.T) {
@@ -88,7 +88,7 @@ func TestRunReportsAnotherAppsTypeAsConflict(t *testing.T) {
 
 	log, served := logged("serving health and metrics")
 	err = Run(ctx, Options{Config: c, Listen: "127.0.0.1:0", Shutdown: time.Second, Log: log})
-	var ce *ConflictError
+	var ce *daemon.ConflictError
 	if !errors.As(err, &ce) || ce.What != "start its relay" || !errors.Is(err, driver.ErrOwnerConflict) {
 		t.Fatalf("Run with another app's type: %v", err)
 	}
