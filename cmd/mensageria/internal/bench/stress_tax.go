@@ -28,7 +28,18 @@ type OutboxTaxConfig struct {
 }
 
 // The modes of OutboxTax.
-var outboxTaxModes = []string{"business", "outbox", "outbox-queued", "outbox-unchecked", "enqueue-only"}
+var outboxTaxModes = []string{"business", "outbox", "outbox-queued", "outbox-unchecked", "enqueue-only", "outbox-no-key-index", "outbox-no-id-index"}
+
+// taxIndexModes are the modes that run outbox without one of the indexes
+// an enqueue writes besides the primary key and the claim's: what each
+// costs the business rate. Each is dropped for its round only.
+var taxIndexModes = map[string]string{
+	// Per-key order's "an older unsettled row of this key?" (ordered
+	// routes only).
+	"outbox-no-key-index": "outbox_key_idx",
+	// message_id's uniqueness: an explicit id enqueued twice is refused.
+	"outbox-no-id-index": "outbox_message_id_key",
+}
 
 // OutboxTax measures what the outbox costs the application's own business
 // throughput at saturation: Producers commit the same business
@@ -47,6 +58,12 @@ var outboxTaxModes = []string{"business", "outbox", "outbox-queued", "outbox-unc
 //	enqueue-only      outbox with no relay running (its rows are deleted
 //	                  after the round, as settles would have): how the
 //	                  tax splits between the enqueue and the relay;
+//	outbox-no-key-index, outbox-no-id-index
+//	                  outbox with the per-key order index, or message_id's
+//	                  unique index, dropped for the round: what each index
+//	                  an enqueue writes costs (key-index-tax-ratio,
+//	                  id-index-tax-ratio); the primary key and the claim
+//	                  index, which every claim and settle reads, stay;
 //
 // alternating over Rounds, medians compared: tax-ratio is outbox /
 // business transactions a second (the issue's target: at least 0.8),
@@ -97,6 +114,8 @@ func OutboxTax(ctx context.Context, e Env, cfg OutboxTaxConfig) (Result, error) 
 	r.Set("queued-tax-ratio", res["outbox-queued"]["tx/s"]/res["business"]["tx/s"])
 	r.Set("unchecked-tax-ratio", res["outbox-unchecked"]["tx/s"]/res["business"]["tx/s"])
 	r.Set("no-relay-tax-ratio", res["enqueue-only"]["tx/s"]/res["business"]["tx/s"])
+	r.Set("key-index-tax-ratio", res["outbox-no-key-index"]["tx/s"]/res["business"]["tx/s"])
+	r.Set("id-index-tax-ratio", res["outbox-no-id-index"]["tx/s"]/res["business"]["tx/s"])
 	r.Set("producers", float64(cfg.Producers))
 	r.Set("rounds", float64(cfg.Rounds))
 	err = t.paced(ctx, res["outbox"]["tx/s"], &r)
@@ -155,10 +174,21 @@ func (t *outboxTax) check(ctx context.Context, on bool) error {
 
 // runMode runs one round of mode at saturation; with the outbox, the
 // relay then delivers what is left before the next mode runs.
-func (t *outboxTax) runMode(ctx context.Context, mode string) (Result, error) {
-	out := Result{Scenario: mode}
+func (t *outboxTax) runMode(ctx context.Context, mode string) (out Result, err error) {
+	out = Result{Scenario: mode}
 	if err := t.check(ctx, mode != "outbox-unchecked"); err != nil {
 		return out, err
+	}
+	if index, ok := taxIndexModes[mode]; ok {
+		restore, err := t.dropIndex(ctx, index)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", mode, err)
+		}
+		defer func() {
+			if rerr := restore(); rerr != nil && err == nil {
+				err = fmt.Errorf("%s: restoring %s: %w", mode, index, rerr)
+			}
+		}()
 	}
 	var book *stressBook
 	tx := t.business
@@ -214,6 +244,32 @@ func (t *outboxTax) runMode(ctx context.Context, mode string) (Result, error) {
 	out.Set("pickup-p50-ms", book.phases[0].pickup.PercentileMs(50))
 	out.Set("pickup-p99-ms", book.phases[0].pickup.PercentileMs(99))
 	return out, nil
+}
+
+// dropIndex drops the outbox's index name (the constraint it backs, if
+// it backs one) and returns what creates it again as it was.
+func (t *outboxTax) dropIndex(ctx context.Context, name string) (restore func() error, err error) {
+	var constraint, def string
+	err = t.env.Pool.QueryRow(ctx, `
+		SELECT coalesce(c.conname, ''),
+		       coalesce(pg_get_constraintdef(c.oid), pg_get_indexdef(i.oid))
+		FROM pg_class i
+		JOIN pg_namespace n ON n.oid = i.relnamespace
+		LEFT JOIN pg_constraint c ON c.conindid = i.oid
+		WHERE n.nspname = $1 AND i.relname = $2 AND i.relkind = 'i'`, t.env.Schema, name).Scan(&constraint, &def)
+	if err != nil {
+		return nil, fmt.Errorf("reading index %s: %w", name, err)
+	}
+	table := t.env.Schema + ".outbox"
+	drop, create := "DROP INDEX "+t.env.Schema+"."+name, def
+	if constraint != "" {
+		drop = "ALTER TABLE " + table + " DROP CONSTRAINT " + constraint
+		create = "ALTER TABLE " + table + " ADD CONSTRAINT " + constraint + " " + def
+	}
+	if err := t.env.exec(ctx, drop); err != nil {
+		return nil, err
+	}
+	return func() error { return t.env.exec(context.WithoutCancel(ctx), create) }, nil
 }
 
 // saturate has the producers run tx as fast as they can for cfg.Run,

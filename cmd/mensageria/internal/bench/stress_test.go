@@ -547,6 +547,7 @@ func TestOutboxTaxHarness(t *testing.T) {
 	m := r.Metrics
 	for _, k := range []string{"business/tx/s", "outbox/tx/s", "outbox-queued/tx/s", "outbox-unchecked/tx/s", "enqueue-only/tx/s",
 		"tax-ratio", "queued-tax-ratio", "no-relay-tax-ratio", "outbox/pickup-p99-ms", "outbox-queued/pickup-p99-ms",
+		"outbox-no-key-index/tx/s", "outbox-no-id-index/tx/s", "key-index-tax-ratio", "id-index-tax-ratio",
 		"business/tx-p99-ms", "outbox/tx-p99-ms", "paced/offered/s", "paced/delivered/s", "paced/p99-ms"} {
 		if m[k] <= 0 {
 			t.Errorf("%s = %v, want > 0", k, m[k])
@@ -570,6 +571,16 @@ func TestOutboxTaxHarness(t *testing.T) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "MS001" {
 		t.Errorf("after the tax scenario an unowned type's enqueue = %v, want the MS001 refusal", err)
+	}
+	// So are the indexes the index modes dropped for their rounds, unique
+	// where they were.
+	for index, unique := range map[string]bool{"outbox_key_idx": false, "outbox_message_id_key": true} {
+		var isUnique bool
+		err := e.Pool.QueryRow(context.Background(), `SELECT x.indisunique FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+			JOIN pg_namespace n ON n.oid = i.relnamespace WHERE n.nspname = $1 AND i.relname = $2`, e.Schema, index).Scan(&isUnique)
+		if err != nil || isUnique != unique {
+			t.Errorf("after the tax scenario index %s: unique %v, err %v; want it back, unique %v", index, isUnique, err, unique)
+		}
 	}
 	if t.Failed() {
 		t.Log(formatStress(r))
