@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -75,8 +76,8 @@ func startNATS(t *testing.T, conf string, admin ...natsgo.Option) (*natsServer, 
 // what failed and never showing the password or the seed.
 func TestRelayNATSTLSAndCredentials(t *testing.T) {
 	bin := binary(t)
-	ca := newTestCA(t, "nats")
-	srvCert := ca.server(t)
+	ca := testca.New(t, "nats")
+	srvCert := ca.Server(t)
 	const password = "nats-PW-1234"
 	user, err := nkeys.CreateUser()
 	if err != nil {
@@ -101,7 +102,7 @@ authorization {
     {nkey: %s}
   ]
 }
-`, srvCert.CertFile, srvCert.KeyFile, password, pub), natsgo.UserInfo("relay", password), natsgo.Secure(ca.clientTLS(nil)))
+`, srvCert.CertFile, srvCert.KeyFile, password, pub), natsgo.UserInfo("relay", password), natsgo.Secure(ca.ClientTLS(nil)))
 	js, err := jetstream.New(admin)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/transport/kafka"
@@ -256,11 +257,11 @@ func noSecret(t *testing.T, where, out string, secrets ...string) {
 // with a message naming what failed and no secret.
 func TestRelayHTTPSMutualTLSBatch(t *testing.T) {
 	bin := binary(t)
-	ca := newTestCA(t, "billing")
-	client := ca.client(t, "mensageria-relay")
+	ca := testca.New(t, "billing")
+	client := ca.Client(t, "mensageria-relay")
 	const token = "bearer-S3CRET-4711"
-	rcv := newInboxReceiver(t, ca.serverTLS(t, ca), token, "pedido.criado")
-	env := []string{"BILLING_TOKEN=" + token, "CERT_DIR=" + ca.dir}
+	rcv := newInboxReceiver(t, ca.ServerTLS(t, ca), token, "pedido.criado")
+	env := []string{"BILLING_TOKEN=" + token, "CERT_DIR=" + ca.Dir}
 	route := func(tlsBlock string) string {
 		s := fmt.Sprintf("  - type: pedido.criado\n    http:\n      url: %s/m2m\n      token: ${BILLING_TOKEN}\n      batch: true\n      max_batch_items: 40\n", rcv.srv.URL)
 		if tlsBlock != "" {
@@ -309,8 +310,8 @@ func TestRelayHTTPSMutualTLSBatch(t *testing.T) {
 	}
 
 	// Each way the TLS can be wrong, and what the relay says.
-	other := newTestCA(t, "other")
-	stranger := other.client(t, "stranger")
+	other := testca.New(t, "other")
+	stranger := other.Client(t, "stranger")
 	notPEM := filepath.Join(t.TempDir(), "notpem.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -362,10 +363,10 @@ func freePort(t *testing.T) int {
 // failed), and never showing the password.
 func TestRelayKafkaSASLAndTLS(t *testing.T) {
 	bin := binary(t)
-	ca := newTestCA(t, "kafka")
+	ca := testca.New(t, "kafka")
 	const user, password = "relay", "kafka-PW-0815"
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", user, password),
-		kfake.TLS(ca.serverTLS(t, nil)), kfake.SeedTopics(3, "pedidos", "pedidos.tx"))
+		kfake.TLS(ca.ServerTLS(t, nil)), kfake.SeedTopics(3, "pedidos", "pedidos.tx"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestRelayKafkaSASLAndTLS(t *testing.T) {
 
 	// A consumer of its own with the same credentials: every committed
 	// record, by message id.
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DialTLSConfig(ca.clientTLS(nil)),
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DialTLSConfig(ca.ClientTLS(nil)),
 		kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha256Mechanism()),
 		kgo.ConsumeTopics("pedidos", "pedidos.tx"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 	"github.com/xadm/mensageria/internal/testdb"
 )
 
@@ -234,9 +235,9 @@ var errRollback = fmt.Errorf("roll back")
 func TestReceiveSIGHUPReloads(t *testing.T) {
 	b := sqliteBackend(t)
 	bin := binary(t)
-	ca := newPKI(t, "ca")
-	certA, keyA := ca.issue(t, "receiver-a", 100, true)
-	certB, keyB := ca.issue(t, "receiver-b", 200, true)
+	ca := testca.New(t, "ca")
+	a, b2 := ca.Leaf(t, "receiver-a", true), ca.Leaf(t, "receiver-b", true)
+	certA, keyA, certB, keyB := a.CertFile, a.KeyFile, b2.CertFile, b2.KeyFile
 	dir := t.TempDir()
 	cert, key, tokens := dir+"/tls.crt", dir+"/tls.key", dir+"/tokens"
 	cp := func(from, to string) {
@@ -263,7 +264,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	url := "https://" + addr + "/"
 
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 	n := 0
 	try := func(tok string) (status int, serial int64) {
 		t.Helper()
@@ -282,7 +283,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.Int64()
 	}
-	if st, serial := try("first-token-0123456789"); st != 200 || serial != 100 {
+	if st, serial := try("first-token-0123456789"); st != 200 || serial != a.Serial {
 		t.Fatalf("at start: %d, certificate %d", st, serial)
 	}
 	if err := os.WriteFile(tokens+".new", []byte("second-token-0123456789\n"), 0o600); err != nil {
@@ -294,7 +295,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	cp(certB, cert)
 	cp(keyB, key)
 	// With no file check, nothing changes before the signal.
-	if st, serial := try("first-token-0123456789"); st != 200 || serial != 100 {
+	if st, serial := try("first-token-0123456789"); st != 200 || serial != a.Serial {
 		t.Fatalf("before SIGHUP: %d, certificate %d", st, serial)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -303,7 +304,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	waitFor(t, "the reload", 20*time.Second, func() bool {
 		return strings.Contains(p.stderr.String(), "TLS certificates reloaded")
 	})
-	if st, serial := try("second-token-0123456789"); st != 200 || serial != 200 {
+	if st, serial := try("second-token-0123456789"); st != 200 || serial != b2.Serial {
 		t.Fatalf("after SIGHUP: %d, certificate %d", st, serial)
 	}
 	if st, _ := try("first-token-0123456789"); st != 401 {
@@ -315,7 +316,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "the refused reload", 20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "TLS reload refused") })
-	if st, serial := try("second-token-0123456789"); st != 200 || serial != 200 {
+	if st, serial := try("second-token-0123456789"); st != 200 || serial != b2.Serial {
 		t.Fatalf("after a refused reload: %d, certificate %d", st, serial)
 	}
 	stopProc(t, p)

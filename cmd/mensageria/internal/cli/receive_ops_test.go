@@ -2,15 +2,7 @@ package cli
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 )
 
 // Tokens rotate with no restart: the file is re-read when it changes, the
@@ -137,101 +131,16 @@ func TestReceiveSlowBodyIsCutOff(t *testing.T) {
 	}
 }
 
-// pki makes a CA and certificates signed by it, as PEM files in dir.
-type pki struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // the CA's PEM
-}
-
-func newPKI(t *testing.T, name string) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &pki{dir: t.TempDir(), cert: cert, key: key}
-	p.file = filepath.Join(p.dir, name+"-ca.pem")
-	writePEM(t, p.file, "CERTIFICATE", der)
-	return p
-}
-
-// issue signs a certificate for name (a server's for 127.0.0.1 when
-// server) and returns its certificate and key files.
-func (p *pki) issue(t *testing.T, name string, serial int64, server bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// client is an HTTPS client trusting p's CA, presenting the certificate
-// files given (none when empty).
-func (p *pki) client(t *testing.T, certFile, keyFile string) *http.Client {
-	t.Helper()
-	roots := x509.NewCertPool()
-	roots.AddCert(p.cert)
-	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if certFile != "" {
-		c, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Certificates = []tls.Certificate{c}
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 20 * time.Second}
-}
-
 // With TLS and a client CA, a connection without a certificate of that CA
 // fails before any HTTP; with one, the token is still required. The probes
 // are served on --listen for a prober that has no client certificate.
 func TestReceiveTLSWithClientCertificates(t *testing.T) {
 	b := sqliteBackend(t)
-	ca, other := newPKI(t, "ca"), newPKI(t, "other")
-	srvCert, srvKey := ca.issue(t, "receiver", 10, true)
-	cliCert, cliKey := ca.issue(t, "relay-pedidos", 11, false)
-	badCert, badKey := other.issue(t, "stranger", 12, false)
-	cfg := receiveConfig(t, b, fmt.Sprintf("  tokens: [tok-0123456789abcdef]\n  tls: {cert_file: %s, key_file: %s, client_ca_file: %s}", srvCert, srvKey, ca.file), "1h")
+	ca, other := testca.New(t, "ca"), testca.New(t, "other")
+	srv := ca.Leaf(t, "receiver", true)
+	cli := ca.Client(t, "relay-pedidos")
+	bad := other.Client(t, "stranger")
+	cfg := receiveConfig(t, b, fmt.Sprintf("  tokens: [tok-0123456789abcdef]\n  tls: {cert_file: %s, key_file: %s, client_ca_file: %s}", srv.CertFile, srv.KeyFile, ca.CAFile), "1h")
 	d := startReceiveWithHealth(t, cfg)
 	if !strings.HasPrefix(d.url, "https://") {
 		t.Fatalf("url %s is not https", d.url)
@@ -242,8 +151,8 @@ func TestReceiveTLSWithClientCertificates(t *testing.T) {
 		name   string
 		client *http.Client
 	}{
-		{"no client certificate", ca.client(t, "", "")},
-		{"a certificate of another CA", ca.client(t, badCert, badKey)},
+		{"no client certificate", ca.HTTPClient(nil)},
+		{"a certificate of another CA", ca.HTTPClient(&bad)},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, d.url, strings.NewReader(good))
 		req.Header.Set("Authorization", "Bearer tok-0123456789abcdef")
@@ -263,7 +172,7 @@ func TestReceiveTLSWithClientCertificates(t *testing.T) {
 	if n := b.count(t, "SELECT count(*) FROM {s}.inbox_queue"); n != 0 {
 		t.Fatalf("refused connections stored %d rows", n)
 	}
-	ok := ca.client(t, cliCert, cliKey)
+	ok := ca.HTTPClient(&cli)
 	if a := deliverWith(t, ok, d.url, "", "application/json", good); a.status != 401 {
 		t.Fatalf("a client certificate without a token: %d %s", a.status, a.body)
 	}

@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 )
 
 // A tls: block's files are checked when they are read, each failure a
 // *ConfigError naming the key and the file.
 func TestTLSFilesChecked(t *testing.T) {
-	ca := newTestCA(t, "private")
-	other := newTestCA(t, "other")
-	good := ca.client(t, "relay")
-	expired := ca.issue(t, "old", false, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
-	future := ca.issue(t, "early", false, time.Now().Add(24*time.Hour), time.Now().Add(48*time.Hour))
+	ca := testca.New(t, "private")
+	other := testca.New(t, "other")
+	good := ca.Client(t, "relay")
+	expired := ca.Issue(t, "old", false, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	future := ca.Issue(t, "early", false, time.Now().Add(24*time.Hour), time.Now().Add(48*time.Hour))
 	dir := t.TempDir()
 	file := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -48,7 +49,7 @@ func TestTLSFilesChecked(t *testing.T) {
 		{"CA file with a broken certificate", config.TLSConfig{CAFile: brokenPEM}, "ca_file", "certificate 1:"},
 		{"missing cert file", config.TLSConfig{CertFile: filepath.Join(dir, "nope.pem"), KeyFile: good.KeyFile}, "cert_file", "no such file"},
 		{"missing key file", config.TLSConfig{CertFile: good.CertFile, KeyFile: filepath.Join(dir, "nope.key")}, "key_file", "no such file"},
-		{"key of another certificate", config.TLSConfig{CertFile: good.CertFile, KeyFile: other.client(t, "x").KeyFile}, "cert_file", "private key does not match public key"},
+		{"key of another certificate", config.TLSConfig{CertFile: good.CertFile, KeyFile: other.Client(t, "x").KeyFile}, "cert_file", "private key does not match public key"},
 		{"cert file that is a key", config.TLSConfig{CertFile: good.KeyFile, KeyFile: good.KeyFile}, "cert_file", "failed to find"},
 		{"expired client certificate", config.TLSConfig{CertFile: expired.CertFile, KeyFile: expired.KeyFile}, "cert_file", "expired on"},
 		{"client certificate not valid yet", config.TLSConfig{CertFile: future.CertFile, KeyFile: future.KeyFile}, "cert_file", "is not valid before"},
