@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // Claim leases due rows of p.Types in one immediate transaction. Each type
@@ -18,7 +19,7 @@ import (
 // merged, so a large backlog of other types costs nothing. See
 // queries/claim.sql.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := dedupe(p.Types)
+	types := sqlkit.Dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -87,7 +88,7 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, settled: map[int64]bool{}, counts: map[string]int64{}}
+		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}
 		if err := st.delivered(); err != nil {
 			return err
 		}
@@ -107,17 +108,15 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	return res, nil
 }
 
-// settlement is one Settle's transaction: the rows it changed so far, and
-// how many of them were delivered, per type.
+// settlement is one Settle's transaction; kept holds the rows it changed
+// so far, and how many of them were delivered, per type.
 type settlement struct {
-	d   *Driver
-	ctx context.Context
-	w   writer
-	now int64
-	p   driver.SettleParams
-
-	settled map[int64]bool
-	counts  map[string]int64 // delivered rows per type
+	d    *Driver
+	ctx  context.Context
+	w    writer
+	now  int64
+	p    driver.SettleParams
+	kept *sqlkit.Settlement
 }
 
 // returning runs one of the settle statements, each ending in RETURNING
@@ -127,19 +126,8 @@ func (st *settlement) returning(q string, args []any, count bool) error {
 	if err != nil {
 		return wrap("settle", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var typ string
-		if err := rows.Scan(&id, &typ); err != nil {
-			return wrap("settle", err)
-		}
-		st.settled[id] = true
-		if count {
-			st.counts[typ]++
-		}
-	}
-	return wrap("settle", rows.Err())
+	_, err = st.kept.Read(rows, count)
+	return wrap("settle", err)
 }
 
 // delivered deletes (or, kept, marks) the delivered rows and counts them
@@ -156,20 +144,8 @@ func (st *settlement) delivered() error {
 	if err := st.returning(q, []any{int64sJSON(st.p.Delivered), st.p.Token, st.now}, true); err != nil {
 		return err
 	}
-	if err := st.d.countDelivered(st.ctx, st.w, st.counts, st.now); err != nil {
+	if err := sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now); err != nil {
 		return wrap("settle counts", err)
-	}
-	return nil
-}
-
-// countDelivered adds the rows delivered at now, per type, to the minute's
-// counts.
-func (d *Driver) countDelivered(ctx context.Context, w writer, perType map[string]int64, now int64) error {
-	minute := now - now%time.Minute.Microseconds()
-	for typ, n := range perType {
-		if _, err := w.ExecContext(ctx, d.q.deliveredCount, typ, minute, n); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -214,42 +190,10 @@ func (st *settlement) failed() error {
 // not: still ours but past the lease (Expired), or gone or leased to
 // another token (Fenced).
 func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
-	var res driver.SettleResult
-	var rest []int64
-	for _, id := range all {
-		if st.settled[id] {
-			res.Settled = append(res.Settled, id)
-		} else {
-			rest = append(rest, id)
-		}
-	}
-	if len(rest) == 0 {
-		return res, nil
-	}
-	expired := map[int64]bool{}
-	rows, err := st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
-	if err != nil {
-		return res, wrap("settle", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return res, wrap("settle", err)
-		}
-		expired[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return res, wrap("settle", err)
-	}
-	for _, id := range rest {
-		if expired[id] {
-			res.Expired = append(res.Expired, id)
-		} else {
-			res.Fenced = append(res.Fenced, id)
-		}
-	}
-	return res, nil
+	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
+		return st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
+	})
+	return res, wrap("settle", err)
 }
 
 var _ driver.DueReporter = (*Driver)(nil)
@@ -257,7 +201,7 @@ var _ driver.DueReporter = (*Driver)(nil)
 // NextDue reports how long until the earliest pending row of types that is
 // not due yet comes due, on the database clock (queries/next_due.sql).
 func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
-	types = dedupe(types)
+	types = sqlkit.Dedupe(types)
 	if len(types) == 0 {
 		return 0, false, nil
 	}
