@@ -161,18 +161,8 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}
-		if err := st.delivered(); err != nil {
-			return err
-		}
-		if err := st.released(); err != nil {
-			return err
-		}
-		if err := st.failed(); err != nil {
-			return err
-		}
 		var err error
-		res, err = st.sort(all)
+		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
 		return err
 	})
 	if err != nil {
@@ -217,10 +207,10 @@ func (st *settlement) change(q string, setArgs []any, ids []int64, count bool) e
 	return nil
 }
 
-// delivered deletes (or, kept, marks) the delivered rows and counts them
+// Delivered deletes (or, kept, marks) the delivered rows and counts them
 // per type and minute, so Stats knows the recent deliveries without the
 // rows.
-func (st *settlement) delivered() error {
+func (st *settlement) Delivered() error {
 	if st.p.KeepDelivered {
 		if err := st.change(st.d.q.settleDeliveredKept, []any{st.now}, st.p.Delivered, true); err != nil {
 			return err
@@ -231,17 +221,17 @@ func (st *settlement) delivered() error {
 	return wrap("settle counts", sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now))
 }
 
-// released gives a released row its attempt back: it was not attempted.
+// Released gives a released row its attempt back: it was not attempted.
 // A release also clears an at-most-once mark: the relay releases only
 // rows it did not send.
-func (st *settlement) released() error {
+func (st *settlement) Released() error {
 	return st.change(st.d.q.settleRelease, []any{st.now}, st.p.Release, false)
 }
 
-// failed records the retries, the dead and the rows left in doubt. An
+// Failed records the retries, the dead and the rows left in doubt. An
 // empty route is stored as none, so a row never shows the route of an
 // older attempt next to a newer error.
-func (st *settlement) failed() error {
+func (st *settlement) Failed() error {
 	now, p := st.now, st.p
 	for _, r := range p.Retry {
 		delay := max(r.Delay, 0)
@@ -270,10 +260,10 @@ func (st *settlement) failed() error {
 	return nil
 }
 
-// sort tells the rows this settlement changed from those it could not:
+// Sort tells the rows this settlement changed from those it could not:
 // still ours but past the lease (Expired), or gone or leased to another
 // token (Fenced).
-func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
+func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
 	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
 		return st.w.QueryContext(st.ctx, withList(st.d.q.settleSort, len(rest)), append(int64Args(rest), st.p.Token, st.now)...)
 	})

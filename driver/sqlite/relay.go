@@ -88,18 +88,8 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}
-		if err := st.delivered(); err != nil {
-			return err
-		}
-		if err := st.released(); err != nil {
-			return err
-		}
-		if err := st.failed(); err != nil {
-			return err
-		}
 		var err error
-		res, err = st.sort(all)
+		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
 		return err
 	})
 	if err != nil {
@@ -130,10 +120,10 @@ func (st *settlement) returning(q string, args []any, count bool) error {
 	return wrap("settle", err)
 }
 
-// delivered deletes (or, kept, marks) the delivered rows and counts them
+// Delivered deletes (or, kept, marks) the delivered rows and counts them
 // per type and minute, so Stats knows the recent deliveries without the
 // rows.
-func (st *settlement) delivered() error {
+func (st *settlement) Delivered() error {
 	if len(st.p.Delivered) == 0 {
 		return nil
 	}
@@ -150,17 +140,17 @@ func (st *settlement) delivered() error {
 	return nil
 }
 
-// released gives a released row its attempt back: it was not attempted.
-func (st *settlement) released() error {
+// Released gives a released row its attempt back: it was not attempted.
+func (st *settlement) Released() error {
 	if len(st.p.Release) == 0 {
 		return nil
 	}
 	return st.returning(st.d.q.settleRelease, []any{int64sJSON(st.p.Release), st.p.Token, st.now}, false)
 }
 
-// failed records the retries, the dead and the rows left in doubt, one
+// Failed records the retries, the dead and the rows left in doubt, one
 // statement a row: each has its own time, error and route.
-func (st *settlement) failed() error {
+func (st *settlement) Failed() error {
 	now, p := st.now, st.p
 	for _, r := range p.Retry {
 		back := 0
@@ -186,10 +176,10 @@ func (st *settlement) failed() error {
 	return nil
 }
 
-// sort tells the rows of all this settlement changed from those it could
+// Sort tells the rows of all this settlement changed from those it could
 // not: still ours but past the lease (Expired), or gone or leased to
 // another token (Fenced).
-func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
+func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
 	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
 		return st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
 	})

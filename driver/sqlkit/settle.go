@@ -104,3 +104,30 @@ func CountDelivered(ctx context.Context, w Execer, q string, perType map[string]
 	}
 	return nil
 }
+
+// SettleSteps are a driver's statements of one Settle, run in its
+// transaction; each records what it changed in the driver's Settlement.
+type SettleSteps interface {
+	// Delivered deletes (or, kept, marks) the delivered rows and adds them
+	// to the minute's counts.
+	Delivered() error
+	// Released gives the released rows their attempt back.
+	Released() error
+	// Failed records the retries, the dead and the rows left in doubt.
+	Failed() error
+	// Sort tells the rows of all the steps changed from the Expired and
+	// the Fenced (Settlement.Sort with the driver's statement).
+	Sort(all []int64) (driver.SettleResult, error)
+}
+
+// Settle runs the steps of one Settle in their order (delivered,
+// released, failed, then the sorting of every row of all) and stops at
+// the first error.
+func Settle(st SettleSteps, all []int64) (driver.SettleResult, error) {
+	for _, step := range []func() error{st.Delivered, st.Released, st.Failed} {
+		if err := step(); err != nil {
+			return driver.SettleResult{}, err
+		}
+	}
+	return st.Sort(all)
+}

@@ -273,3 +273,43 @@ func TestCountDeliveredAddsToTheMinuteInOneOrder(t *testing.T) {
 		t.Fatalf("statements =\n %q\nwant\n %q", got, want)
 	}
 }
+
+// steps records the order Settle runs them in, failing at fail.
+type steps struct {
+	ran  []string
+	fail string
+}
+
+func (s *steps) step(name string) error {
+	s.ran = append(s.ran, name)
+	if name == s.fail {
+		return errors.New(name + " failed")
+	}
+	return nil
+}
+
+func (s *steps) Delivered() error { return s.step("delivered") }
+func (s *steps) Released() error  { return s.step("released") }
+func (s *steps) Failed() error    { return s.step("failed") }
+func (s *steps) Sort(all []int64) (driver.SettleResult, error) {
+	return driver.SettleResult{Settled: all}, s.step("sort")
+}
+
+func TestSettleRunsTheStepsInOrderAndStopsAtAnError(t *testing.T) {
+	s := &steps{}
+	res, err := sqlkit.Settle(s, []int64{1, 2})
+	if err != nil || !reflect.DeepEqual(res.Settled, []int64{1, 2}) {
+		t.Fatalf("Settle = %+v, %v", res, err)
+	}
+	if want := []string{"delivered", "released", "failed", "sort"}; !reflect.DeepEqual(s.ran, want) {
+		t.Fatalf("ran %v, want %v", s.ran, want)
+	}
+	s = &steps{fail: "released"}
+	res, err = sqlkit.Settle(s, []int64{1})
+	if err == nil || !reflect.DeepEqual(res, driver.SettleResult{}) {
+		t.Fatalf("Settle with a failing step = %+v, %v", res, err)
+	}
+	if want := []string{"delivered", "released"}; !reflect.DeepEqual(s.ran, want) {
+		t.Fatalf("ran %v, want %v", s.ran, want)
+	}
+}

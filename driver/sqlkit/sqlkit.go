@@ -8,13 +8,25 @@
 //     and filling in the driver's fragments;
 //   - CollectStats and AgeOf, turning the rows of a stats statement and of
 //     its owners statement into driver.TypeStats;
-//   - ListQuery and ReviveWhere, building the WHERE of ListMessages and
-//     Revive from only the filters given, with the driver's own way of
-//     writing a list (In), and Revive, running it;
-//   - Settlement, the bookkeeping of one Settle: the rows it changed, the
+//   - List.Query and Revive, building the statements of ListMessages and
+//     Revive with a WHERE of only the filters given, each list written the
+//     driver's own way (an In: InMarks, or the driver's, such as SQLite's
+//     one JSON array), and ListLimit, the page size;
+//   - Settle, running a driver's SettleSteps in their order, and
+//     Settlement, the bookkeeping of one Settle: the rows it changed, the
 //     deliveries per type, and the sorting of the others into Expired and
 //     Fenced; CountDelivered, adding the deliveries to the minute's counts;
 //   - Dedupe and Marks, two small helpers every statement on a list uses.
+//
+// Where the drivers differ on purpose it has nothing: the clock (SQLite's
+// is read in the write transaction, MariaDB's from the server), the
+// locking (SQLite's one writer and UPDATE … RETURNING, MySQL's locking
+// reads), the reading of a row (SQLite stores any value in any column, so
+// its rows are read as values of any type) and the errors the tables
+// raise.
+//
+// It is named sqlkit, not sqldriver, because database/sql/driver is
+// commonly imported under that name.
 //
 // It is public, not internal, because each driver is a module of its own:
 // a module may import only the core's public packages
