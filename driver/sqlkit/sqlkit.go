@@ -19,11 +19,13 @@
 //   - Dedupe and Marks, two small helpers every statement on a list uses.
 //
 // Where the drivers differ on purpose it has nothing: the clock (SQLite's
-// is read in the write transaction, MariaDB's from the server), the
-// locking (SQLite's one writer and UPDATE … RETURNING, MySQL's locking
-// reads), the reading of a row (SQLite stores any value in any column, so
-// its rows are read as values of any type) and the errors the tables
-// raise.
+// julianday('now') in milliseconds, MariaDB's UTC_TIMESTAMP(6)), the
+// write transaction (SQLite's one writer a file behind a process gate and
+// BEGIN IMMEDIATE, MySQL's transaction retried after a deadlock), the
+// change of a settled row (SQLite's UPDATE … RETURNING, MySQL's locking
+// read and then the change), the reading of a row (SQLite stores any
+// value in any column, so its rows are read as values of any type) and
+// the errors the tables raise.
 //
 // It is named sqlkit, not sqldriver, because database/sql/driver is
 // commonly imported under that name.
