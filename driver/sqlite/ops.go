@@ -60,7 +60,7 @@ func (d *Driver) Revive(ctx context.Context, p driver.ReviveParams) (int, error)
 	var n int
 	err := d.write(ctx, func(w writer, now int64) error {
 		var err error
-		n, err = sqlkit.Revive(ctx, w, d.prefix+"outbox", p, inJSON[int64], inJSON[string], now, wrap)
+		n, err = sqlkit.Revive(ctx, w, d.prefix, p, inJSON[int64], inJSON[string], now, wrap)
 		return err
 	})
 	return n, err

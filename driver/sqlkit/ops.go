@@ -80,13 +80,14 @@ func (l List) Query(f driver.ListFilter) (string, []any) {
 	return q + " ORDER BY id LIMIT ?", append(args, ListLimit(f.Limit))
 }
 
-// Revive moves the dead rows of table p selects back to pending with a
+// Revive moves the dead rows of the outbox (prefix+"outbox") p selects
+// back to pending with a
 // fresh attempt count, or deletes them (p.Discard), in w at now; it
 // returns how many it changed. It selects by IDs, or by Types when IDs is
 // empty (both narrow the set when both are given); with neither it
 // changes nothing. Its WHERE holds only the selections given, written
 // with ids and types. Errors are named "revive" with wrap.
-func Revive(ctx context.Context, w Execer, table string, p driver.ReviveParams, ids In[int64], types In[string], now int64, wrap Wrap) (int, error) {
+func Revive(ctx context.Context, w Execer, prefix string, p driver.ReviveParams, ids In[int64], types In[string], now int64, wrap Wrap) (int, error) {
 	if len(p.IDs) == 0 && len(p.Types) == 0 {
 		return 0, nil
 	}
@@ -102,10 +103,13 @@ func Revive(ctx context.Context, w Execer, table string, p driver.ReviveParams, 
 		where += " AND " + c
 		args = append(args, a...)
 	}
+	// Written out so that tests/model's scan of the statements that write
+	// the outbox finds these two.
+	o := prefix + "outbox"
 	var res sql.Result
 	var err error
 	if p.Discard {
-		res, err = w.ExecContext(ctx, "DELETE FROM "+table+" WHERE "+where, args...)
+		res, err = w.ExecContext(ctx, "DELETE FROM "+o+" WHERE "+where, args...)
 	} else {
 		// A row an at-most-once attempt marked stays dead unless its mark
 		// is cleared with it: pending and marked it would read as in doubt
@@ -115,7 +119,7 @@ func Revive(ctx context.Context, w Execer, table string, p driver.ReviveParams, 
 		}
 		// The count restarts so the relay's attempt limit applies afresh;
 		// last_error stays as the reason it had died.
-		res, err = w.ExecContext(ctx, "UPDATE "+table+" SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL, attempted_at = NULL WHERE "+where,
+		res, err = w.ExecContext(ctx, "UPDATE "+o+" SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL, attempted_at = NULL WHERE "+where,
 			append([]any{now}, args...)...)
 	}
 	if err != nil {

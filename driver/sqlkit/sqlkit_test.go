@@ -130,7 +130,7 @@ func TestListQueryHasOnlyTheFiltersGiven(t *testing.T) {
 
 func TestReviveBuildsItsWhereFromTheSelections(t *testing.T) {
 	ctx := context.Background()
-	const upd = "UPDATE o SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL, attempted_at = NULL WHERE "
+	const upd = "UPDATE x_outbox SET state = 'pending', attempts = 0, available_at = ?, lease_token = NULL, lease_until = NULL, attempted_at = NULL WHERE "
 	for _, c := range []struct {
 		p    driver.ReviveParams
 		want []string
@@ -138,11 +138,11 @@ func TestReviveBuildsItsWhereFromTheSelections(t *testing.T) {
 		{driver.ReviveParams{}, nil},
 		{driver.ReviveParams{IDs: []int64{1, 2}}, []string{upd + "state = 'dead' AND id IN (?, ?) AND attempted_at IS NULL | 77 | 1 | 2"}},
 		{driver.ReviveParams{Types: []string{"a"}, ClearMark: true}, []string{upd + "state = 'dead' AND type IN (SELECT value FROM json_each(?)) | 77 | [a]"}},
-		{driver.ReviveParams{IDs: []int64{3}, Types: []string{"a"}, Discard: true}, []string{"DELETE FROM o WHERE state = 'dead' AND id IN (?) AND type IN (SELECT value FROM json_each(?)) | 3 | [a]"}},
+		{driver.ReviveParams{IDs: []int64{3}, Types: []string{"a"}, Discard: true}, []string{"DELETE FROM x_outbox WHERE state = 'dead' AND id IN (?) AND type IN (SELECT value FROM json_each(?)) | 3 | [a]"}},
 	} {
 		f := &fakeDB{affected: 2}
 		db := openFake(t, f)
-		n, err := sqlkit.Revive(ctx, db, "o", c.p, sqlkit.InMarks[int64], inJSON[string], 77, wrap)
+		n, err := sqlkit.Revive(ctx, db, "x_", c.p, sqlkit.InMarks[int64], inJSON[string], 77, wrap)
 		if err != nil {
 			t.Fatal(err)
 		}
