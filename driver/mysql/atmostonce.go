@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 var _ driver.AtMostOnce = (*Driver)(nil)
@@ -65,7 +66,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 // is, without counting an attempt; the rows stay marked
 // (queries/claim_in_doubt.sql, claim_in_doubt_lease.sql).
 func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
-	types := dedupe(p.Types)
+	types := sqlkit.Dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -132,7 +133,7 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 				delivered[r.typ]++
 			}
 		}
-		if err := d.countDelivered(ctx, w, delivered, now); err != nil {
+		if err := sqlkit.CountDelivered(ctx, w, d.q.deliveredCount, delivered, now); err != nil {
 			return wrap("resolve counts", err)
 		}
 		res = resolution(p.IDs, found)

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 var _ driver.DeliveryHistory = (*Driver)(nil)
 
 // DeliveredPerMinute reads queries/delivered_minutes.sql.
 func (d *Driver) DeliveredPerMinute(ctx context.Context, types []string, since time.Duration) ([]driver.DeliveredMinute, error) {
-	types = dedupe(types)
+	types = sqlkit.Dedupe(types)
 	if len(types) == 0 {
 		return nil, nil
 	}

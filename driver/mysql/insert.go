@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // RefusedError is a row the outbox refused by its own rules, the ones
@@ -61,7 +62,7 @@ func (d *Driver) refusal(ctx context.Context, w writer, rows []driver.InsertRow,
 	for _, r := range rows {
 		types = append(types, r.Type)
 	}
-	types = dedupe(types)
+	types = sqlkit.Dedupe(types)
 	owned := map[string]bool{}
 	rs, qerr := w.QueryContext(ctx, withList(d.q.ownedTypes, len(types)), stringArgs(types)...)
 	if qerr == nil {

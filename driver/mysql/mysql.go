@@ -297,16 +297,3 @@ func isErrno(err error, n uint16) bool {
 }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
-// dedupe drops empty and repeated strings, keeping the first of each.
-func dedupe(s []string) []string {
-	out := make([]string, 0, len(s))
-	seen := map[string]bool{}
-	for _, v := range s {
-		if v != "" && !seen[v] {
-			seen[v] = true
-			out = append(out, v)
-		}
-	}
-	return out
-}

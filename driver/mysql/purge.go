@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // defaultPurgeBatch bounds one purge pass when the caller gives no batch.
@@ -23,7 +24,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 	if batch <= 0 {
 		batch = defaultPurgeBatch
 	}
-	types := dedupe(p.Types)
+	types := sqlkit.Dedupe(p.Types)
 	var res driver.PurgeResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.PurgeResult{}

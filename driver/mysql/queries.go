@@ -4,6 +4,8 @@ import (
 	"embed"
 	"strings"
 	"sync"
+
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // The driver's statements, one file each in queries/, with a header saying
@@ -74,13 +76,7 @@ func fragments(prefix string) *strings.Replacer {
 // loadQueries reads every statement, for tables prefixed with prefix.
 func loadQueries(prefix string) queries {
 	fill := fragments(prefix)
-	load := func(name string) string {
-		b, err := queryFS.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic(err) // embedded at build time; missing means a broken build
-		}
-		return fill.Replace(string(b))
-	}
+	load := sqlkit.Loader(queryFS, "queries", fill)
 	return queries{
 		insert:            load("insert"),
 		insertScheduled:   load("insert_scheduled"),
@@ -198,25 +194,16 @@ const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_un
 // NULL, so that NOT of it is true of every other row.
 const schedCond = "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > ? AND attempts = 0 AND last_error IS NULL, 0)"
 
-// marks returns n comma-separated placeholders; with n == 0 it returns a
-// NULL, which matches nothing.
-func marks(n int) string {
-	if n == 0 {
-		return "NULL"
-	}
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
 // withList puts n placeholders where the statement has {{ids}} or
 // {{types}}.
 func withList(q string, n int) string {
-	m := marks(n)
+	m := sqlkit.Marks(n)
 	return strings.NewReplacer("{{ids}}", m, "{{types}}", m).Replace(q)
 }
 
 // withLists puts n placeholders for {{types}} and m for {{ordered}}.
 func withLists(q string, n, m int) string {
-	return strings.NewReplacer("{{types}}", marks(n), "{{ordered}}", marks(m)).Replace(q)
+	return strings.NewReplacer("{{types}}", sqlkit.Marks(n), "{{ordered}}", sqlkit.Marks(m)).Replace(q)
 }
 
 // withRows repeats the VALUES row of an INSERT (its last VALUES, up to

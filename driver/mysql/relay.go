@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // perTypeLimit is how many types a claim scans one by one, each on its own
@@ -44,7 +45,7 @@ func (d *Driver) fenced(ctx context.Context, w writer, f *driver.Fence) (bool, e
 // costs nothing (queries/claim.sql, claim_ordered.sql, claim_many.sql),
 // then leased (claim_lease.sql) and read back (claimed_rows.sql).
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := dedupe(p.Types)
+	types := sqlkit.Dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -160,18 +161,8 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, settled: map[int64]bool{}, counts: map[string]int64{}}
-		if err := st.delivered(); err != nil {
-			return err
-		}
-		if err := st.released(); err != nil {
-			return err
-		}
-		if err := st.failed(); err != nil {
-			return err
-		}
 		var err error
-		res, err = st.sort(all)
+		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
 		return err
 	})
 	if err != nil {
@@ -180,17 +171,15 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	return res, nil
 }
 
-// settlement is one Settle's transaction: the rows it changed so far, and
-// how many of them were delivered, per type.
+// settlement is one Settle's transaction; kept holds the rows it changed
+// so far, and how many of them were delivered, per type.
 type settlement struct {
-	d   *Driver
-	ctx context.Context
-	w   writer
-	now int64
-	p   driver.SettleParams
-
-	settled map[int64]bool
-	counts  map[string]int64 // delivered rows per type
+	d    *Driver
+	ctx  context.Context
+	w    writer
+	now  int64
+	p    driver.SettleParams
+	kept *sqlkit.Settlement
 }
 
 // change locks the rows of ids still leased to the token under a live
@@ -204,22 +193,8 @@ func (st *settlement) change(q string, setArgs []any, ids []int64, count bool) e
 		if err != nil {
 			return wrap("settle", err)
 		}
-		var found []int64
-		for rows.Next() {
-			var id int64
-			var typ string
-			if err := rows.Scan(&id, &typ); err != nil {
-				rows.Close()
-				return wrap("settle", err)
-			}
-			found = append(found, id)
-			st.settled[id] = true
-			if count {
-				st.counts[typ]++
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		found, err := st.kept.Read(rows, count)
+		if err != nil {
 			return wrap("settle", err)
 		}
 		if len(found) > 0 {
@@ -232,10 +207,10 @@ func (st *settlement) change(q string, setArgs []any, ids []int64, count bool) e
 	return nil
 }
 
-// delivered deletes (or, kept, marks) the delivered rows and counts them
+// Delivered deletes (or, kept, marks) the delivered rows and counts them
 // per type and minute, so Stats knows the recent deliveries without the
 // rows.
-func (st *settlement) delivered() error {
+func (st *settlement) Delivered() error {
 	if st.p.KeepDelivered {
 		if err := st.change(st.d.q.settleDeliveredKept, []any{st.now}, st.p.Delivered, true); err != nil {
 			return err
@@ -243,42 +218,20 @@ func (st *settlement) delivered() error {
 	} else if err := st.change(st.d.q.settleDelivered, nil, st.p.Delivered, true); err != nil {
 		return err
 	}
-	return wrap("settle counts", st.d.countDelivered(st.ctx, st.w, st.counts, st.now))
+	return wrap("settle counts", sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now))
 }
 
-// countDelivered adds the rows delivered at now, per type, to the minute's
-// counts (queries/delivered_count.sql).
-func (d *Driver) countDelivered(ctx context.Context, w writer, perType map[string]int64, now int64) error {
-	minute := now - now%time.Minute.Microseconds()
-	for _, typ := range slices.Sorted(mapKeys(perType)) { // one lock order
-		if _, err := w.ExecContext(ctx, d.q.deliveredCount, typ, minute, perType[typ]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
-// released gives a released row its attempt back: it was not attempted.
+// Released gives a released row its attempt back: it was not attempted.
 // A release also clears an at-most-once mark: the relay releases only
 // rows it did not send.
-func (st *settlement) released() error {
+func (st *settlement) Released() error {
 	return st.change(st.d.q.settleRelease, []any{st.now}, st.p.Release, false)
 }
 
-// failed records the retries, the dead and the rows left in doubt. An
+// Failed records the retries, the dead and the rows left in doubt. An
 // empty route is stored as none, so a row never shows the route of an
 // older attempt next to a newer error.
-func (st *settlement) failed() error {
+func (st *settlement) Failed() error {
 	now, p := st.now, st.p
 	for _, r := range p.Retry {
 		delay := max(r.Delay, 0)
@@ -307,46 +260,14 @@ func (st *settlement) failed() error {
 	return nil
 }
 
-// sort tells the rows this settlement changed from those it could not:
+// Sort tells the rows this settlement changed from those it could not:
 // still ours but past the lease (Expired), or gone or leased to another
 // token (Fenced).
-func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
-	var res driver.SettleResult
-	var rest []int64
-	for _, id := range all {
-		if st.settled[id] {
-			res.Settled = append(res.Settled, id)
-		} else {
-			rest = append(rest, id)
-		}
-	}
-	if len(rest) == 0 {
-		return res, nil
-	}
-	expired := map[int64]bool{}
-	rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleSort, len(rest)), append(int64Args(rest), st.p.Token, st.now)...)
-	if err != nil {
-		return res, wrap("settle", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return res, wrap("settle", err)
-		}
-		expired[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return res, wrap("settle", err)
-	}
-	for _, id := range rest {
-		if expired[id] {
-			res.Expired = append(res.Expired, id)
-		} else {
-			res.Fenced = append(res.Fenced, id)
-		}
-	}
-	return res, nil
+func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
+	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
+		return st.w.QueryContext(st.ctx, withList(st.d.q.settleSort, len(rest)), append(int64Args(rest), st.p.Token, st.now)...)
+	})
+	return res, wrap("settle", err)
 }
 
 var _ driver.DueReporter = (*Driver)(nil)

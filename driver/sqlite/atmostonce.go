@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 var _ driver.AtMostOnce = (*Driver)(nil)
@@ -83,7 +84,7 @@ func (d *Driver) writeDurable(ctx context.Context, fn func(w writer, now int64) 
 // without counting an attempt, for a reconcile probe. The fence is the
 // claim's.
 func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
-	types := dedupe(p.Types)
+	types := sqlkit.Dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -137,7 +138,7 @@ func (d *Driver) Resolve(ctx context.Context, p driver.ResolveParams) (driver.Re
 				delivered[r.typ]++
 			}
 		}
-		if err := d.countDelivered(ctx, w, delivered, now); err != nil {
+		if err := sqlkit.CountDelivered(ctx, w, d.q.deliveredCount, delivered, now); err != nil {
 			return wrap("resolve counts", err)
 		}
 		res = resolution(p.IDs, found)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // defaultPurgeBatch bounds one purge pass when the caller gives no batch.
@@ -22,7 +23,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 	if batch <= 0 {
 		batch = defaultPurgeBatch
 	}
-	types := stringsJSON(dedupe(p.Types))
+	types := stringsJSON(sqlkit.Dedupe(p.Types))
 	var res driver.PurgeResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.PurgeResult{}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // Claim leases due rows of p.Types in one immediate transaction. Each type
@@ -18,7 +19,7 @@ import (
 // merged, so a large backlog of other types costs nothing. See
 // queries/claim.sql.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := dedupe(p.Types)
+	types := sqlkit.Dedupe(p.Types)
 	if len(types) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -87,18 +88,8 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	}
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
-		st := &settlement{d: d, ctx: ctx, w: w, now: now, p: p, settled: map[int64]bool{}, counts: map[string]int64{}}
-		if err := st.delivered(); err != nil {
-			return err
-		}
-		if err := st.released(); err != nil {
-			return err
-		}
-		if err := st.failed(); err != nil {
-			return err
-		}
 		var err error
-		res, err = st.sort(all)
+		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
 		return err
 	})
 	if err != nil {
@@ -107,17 +98,15 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	return res, nil
 }
 
-// settlement is one Settle's transaction: the rows it changed so far, and
-// how many of them were delivered, per type.
+// settlement is one Settle's transaction; kept holds the rows it changed
+// so far, and how many of them were delivered, per type.
 type settlement struct {
-	d   *Driver
-	ctx context.Context
-	w   writer
-	now int64
-	p   driver.SettleParams
-
-	settled map[int64]bool
-	counts  map[string]int64 // delivered rows per type
+	d    *Driver
+	ctx  context.Context
+	w    writer
+	now  int64
+	p    driver.SettleParams
+	kept *sqlkit.Settlement
 }
 
 // returning runs one of the settle statements, each ending in RETURNING
@@ -127,25 +116,14 @@ func (st *settlement) returning(q string, args []any, count bool) error {
 	if err != nil {
 		return wrap("settle", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var typ string
-		if err := rows.Scan(&id, &typ); err != nil {
-			return wrap("settle", err)
-		}
-		st.settled[id] = true
-		if count {
-			st.counts[typ]++
-		}
-	}
-	return wrap("settle", rows.Err())
+	_, err = st.kept.Read(rows, count)
+	return wrap("settle", err)
 }
 
-// delivered deletes (or, kept, marks) the delivered rows and counts them
+// Delivered deletes (or, kept, marks) the delivered rows and counts them
 // per type and minute, so Stats knows the recent deliveries without the
 // rows.
-func (st *settlement) delivered() error {
+func (st *settlement) Delivered() error {
 	if len(st.p.Delivered) == 0 {
 		return nil
 	}
@@ -156,35 +134,23 @@ func (st *settlement) delivered() error {
 	if err := st.returning(q, []any{int64sJSON(st.p.Delivered), st.p.Token, st.now}, true); err != nil {
 		return err
 	}
-	if err := st.d.countDelivered(st.ctx, st.w, st.counts, st.now); err != nil {
+	if err := sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now); err != nil {
 		return wrap("settle counts", err)
 	}
 	return nil
 }
 
-// countDelivered adds the rows delivered at now, per type, to the minute's
-// counts.
-func (d *Driver) countDelivered(ctx context.Context, w writer, perType map[string]int64, now int64) error {
-	minute := now - now%time.Minute.Microseconds()
-	for typ, n := range perType {
-		if _, err := w.ExecContext(ctx, d.q.deliveredCount, typ, minute, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// released gives a released row its attempt back: it was not attempted.
-func (st *settlement) released() error {
+// Released gives a released row its attempt back: it was not attempted.
+func (st *settlement) Released() error {
 	if len(st.p.Release) == 0 {
 		return nil
 	}
 	return st.returning(st.d.q.settleRelease, []any{int64sJSON(st.p.Release), st.p.Token, st.now}, false)
 }
 
-// failed records the retries, the dead and the rows left in doubt, one
+// Failed records the retries, the dead and the rows left in doubt, one
 // statement a row: each has its own time, error and route.
-func (st *settlement) failed() error {
+func (st *settlement) Failed() error {
 	now, p := st.now, st.p
 	for _, r := range p.Retry {
 		back := 0
@@ -210,46 +176,14 @@ func (st *settlement) failed() error {
 	return nil
 }
 
-// sort tells the rows of all this settlement changed from those it could
+// Sort tells the rows of all this settlement changed from those it could
 // not: still ours but past the lease (Expired), or gone or leased to
 // another token (Fenced).
-func (st *settlement) sort(all []int64) (driver.SettleResult, error) {
-	var res driver.SettleResult
-	var rest []int64
-	for _, id := range all {
-		if st.settled[id] {
-			res.Settled = append(res.Settled, id)
-		} else {
-			rest = append(rest, id)
-		}
-	}
-	if len(rest) == 0 {
-		return res, nil
-	}
-	expired := map[int64]bool{}
-	rows, err := st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
-	if err != nil {
-		return res, wrap("settle", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return res, wrap("settle", err)
-		}
-		expired[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return res, wrap("settle", err)
-	}
-	for _, id := range rest {
-		if expired[id] {
-			res.Expired = append(res.Expired, id)
-		} else {
-			res.Fenced = append(res.Fenced, id)
-		}
-	}
-	return res, nil
+func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
+	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
+		return st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
+	})
+	return res, wrap("settle", err)
 }
 
 var _ driver.DueReporter = (*Driver)(nil)
@@ -257,7 +191,7 @@ var _ driver.DueReporter = (*Driver)(nil)
 // NextDue reports how long until the earliest pending row of types that is
 // not due yet comes due, on the database clock (queries/next_due.sql).
 func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
-	types = dedupe(types)
+	types = sqlkit.Dedupe(types)
 	if len(types) == 0 {
 		return 0, false, nil
 	}

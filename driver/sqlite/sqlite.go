@@ -52,6 +52,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 //go:embed migrations/*.sql queries/*.sql
@@ -254,13 +255,7 @@ func fragments(prefix string) *strings.Replacer {
 // loadQueries reads every statement, for tables prefixed with prefix.
 func loadQueries(prefix string) queries {
 	fill := fragments(prefix)
-	load := func(name string) string {
-		b, err := files.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic(err) // embedded at build time; missing means a broken build
-		}
-		return fill.Replace(string(b))
-	}
+	load := sqlkit.Loader(files, "queries", fill)
 	return queries{
 		claim:               load("claim"),
 		claimFence:          load("claim_fence"),
@@ -504,17 +499,4 @@ func int64sJSON(ids []int64) string {
 func stringsJSON(s []string) string {
 	b, _ := json.Marshal(s) // strings always marshal
 	return string(b)
-}
-
-// dedupe is s without empty or repeated strings, in first-seen order.
-func dedupe(s []string) []string {
-	out := make([]string, 0, len(s))
-	seen := map[string]bool{}
-	for _, v := range s {
-		if v != "" && !seen[v] {
-			seen[v] = true
-			out = append(out, v)
-		}
-	}
-	return out
 }

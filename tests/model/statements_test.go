@@ -33,6 +33,7 @@ var (
 		"driver/postgres/*.go",
 		"driver/sqlite/*.go",
 		"driver/mysql/*.go",
+		"driver/sqlkit/*.go", // what the database/sql drivers share
 	}
 	// The tables whose rows the model follows.
 	modelled = map[string]bool{"outbox": true, "leader": true}
