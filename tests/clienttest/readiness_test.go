@@ -204,9 +204,24 @@ func TestStatementTimeoutMakesTheRelayUnready(t *testing.T) {
 
 	strangled.Store(true)
 	pool.Reset() // every session from now on has the timeout
-	producer := newClient(t, b.open(), fastConfig(app, mensageria.NewRegistry().MustRegister("t", &recorder{})))
+	// A claim that finds the outbox free can finish within the 1 ms, and
+	// one that does ends the failing streak: the test's own transaction
+	// holds the outbox against writers (not readers) meanwhile, so every
+	// claim waits, and times out, whatever the machine's speed. The
+	// messages go in under that lock and are there once it is released.
+	raw, commit, rollback := b.begin()
+	held := raw.(pgx.Tx)
+	released := false
+	defer func() {
+		if !released {
+			_ = rollback()
+		}
+	}()
+	if _, err := held.Exec(ctx, "LOCK TABLE "+b.table("outbox")+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 20 {
-		if _, err := producer.Enqueue(ctx, mensageria.Message{Type: "t", Key: fmt.Sprintf("k%d", i)}); err != nil {
+		if _, err := held.Exec(ctx, "INSERT INTO "+b.table("outbox")+" (type, key) VALUES ('t', $1)", fmt.Sprintf("k%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -223,6 +238,10 @@ func TestStatementTimeoutMakesTheRelayUnready(t *testing.T) {
 		return fails.count(mensageria.FailureClaim)+fails.count(mensageria.FailureElection) > 0
 	}, "a claim or election failure counted")
 
+	released = true
+	if err := commit(); err != nil {
+		t.Fatal(err)
+	}
 	strangled.Store(false)
 	pool.Reset()
 	mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(rec.keys()) == 20 }, "the messages are delivered")
