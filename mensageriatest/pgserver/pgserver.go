@@ -19,8 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -33,6 +31,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/xadm/mensageria/mensageriatest/serverport"
 )
 
 // ErrNoPostgres means the PostgreSQL server programs were not found.
@@ -119,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	var lastErr error
 	for range 5 { // another process may take the port first
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = serverport.Free(); err != nil {
 			return nil, err
 		}
 		s.URL = s.URLFor("postgres", "postgres")
@@ -408,40 +408,6 @@ func (s *Server) Stop() error {
 		err = rerr
 	}
 	return err
-}
-
-// freePort is a free port below the kernel's range of ephemeral ports:
-// while the server is down between a crash and its restart, no outgoing
-// connection of another program can be given its port.
-func freePort() (int, error) {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	const first = 15000
-	if low <= first+1000 {
-		// An unusual range: take an ephemeral port and accept the risk.
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
-	}
-	for range 200 {
-		port := first + rand.IntN(low-first)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		return port, nil
-	}
-	return 0, errors.New("pgserver: no free port found")
 }
 
 // binDir finds initdb and postgres.

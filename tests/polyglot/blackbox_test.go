@@ -12,6 +12,7 @@ import (
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // app is one of the example programs, as a command line per mode.
@@ -194,15 +195,15 @@ receive:
 	// Each daemon is killed while the first half's messages flow: some are
 	// stored already, and the rest of the first half and the whole second
 	// half are still to come.
-	waitFor(t, "the first deliveries", 2*time.Minute, func() bool { return stored() >= 30 })
+	mensageriatest.Eventually(t, 2*time.Minute, func() bool { return stored() >= 30 }, "the first deliveries")
 	atRelayKill := stored()
 	relay.kill()
 	relay = startRelay()
-	waitFor(t, "deliveries after the relay's restart", 2*time.Minute, func() bool { return stored() >= atRelayKill+30 })
+	mensageriatest.Eventually(t, 2*time.Minute, func() bool { return stored() >= atRelayKill+30 }, "deliveries after the relay's restart")
 	atRecvKill := stored()
 	recv.kill()
 	recv = startRecv()
-	waitFor(t, "applications", 2*time.Minute, func() bool { return applied() >= 20 })
+	mensageriatest.Eventually(t, 2*time.Minute, func() bool { return applied() >= 20 }, "applications")
 	atApplierKill := applied()
 	applier.kill()
 	applier = startApplier()
@@ -219,8 +220,8 @@ receive:
 	}
 	t.Logf("%d committed; relay killed at %d stored, receive at %d, the applier at %d applied", committed, atRelayKill, atRecvKill, atApplierKill)
 
-	waitFor(t, "every committed order's invoice", 4*time.Minute, func() bool { return applied() >= committed })
-	waitFor(t, "the outbox to empty", time.Minute, func() bool { return q("SELECT count(*) FROM "+outbox) == 0 })
+	mensageriatest.Eventually(t, 4*time.Minute, func() bool { return applied() >= committed }, "every committed order's invoice")
+	mensageriatest.Eventually(t, time.Minute, func() bool { return q("SELECT count(*) FROM "+outbox) == 0 }, "the outbox to empty")
 	applier.kill()
 
 	// The app's own records: its orders table says what committed.

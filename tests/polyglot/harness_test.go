@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // root is the repository's top directory, seen from this package.
@@ -177,19 +178,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-// waitFor polls cond, a state of the database or of a process, until it
-// holds; the deadline only turns a hang into a failure.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %s for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int {
 	t.Helper()
 	var n int
@@ -224,7 +212,7 @@ func jdbcURL(t *testing.T) string {
 func ready(t *testing.T, what, u string, within time.Duration, p *proc) {
 	t.Helper()
 	c := &http.Client{Timeout: time.Second}
-	waitFor(t, what+" to answer "+u, within, func() bool {
+	mensageriatest.Eventually(t, within, func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("%s exited with %d before it was ready:\n%s", what, p.code, tail(p.out.String(), 4000))
@@ -237,7 +225,7 @@ func ready(t *testing.T, what, u string, within time.Duration, p *proc) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}, what+" to answer "+u)
 }
 
 // lastLine returns the last line of s that starts with prefix.

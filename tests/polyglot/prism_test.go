@@ -21,6 +21,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -44,14 +45,14 @@ func startPrism(t *testing.T, mode string, upstream ...string) string {
 	args := append([]string{mode, doc}, upstream...)
 	args = append(args, "-h", "127.0.0.1", "-p", fmt.Sprint(port), "--errors")
 	p := start(t, "prism "+mode, t.TempDir(), []string{"SCARF_ANALYTICS=false"}, prism, args...)
-	waitFor(t, "prism "+mode+" to listen", 3*time.Minute, func() bool {
+	mensageriatest.Eventually(t, 3*time.Minute, func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("prism %s exited %d:\n%s", mode, p.code, p.out.String())
 		default:
 		}
 		return strings.Contains(p.out.String(), "Prism is listening")
-	})
+	}, "prism "+mode+" to listen")
 	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/kafka"
 )
 
@@ -132,7 +133,7 @@ relay: {batch: 20, lease: 2s, poll_interval: 50ms, max_attempts: 3, route_pause:
 		SELECT 'pedido.criado', 'p-' || g, '{}' FROM generate_series(1, %d) g`, schema, n)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the route to pause", 60*time.Second, func() bool { return strings.Contains(relay.stderr.String(), "route paused:") })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return strings.Contains(relay.stderr.String(), "route paused:") }, "the route to pause")
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(3, "pedidos"))
 	if err != nil {
 		t.Fatal(err)

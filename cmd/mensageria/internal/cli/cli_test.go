@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command writing while the test
@@ -151,27 +153,16 @@ func envOf(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitDrained waits until schema's outbox holds no pending row.
 func waitDrained(t *testing.T, pool *pgxpool.Pool, schema, what string, d time.Duration) {
 	t.Helper()
-	waitFor(t, what, d, func() bool {
+	mensageriatest.Eventually(t, d, func() bool {
 		var pending int
 		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'").Scan(&pending); err != nil {
 			t.Fatal(err)
 		}
 		return pending == 0
-	})
+	}, what)
 }
 
 func TestHelpEverywhere(t *testing.T) {
@@ -367,7 +358,7 @@ func TestCommandsOnSQLite(t *testing.T) {
 		done <- Run(ctx, []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}, IO{Out: &out, Err: &errb, Env: func(k string) (string, bool) { v, ok := tokEnv[k]; return v, ok }})
 	}()
 	addr := waitAddr(t, &errb, done)
-	waitFor(t, "delivery of 21 messages", 20*time.Second, func() bool { return rcv.keys() == 21 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcv.keys() == 21 }, "delivery of 21 messages")
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -383,7 +374,7 @@ func TestCommandsOnSQLite(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Fatalf("readyz %d %s", code, body)
 	}
-	waitFor(t, "3 dead letters", 10*time.Second, func() bool { return status(t, c).typ("pedido.criado").Dead == 3 })
+	mensageriatest.Eventually(t, 10*time.Second, func() bool { return status(t, c).typ("pedido.criado").Dead == 3 }, "3 dead letters")
 	_, metrics := get("/metrics")
 	for _, want := range []string{
 		`mensageria_deliveries_total{app="pedidos",outcome="delivered",type="pedido.criado"} 20`,
@@ -452,9 +443,9 @@ func TestCommandsOnSQLite(t *testing.T) {
 	if r := c("y\n", "dead", "retry", fmt.Sprint(dead[1].ID), fmt.Sprint(dead[2].ID)); r.code != 0 || !strings.Contains(r.out, "2 dead message(s)") {
 		t.Fatalf("retry confirmed: %+v", r)
 	}
-	waitFor(t, "retried messages delivered", 10*time.Second, func() bool {
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
 		return rcv.count("refuse-0") == 1 && rcv.count("refuse-1") == 1 && rcv.count("refuse-2") == 1
-	})
+	}, "retried messages delivered")
 	if r := c("", "dead", "discard", "--type", "pedido.criado", "--yes"); r.code != 0 || !strings.Contains(r.out, "0 dead message(s) deleted") {
 		t.Fatalf("discard: %+v", r)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 func consoleFile(t *testing.T, block string) string {
@@ -42,7 +43,7 @@ func TestConsoleCommandServesBehindTheConfiguredToken(t *testing.T) {
 			IO{Out: io.Discard, Err: &errb, Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
 	}()
 	var addr string
-	waitFor(t, "the console to listen", 20*time.Second, func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("console exited %d: %s", code, errb.String())
@@ -52,7 +53,7 @@ func TestConsoleCommandServesBehindTheConfiguredToken(t *testing.T) {
 			addr = m[1]
 		}
 		return addr != ""
-	})
+	}, "the console to listen")
 	get := func(auth string) (int, string) {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/api/overview", nil)
 		if auth != "" {

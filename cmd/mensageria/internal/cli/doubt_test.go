@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // legacyAPI is a receiver that cannot be idempotent: every POST applies its
@@ -115,10 +117,10 @@ relay: {lease: 2s, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms}
 		done <- Run(ctx, []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}, IO{Out: &out, Err: &errb, Env: func(k string) (string, bool) { v, ok := tokEnv[k]; return v, ok }})
 	}()
 	addr := waitAddr(t, &errb, done)
-	waitFor(t, "2 in doubt, 2 delivered", 20*time.Second, func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		ty := status(t, c).typ("lancamento.criado")
 		return ty.InDoubt == 2 && ty.DeliveredLastHr == 2 && ty.Pending == 0 && ty.InFlight == 0
-	})
+	}, "2 in doubt, 2 delivered")
 	if ty := status(t, c).typ("lancamento.criado"); ty.OldestInDoubtSec <= 0 {
 		t.Fatalf("status: %+v, want the oldest doubt's age", ty)
 	}
@@ -174,10 +176,10 @@ relay: {lease: 2s, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 50ms}
 	if r := c("", "doubt", "resolve", fmt.Sprint(byKey["slow-2"]), "--outcome", "retry", "--reason", "reverted in the legacy API"); r.code != 0 {
 		t.Fatalf("resolve retry: %+v", r)
 	}
-	waitFor(t, "slow-2 sent again and delivered", 20*time.Second, func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		ty := status(t, c).typ("lancamento.criado")
 		return ty.InDoubt == 0 && ty.Pending == 0 && ty.DeliveredLastHr == 4
-	})
+	}, "slow-2 sent again and delivered")
 	for key, want := range map[string][2]int{"ok-1": {1, 1}, "slow-1": {1, 1}, "slow-2": {2, 2}, "gw-1": {1, 2}} { // slow-2 twice: the operator said the first was reverted by hand
 		if e, n := l.count(key); e != want[0] || n != want[1] {
 			t.Errorf("%s: %d effects of %d POSTs, want %d of %d", key, e, n, want[0], want[1])

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 const natsServerBin = "/usr/sbin/nats-server"
@@ -124,10 +125,10 @@ authorization {
 
 	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, relay.stderr, relay.done)
-	waitFor(t, "every message in the stream", 60*time.Second, func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		info, err := st.Info(ctx)
 		return err == nil && info.State.Msgs == 2*n
-	})
+	}, "every message in the stream")
 	stopProc(t, relay)
 	log := relay.stderr.String()
 	if !strings.Contains(log, `"security":"TLS, CA `+ca.CAFile+`, user relay"`) || !strings.Contains(log, `"security":"TLS, CA `+ca.CAFile+`, nkey `+seedFile+`"`) {
@@ -207,7 +208,7 @@ relay: {poll_interval: 50ms}
 		t.Fatalf("explain: %v %+v", err, r)
 	}
 	relay := startProc(t, bin, nil, "relay", "--config", p, "--migrate", "--listen", "127.0.0.1:0")
-	waitFor(t, "the relay to start", 30*time.Second, func() bool { return strings.Contains(relay.stderr.String(), "relay started") })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(relay.stderr.String(), "relay started") }, "the relay to start")
 	stopProc(t, relay)
 	log := relay.stderr.String()
 	warnings := horizonLog.FindAllStringSubmatch(log, -1)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // appFile writes the config of one app on a PostgreSQL schema, routing
@@ -91,7 +92,7 @@ func TestEndToEndPlainSQLInsert(t *testing.T) {
 	}
 	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, relay.stderr, relay.done)
-	waitFor(t, "the psql row delivered", 20*time.Second, func() bool { return rcv.count("psql-1") == 1 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcv.count("psql-1") == 1 }, "the psql row delivered")
 	stopProc(t, relay)
 }
 
@@ -288,7 +289,7 @@ func TestEndToEndUpgradeFromV1(t *testing.T) {
 
 	oldRelay := startProc(t, old, env, "relay", "--config", pedidos, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, oldRelay.stderr, oldRelay.done)
-	waitFor(t, "the old relay under way", 30*time.Second, func() bool { return rcv.keys() >= 200 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return rcv.keys() >= 200 }, "the old relay under way")
 
 	r := runBin(t, bin, env, "", "migrate", "up", "--json", "--config", pedidos)
 	must(t, "migrate up while the old relay runs", r, 0, `"from":1`, `"applied":[2`, `"owner":"pedidos"`)
@@ -321,11 +322,11 @@ func TestEndToEndUpgradeFromV1(t *testing.T) {
 	newFat := startProc(t, bin, env, "relay", "--config", faturamento, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, newFat.stderr, newFat.done)
 	enqueueWith(bin, faturamento, "fatura.emitida", "new-f-1")
-	waitFor(t, "faturamento's rows delivered by this build", 60*time.Second, func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		var n int
 		_ = pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox WHERE type = 'fatura.emitida' AND state = 'pending'").Scan(&n)
 		return n == 0
-	})
+	}, "faturamento's rows delivered by this build")
 	select {
 	case code := <-oldRelay.done:
 		t.Fatalf("the old relay exited %d on the migrated schema:\n%s", code, oldRelay.stderr.String())
@@ -341,7 +342,7 @@ func TestEndToEndUpgradeFromV1(t *testing.T) {
 	newPed := startProc(t, bin, env, "relay", "--config", pedidos, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, newPed.stderr, newPed.done)
 	enqueueWith(bin, pedidos, "pedido.criado", "new-p-1")
-	waitFor(t, "every row delivered", 90*time.Second, func() bool {
+	mensageriatest.Eventually(t, 90*time.Second, func() bool {
 		rcv.mu.Lock()
 		defer rcv.mu.Unlock()
 		for _, id := range ids {
@@ -350,7 +351,7 @@ func TestEndToEndUpgradeFromV1(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, "every row delivered")
 	stopProc(t, newPed)
 	stopProc(t, newFat)
 

@@ -31,6 +31,7 @@ import (
 	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/kafka"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
@@ -289,7 +290,7 @@ func TestRelayHTTPSMutualTLSBatch(t *testing.T) {
 
 	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, relay.stderr, relay.done)
-	waitFor(t, "every message applied", 60*time.Second, func() bool { return rcv.keys() == n })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return rcv.keys() == n }, "every message applied")
 	stopProc(t, relay)
 	log := relay.stderr.String()
 	if !strings.Contains(log, `"msg":"TLS checked"`) {
@@ -410,11 +411,11 @@ func TestRelayKafkaSASLAndTLS(t *testing.T) {
 	}()
 	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, relay.stderr, relay.done)
-	waitFor(t, "every message in Kafka", 60*time.Second, func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) == 2*n
-	})
+	}, "every message in Kafka")
 	stopProc(t, relay)
 	log := relay.stderr.String()
 	if strings.Count(log, `"msg":"Kafka reached"`) != 2 || !strings.Contains(log, `"security":"TLS, CA `+ca.CAFile+`, SASL SCRAM-SHA-256 as relay"`) {
@@ -476,7 +477,7 @@ relay: {batch: 100, concurrency: 16, max_attempts: 1, poll_interval: 50ms}
 	prepare(t, bin, p, env, n, "pedido.lento")
 	relay := startProc(t, bin, env, "relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json")
 	addr := waitAddr(t, relay.stderr, relay.done)
-	waitFor(t, "every message applied", 60*time.Second, func() bool { return rcv.keys() == n })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return rcv.keys() == n }, "every message applied")
 	metrics, err := getWithClient("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -539,26 +540,26 @@ relay: {max_attempts: 2, poll_interval: 50ms, backoff_base: 10ms, backoff_max: 5
 		return resp.StatusCode, string(b)
 	}
 	sickRoute := "pedidos → http " + sick.srv.URL + "/m2m"
-	waitFor(t, "the sick route paused on /metrics", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		_, m := get("/metrics")
 		return strings.Contains(m, `mensageria_route_state{app="pedidos",route="`+sickRoute+`",state="paused",types="pedido.doente"} 1`) ||
 			strings.Contains(m, `mensageria_route_state{app="pedidos",route="`+sickRoute+`",state="probing",types="pedido.doente"} 1`)
-	})
+	}, "the sick route paused on /metrics")
 	var body string
-	waitFor(t, "/readyz to name the paused route", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		var code int
 		code, body = get("/readyz")
 		if code != http.StatusOK {
 			t.Fatalf("readyz %d while a route is paused: %s", code, body)
 		}
 		return strings.Contains(body, "route "+sickRoute+" (pedido.doente): paused")
-	})
+	}, "/readyz to name the paused route")
 	if !strings.Contains(body, "503") {
 		t.Fatalf("readyz does not give the last error: %q", body)
 	}
-	waitFor(t, "the healthy route to deliver everything", 30*time.Second, func() bool { return well.keys() == n })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return well.keys() == n }, "the healthy route to deliver everything")
 	sick.down.Store(false)
-	waitFor(t, "the sick route to resume and deliver everything", 60*time.Second, func() bool { return sick.keys() == n })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return sick.keys() == n }, "the sick route to resume and deliver everything")
 	_, metrics := get("/metrics")
 	stopProc(t, relay)
 	if strings.Contains(metrics, `outcome="dead"`) {

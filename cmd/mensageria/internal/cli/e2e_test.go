@@ -16,6 +16,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 var (
@@ -165,7 +166,7 @@ func TestEndToEndPostgres(t *testing.T) {
 	relayArgs := []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}
 	r1 := startProc(t, bin, env, relayArgs...)
 	waitAddr(t, r1.stderr, r1.done)
-	waitFor(t, "the first deliveries", 20*time.Second, func() bool { return rcv.keys() >= 40 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcv.keys() >= 40 }, "the first deliveries")
 	if err := r1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestEndToEndPostgres(t *testing.T) {
 
 	r2 := startProc(t, bin, env, relayArgs...)
 	addr := waitAddr(t, r2.stderr, r2.done)
-	waitFor(t, "every message delivered after the restart", 60*time.Second, func() bool { return rcv.keys() >= total })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return rcv.keys() >= total }, "every message delivered after the restart")
 	redelivered := 0
 	rcv.mu.Lock()
 	for _, n := range rcv.got {
@@ -201,7 +202,7 @@ func TestEndToEndPostgres(t *testing.T) {
 	if r := c("", "enqueue", "-t", "pedido.criado", "-k", "refuse-1"); r.code != 0 {
 		t.Fatalf("enqueue: %+v", r)
 	}
-	waitFor(t, "a dead letter", 20*time.Second, func() bool { return count("state = 'dead'") == 1 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return count("state = 'dead'") == 1 }, "a dead letter")
 	r := c("", "dead", "list", "--json")
 	var page DeadPage
 	err := json.Unmarshal([]byte(r.out), &page)
@@ -215,7 +216,7 @@ func TestEndToEndPostgres(t *testing.T) {
 	if r := c("", "dead", "retry", fmt.Sprint(dead[0].ID)); r.code != 0 {
 		t.Fatalf("dead retry: %+v", r)
 	}
-	waitFor(t, "the retried message delivered", 20*time.Second, func() bool { return rcv.count("refuse-1") == 1 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcv.count("refuse-1") == 1 }, "the retried message delivered")
 	if n := count("state = 'dead'"); n != 0 {
 		t.Fatalf("%d dead after retry", n)
 	}
@@ -449,7 +450,7 @@ relay: {batch: 100, lease: 5s, max_attempts: 5, poll_interval: 50ms, backoff_bas
 	args := []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}
 	first := startProc(t, bin, env, args...)
 	waitAddr(t, first.stderr, first.done)
-	waitFor(t, "the first batches", 30*time.Second, func() bool { return rcv.keys() >= 300 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return rcv.keys() >= 300 }, "the first batches")
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -460,10 +461,10 @@ relay: {batch: 100, lease: 5s, max_attempts: 5, poll_interval: 50ms, backoff_bas
 	}
 	second := startProc(t, bin, env, args...)
 	waitAddr(t, second.stderr, second.done)
-	waitFor(t, "every message applied after the restart", 60*time.Second, func() bool { return rcv.keys() == n-refused })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return rcv.keys() == n-refused }, "every message applied after the restart")
 	var dead int
 	var reasons []string
-	waitFor(t, "the refused messages dead", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		rows, err := pool.Query(ctx, "SELECT last_error FROM "+schema+".outbox WHERE state = 'dead'")
 		if err != nil {
 			t.Fatal(err)
@@ -476,7 +477,7 @@ relay: {batch: 100, lease: 5s, max_attempts: 5, poll_interval: 50ms, backoff_bas
 		}
 		dead = len(reasons)
 		return dead == refused
-	})
+	}, "the refused messages dead")
 	stopProc(t, second)
 	for _, r := range reasons {
 		if !strings.Contains(r, "test refusal") {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // transferApp writes the config of one app on s's database, routing types
@@ -57,14 +58,14 @@ func TestOwnersTransferReachesRunningRelays(t *testing.T) {
 		b := relay(cfgB)
 		waitAddr(t, b.stderr, b.done)
 		must(t, "enqueue before", as(cfgA, "enqueue", "-t", moved, "-k", "before"), 0)
-		waitFor(t, "the first owner delivers", 20*time.Second, func() bool { return rcvA.count("before") == 1 })
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcvA.count("before") == 1 }, "the first owner delivers")
 
 		r := as(cfgA, "owners", "transfer", "type", moved, "--from", "pedidos", "--to", "faturamento")
 		must(t, "transfer while both relays run", r, 0, `moved from app "pedidos" to app "faturamento"`, "running relays pick the change up within one lease")
 		movedAt := time.Now()
-		waitFor(t, "the old owner's relay logs that it stops claiming the type", 10*time.Second, func() bool {
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
 			return strings.Contains(a.stderr.String(), "no longer gives this app a type it routes")
-		})
+		}, "the old owner's relay logs that it stops claiming the type")
 		if took := time.Since(movedAt); took > 3*time.Second {
 			t.Errorf("the old relay noticed %s after the transfer; its lease is 2s", took)
 		}
@@ -95,15 +96,15 @@ func TestOwnersTransferReachesRunningRelays(t *testing.T) {
 			}
 		}
 		must(t, "enqueue of the kept type", as(cfgA, "enqueue", "-t", kept, "-k", "kept"), 0)
-		waitFor(t, "the new owner delivers every new message", 30*time.Second, func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			for i := range n {
 				if rcvB.count(fmt.Sprintf("after-%d", i)) == 0 {
 					return false
 				}
 			}
 			return true
-		})
-		waitFor(t, "the old owner's other type keeps flowing", 20*time.Second, func() bool { return rcvA.count("kept") == 1 })
+		}, "the new owner delivers every new message")
+		mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcvA.count("kept") == 1 }, "the old owner's other type keeps flowing")
 		for i := range n {
 			if k := fmt.Sprintf("after-%d", i); rcvA.count(k) != 0 {
 				t.Fatalf("%s went to the old owner's destination", k)

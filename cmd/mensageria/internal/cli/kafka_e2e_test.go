@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/kafka"
 )
 
@@ -93,20 +94,20 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	first := startProc(t, bin, nil, args...)
 	defer func() { _ = first.cmd.Process.Kill() }()
 	enqueue(1, 200)
-	waitFor(t, "the first replica to deliver", 30*time.Second, func() bool { return distinct() == 200 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return distinct() == 200 }, "the first replica to deliver")
 
 	second := startProc(t, bin, nil, args...)
 	defer func() { _ = second.cmd.Process.Kill() }()
 	secondAddr := waitAddr(t, second.stderr, second.done) // the standby is up and has built its sender
 	enqueue(201, 200)
-	waitFor(t, "the first replica to keep delivering with a standby up", 30*time.Second, func() bool { return distinct() == 400 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return distinct() == 400 }, "the first replica to keep delivering with a standby up")
 
 	// A backlog, and the leader killed in the middle of it: batches it
 	// committed to Kafka but never settled come back only when their lease
 	// runs out, after the new leader has committed many more of its own.
 	const backlog = 20000
 	enqueue(401, backlog)
-	waitFor(t, "the leader into the backlog", 60*time.Second, func() bool { return distinct() >= 400+backlog/5 })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return distinct() >= 400+backlog/5 }, "the leader into the backlog")
 	// Hold the settles back: the batches in flight commit to Kafka and
 	// then wait on the table, and the leader dies right there.
 	lock, err := pool.Begin(ctx)

@@ -10,6 +10,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/mysql"
 	"github.com/xadm/mensageria/driver/mysql/mysqltest"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // The operator cycle on MariaDB: migrate, register, enqueue, relay to a
@@ -54,13 +55,13 @@ func TestCommandsOnMySQL(t *testing.T) {
 		done <- Run(ctx, []string{"relay", "--config", p, "--listen", "127.0.0.1:0", "--log-format", "json"}, IO{Out: &out, Err: &errb, Env: func(k string) (string, bool) { v, ok := tokEnv[k]; return v, ok }})
 	}()
 	waitAddr(t, &errb, done)
-	waitFor(t, fmt.Sprintf("delivery of %d messages", n), 20*time.Second, func() bool { return rcv.keys() == n })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return rcv.keys() == n }, fmt.Sprintf("delivery of %d messages", n))
 	drv, err := mysql.Open(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	waitFor(t, "the deliveries settled", 10*time.Second, func() bool {
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
 		st, err := drv.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +72,7 @@ func TestCommandsOnMySQL(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "the deliveries settled")
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("relay exited %d:\n%s", code, errb.String())

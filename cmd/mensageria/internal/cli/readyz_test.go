@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // roleRelay is a relay of app pedidos run by the command as a role of the
@@ -100,11 +101,11 @@ func (r *roleRelay) readyz() (int, string) { return r.get("/readyz") }
 func (r *roleRelay) unready(what string, why ...string) {
 	r.t.Helper()
 	var body string
-	waitFor(r.t, "readyz to report "+what, 30*time.Second, func() bool {
+	mensageriatest.Eventually(r.t, 30*time.Second, func() bool {
 		var code int
 		code, body = r.readyz()
 		return code == http.StatusServiceUnavailable
-	})
+	}, "readyz to report "+what)
 	for _, w := range why {
 		if !strings.Contains(body, w) {
 			r.t.Fatalf("readyz body %q does not say %q", body, w)
@@ -115,7 +116,7 @@ func (r *roleRelay) unready(what string, why ...string) {
 // readyAgain waits for /readyz to answer 200.
 func (r *roleRelay) readyAgain() {
 	r.t.Helper()
-	waitFor(r.t, "readyz ready again", 30*time.Second, func() bool { code, _ := r.readyz(); return code == http.StatusOK })
+	mensageriatest.Eventually(r.t, 30*time.Second, func() bool { code, _ := r.readyz(); return code == http.StatusOK }, "readyz ready again")
 }
 
 // enqueue writes n messages of pedido.criado as the superuser.
@@ -129,11 +130,11 @@ func (r *roleRelay) enqueue(n int) {
 // drained waits for the outbox to empty and checks what arrived.
 func (r *roleRelay) drained(want int) {
 	r.t.Helper()
-	waitFor(r.t, "the backlog drained", 30*time.Second, func() bool {
+	mensageriatest.Eventually(r.t, 30*time.Second, func() bool {
 		var n int
 		_ = r.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+r.schema+".outbox").Scan(&n)
 		return n == 0
-	})
+	}, "the backlog drained")
 	if r.rcv.keys() != want {
 		r.t.Fatalf("%d keys delivered, want %d", r.rcv.keys(), want)
 	}
@@ -201,14 +202,14 @@ func TestRelayReadyzWhileClaimsFail(t *testing.T) {
 	r.enqueue(10)
 	r.unready("the failing claims", "claim failing", "permission denied")
 	// Twenty claims at a 50 ms poll interval: a second of failures.
-	waitFor(t, "twenty failed claims on /metrics", 30*time.Second, func() bool { return r.failures("claim") >= 20 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return r.failures("claim") >= 20 }, "twenty failed claims on /metrics")
 	if n := strings.Count(r.errb.String(), "claim failing on a database error"); n != 1 {
 		t.Fatalf("the failing claims were logged %d times, want once:\n%s", n, r.errb.String())
 	}
-	waitFor(t, "status to show the leader's health", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		res := run(t, "", tokEnv, "status", "--config", r.admin)
 		return strings.Contains(res.out, "the leader reports it is not ready: claim failing")
-	})
+	}, "status to show the leader's health")
 	if r.rcv.keys() != 0 {
 		t.Fatalf("%d keys delivered while claims failed", r.rcv.keys())
 	}
@@ -264,7 +265,7 @@ func TestRelayElectionOutsiderCannotStandItBy(t *testing.T) {
 	for i := range 5 {
 		must(t, "enqueue", run(t, "", tokEnv, "enqueue", "-t", "pedido.criado", "-k", fmt.Sprint("k-", i), "--config", cfg), 0)
 	}
-	waitFor(t, "the relay delivers", 30*time.Second, func() bool { return rcv.keys() == 5 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return rcv.keys() == 5 }, "the relay delivers")
 	res := run(t, "", tokEnv, "status", "--config", cfg)
 	if !strings.Contains(res.out, "election: leader, held by ") || !strings.Contains(res.out, "pid "+strconv.Itoa(os.Getpid())) {
 		t.Fatalf("status does not name the relay that holds the election:\n%s", res.out)

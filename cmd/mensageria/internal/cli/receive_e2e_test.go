@@ -19,6 +19,7 @@ import (
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // freePort returns a local port nothing listens on now, so that a daemon
@@ -172,7 +173,7 @@ consumers:
 	stop := make(chan struct{})
 	rounds, appliers := psqlApplier(t, receiverSchema, stop)
 
-	waitFor(t, "the first deliveries stored", 60*time.Second, func() bool { return count("SELECT count(*) FROM {in}.inbox_queue") >= 60 })
+	mensageriatest.Eventually(t, 60*time.Second, func() bool { return count("SELECT count(*) FROM {in}.inbox_queue") >= 60 }, "the first deliveries stored")
 	if err := rcv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -183,16 +184,16 @@ consumers:
 	}
 	t.Logf("killed the receive daemon with %d/%d stored, %d applied", atKill, committed, count("SELECT count(*) FROM {in}.effects"))
 	// The relay meets a closed port meanwhile, and retries.
-	waitFor(t, "the relay retrying", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return count("SELECT count(*) FROM {out}.outbox WHERE state = 'pending' AND attempts > 0") > 0
-	})
+	}, "the relay retrying")
 
 	rcv2 := startProc(t, bin, env, "receive", "--config", receiveCfg, "--log-format", "json")
 	waitReceiving(t, rcv2)
-	waitFor(t, "every committed message delivered and applied", 120*time.Second, func() bool {
+	mensageriatest.Eventually(t, 120*time.Second, func() bool {
 		return count("SELECT count(*) FROM {out}.outbox") == 0 && count("SELECT count(*) FROM {in}.inbox_queue WHERE state = 'pending'") == 0 &&
 			count("SELECT count(*) FROM {in}.effects") >= committed
-	})
+	}, "every committed message delivered and applied")
 	close(stop)
 	if f := appliers(); len(f) > 0 {
 		t.Fatalf("%d applier rounds failed, the first: %s", len(f), f[0])
@@ -301,9 +302,9 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reload", 20*time.Second, func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		return strings.Contains(p.stderr.String(), "TLS certificates reloaded")
-	})
+	}, "the reload")
 	if st, serial := try("second-token-0123456789"); st != 200 || serial != b2.Serial {
 		t.Fatalf("after SIGHUP: %d, certificate %d", st, serial)
 	}
@@ -315,7 +316,7 @@ func TestReceiveSIGHUPReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, "the refused reload", 20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "TLS reload refused") })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "TLS reload refused") }, "the refused reload")
 	if st, serial := try("second-token-0123456789"); st != 200 || serial != b2.Serial {
 		t.Fatalf("after a refused reload: %d, certificate %d", st, serial)
 	}

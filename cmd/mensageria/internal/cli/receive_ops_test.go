@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/testca"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // Tokens rotate with no restart: the file is re-read when it changes, the
@@ -48,20 +49,20 @@ func TestReceiveTokenRotationWithoutRestart(t *testing.T) {
 		t.Fatal("the first file is not what is accepted")
 	}
 	write("old-token-0123456789\nnew-token-0123456789\n")
-	waitFor(t, "the new token accepted", 20*time.Second, func() bool { return as("new-token-0123456789") == 200 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return as("new-token-0123456789") == 200 }, "the new token accepted")
 	if as("old-token-0123456789") != 200 {
 		t.Fatal("the old token was dropped while both are listed")
 	}
 	write("new-token-0123456789\n")
-	waitFor(t, "the old token refused", 20*time.Second, func() bool { return as("old-token-0123456789") == 401 })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return as("old-token-0123456789") == 401 }, "the old token refused")
 	if as("new-token-0123456789") != 200 {
 		t.Fatal("the new token stopped working")
 	}
 	// A bad file changes nothing, and says so.
 	write("new-token-0123456789\nnot a token\n")
-	waitFor(t, "the bad file refused", 20*time.Second, func() bool { return strings.Contains(d.logs.String(), "token reload refused") })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(d.logs.String(), "token reload refused") }, "the bad file refused")
 	write("# nothing left\n")
-	waitFor(t, "the empty file refused", 20*time.Second, func() bool { return strings.Contains(d.logs.String(), "holds no token") })
+	mensageriatest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(d.logs.String(), "holds no token") }, "the empty file refused")
 	if as("new-token-0123456789") != 200 || as("old-token-0123456789") != 401 {
 		t.Fatal("a refused file changed the tokens in force")
 	}
@@ -219,10 +220,10 @@ func TestReceivePurgesAppliedRowsByWindow(t *testing.T) {
 		// The row and its dedup record go in two statements of a purge
 		// pass, each with its own now(): the window may end between them,
 		// and the record then goes with the next pass.
-		waitFor(t, "the applied row and its dedup record purged", 30*time.Second, func() bool {
+		mensageriatest.Eventually(t, 30*time.Second, func() bool {
 			return b.count(t, "SELECT count(*) FROM {s}.inbox_queue WHERE key = 'applied'") == 0 &&
 				b.count(t, "SELECT count(*) FROM {s}.inbox WHERE consumer = 'fat' AND key = 'applied'") == 0
-		})
+		}, "the applied row and its dedup record purged")
 		if n := b.count(t, "SELECT count(*) FROM {s}.inbox_queue WHERE key IN ('pending', 'dead')"); n != 2 {
 			t.Fatalf("%d of the pending and dead rows left, want both", n)
 		}

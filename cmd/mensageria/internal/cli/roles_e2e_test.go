@@ -18,6 +18,7 @@ import (
 
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // The least-privilege roles of docs/security.md, end to end: two apps share
@@ -109,14 +110,14 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 		startRelay("faturamento", "fatura.emitida", rcv.srv.URL+"/m2m"),
 	}
 	for _, p := range relays {
-		waitFor(t, "the relay ready", 20*time.Second, func() bool {
+		mensageriatest.Eventually(t, 20*time.Second, func() bool {
 			res, err := http.Get("http://" + p.addr + "/readyz")
 			if err != nil {
 				return false
 			}
 			res.Body.Close()
 			return res.StatusCode == http.StatusOK
-		})
+		}, "the relay ready")
 	}
 
 	// The producers enqueue their own app's types by plain SQL.
@@ -153,10 +154,10 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "both apps' messages delivered or parked", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return count("SELECT count(*) FROM "+schema+".outbox WHERE state = 'pending'") == 0 &&
 			count("SELECT count(*) FROM "+schema+".inbox_queue WHERE consumer = 'fat'") == 5 && rcv.keys() == 2
-	})
+	}, "both apps' messages delivered or parked")
 	var deadID int64
 	if err := pool.QueryRow(ctx, "SELECT id FROM "+schema+".outbox WHERE state = 'dead' AND type = 'fatura.emitida'").Scan(&deadID); err != nil {
 		t.Fatalf("faturamento's refused message is not dead: %v", err)
@@ -209,7 +210,7 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 			IO{Out: io.Discard, Err: &clog, Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
 	}()
 	var caddr string
-	waitFor(t, "the console to listen", 20*time.Second, func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		select {
 		case code := <-cdone:
 			t.Fatalf("console exited %d: %s", code, clog.String())
@@ -219,7 +220,7 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 			caddr = m[1]
 		}
 		return caddr != ""
-	})
+	}, "the console to listen")
 	call := func(method, path, csrf, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, "http://"+caddr+path, strings.NewReader(body))
@@ -260,9 +261,9 @@ func TestEndToEndLeastPrivilegeRoles(t *testing.T) {
 	if n := retried(ownDead); n != 1 {
 		t.Fatalf("pedidos' console retried %d of its own dead letter, want 1", n)
 	}
-	waitFor(t, "the retried message delivered", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return count("SELECT count(*) FROM "+schema+".inbox_queue WHERE consumer = 'fat' AND key = 'p-dead'") == 1
-	})
+	}, "the retried message delivered")
 	if count(fmt.Sprintf("SELECT count(*) FROM %s.outbox WHERE id = %d AND state = 'dead'", schema, deadID)) != 1 {
 		t.Fatal("faturamento's dead letter moved")
 	}

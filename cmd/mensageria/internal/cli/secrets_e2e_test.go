@@ -22,6 +22,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // TestNoSecretAnywhere plants a gateway key in the query string of every
@@ -205,17 +206,17 @@ console:
 		consoleDone <- Run(ctx, []string{"console", "--config", cfg, "--listen", "127.0.0.1:0", "--log-format", "json"}, IO{Out: io.Discard, Err: &consoleLog, Env: lookup})
 	}()
 	var consoleAt string
-	waitFor(t, "the console to listen", 20*time.Second, func() bool {
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		if m := consoleAddr.FindStringSubmatch(consoleLog.String()); m != nil {
 			consoleAt = m[1]
 		}
 		return consoleAt != ""
-	})
+	}, "the console to listen")
 
 	// Every failure has been met and recorded: the refusals are dead,
 	// the destinations that failed are paused with their last error, the
 	// at-most-once message is in doubt and its probe failed.
-	waitFor(t, "every failure recorded", 60*time.Second, func() bool {
+	mensageriatest.Eventually(t, 60*time.Second, func() bool {
 		st := status(t, c)
 		for _, ty := range []string{"s.refused", "s.redirect"} {
 			if st.typ(ty).Dead != 1 {
@@ -228,7 +229,7 @@ console:
 			}
 		}
 		return len(probes) > 0 && strings.Contains(relayLog.String(), "route paused")
-	})
+	}, "every failure recorded")
 
 	get := func(base, path, auth string) string {
 		t.Helper()

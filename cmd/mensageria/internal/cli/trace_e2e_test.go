@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // otlpSpan is one span as an OTLP/HTTP collector got it.
@@ -160,7 +161,7 @@ func TestRelayExportsTracesOverOTLP(t *testing.T) {
 	if !strings.Contains(relay.stderr.String(), "exporting traces over OTLP/HTTP") {
 		t.Errorf("the relay did not say where it exports: %s", relay.stderr.String())
 	}
-	waitFor(t, "the send span at the collector", 30*time.Second, func() bool { return len(col.named("send pedido.criado")) > 0 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { return len(col.named("send pedido.criado")) > 0 }, "the send span at the collector")
 
 	s := col.named("send pedido.criado")[0]
 	if got := fmt.Sprintf("%x", s.span.TraceId); got != traceID {
@@ -216,7 +217,7 @@ func TestRelayExportsTracesOverOTLP(t *testing.T) {
 	if r := c("enqueue", "-t", "pedido.criado", "-k", "traced-2", "-H", "traceparent=00-"+traceID+"-"+parentID+"-01"); r.code != 0 {
 		t.Fatalf("enqueue: %+v", r)
 	}
-	waitFor(t, "the second delivery", 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(wire) == 2 })
+	mensageriatest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(wire) == 2 }, "the second delivery")
 	_ = relay.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case code := <-relay.done:
@@ -302,9 +303,9 @@ consumers:
 	waitReceiving(t, rcv)
 	relay := startProc(t, bin, env, "relay", "--trace", "--config", relayCfg, "--listen", "127.0.0.1:0", "--log-format", "json")
 	waitAddr(t, relay.stderr, relay.done)
-	waitFor(t, "the send and process spans at the collector", 30*time.Second, func() bool {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		return len(col.named("send pedido.criado")) == 1 && len(col.named("process pedido.criado")) == 1
-	})
+	}, "the send and process spans at the collector")
 	send, proc := col.named("send pedido.criado")[0], col.named("process pedido.criado")[0]
 	if send.service != "mensageria-relay" || proc.service != "mensageria-receive" {
 		t.Errorf("services %q and %q, want each daemon's default", send.service, proc.service)
