@@ -198,12 +198,12 @@ const schedCond = "COALESCE(state = 'pending' AND attempted_at IS NULL AND avail
 // {{types}}.
 func withList(q string, n int) string {
 	m := sqlkit.Marks(n)
-	return strings.NewReplacer("{{ids}}", m, "{{types}}", m).Replace(q)
+	return strings.ReplaceAll(strings.ReplaceAll(q, "{{ids}}", m), "{{types}}", m)
 }
 
 // withLists puts n placeholders for {{types}} and m for {{ordered}}.
 func withLists(q string, n, m int) string {
-	return strings.NewReplacer("{{types}}", sqlkit.Marks(n), "{{ordered}}", sqlkit.Marks(m)).Replace(q)
+	return strings.ReplaceAll(strings.ReplaceAll(q, "{{types}}", sqlkit.Marks(n)), "{{ordered}}", sqlkit.Marks(m))
 }
 
 // withRows repeats the VALUES row of an INSERT (its last VALUES, up to

@@ -195,7 +195,7 @@ func prepare(t *testing.T, bin, path string, env []string, n int, types ...strin
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	b, cl, err := connect(ctx, c, nil)
+	b, cl, err := connect(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

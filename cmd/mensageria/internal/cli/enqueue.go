@@ -155,7 +155,7 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 		msg.Headers[k] = v
 	}
 	ctx := cmd.Context()
-	b, cl, err := connect(ctx, c, nil)
+	b, cl, err := connect(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // connect opens the database and an enqueue-only client for a config.
-func connect(ctx context.Context, c *config.Config, mutate func(*mensageria.Config)) (*daemon.DB, *mensageria.Client, error) {
+func connect(ctx context.Context, c *config.Config) (*daemon.DB, *mensageria.Client, error) {
 	reg, err := relay.EnqueueRegistry(c)
 	if err != nil {
 		return nil, nil, err
@@ -21,9 +21,6 @@ func connect(ctx context.Context, c *config.Config, mutate func(*mensageria.Conf
 	}
 	cc := c.ClientConfig()
 	cc.Registry = reg
-	if mutate != nil {
-		mutate(&cc)
-	}
 	cl, err := mensageria.New(b.Driver, &cc)
 	if err != nil {
 		b.Close()

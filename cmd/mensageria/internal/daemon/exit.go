@@ -1,6 +1,7 @@
-// Package daemon is what the command's long-running parts share, and the
-// one place of the command that opens a database by its URL (and so
-// imports the drivers): the logger, the database open and ping, the schema
+// Package daemon is what the command's long-running parts share, and where
+// the daemons and the operator commands open a database by its URL (the
+// benchmarks, the demo's scratch databases and the chaos worker open
+// their own): the logger, the database open and ping, the schema
 // check at start, tracing, the health endpoints and their probe, and the
 // reading of PostgreSQL's refusals for want of a grant.
 package daemon

@@ -26,7 +26,7 @@ func CheckSchema(ctx context.Context, b *DB, schema, app string, migrate bool, r
 	if migrate {
 		mode = driver.MigrateUp
 	}
-	res, err := b.Driver.Migrate(ctx, driver.MigrateParams{Mode: mode, App: app})
+	res, err := b.Migrate(ctx, mode, app)
 	switch {
 	case errors.Is(err, driver.ErrSchemaBehind):
 		return SchemaBehind(schema, res, remedy)

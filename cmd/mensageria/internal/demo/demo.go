@@ -204,7 +204,7 @@ func (d *demo) setup(ctx context.Context) error {
 		return err
 	}
 	d.closers = append(d.closers, d.main.Close)
-	if _, err := d.main.Driver.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+	if _, err := d.main.Migrate(ctx, mensageria.MigrateUp, ""); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	// The effects table has no unique key on purpose: a duplicate effect

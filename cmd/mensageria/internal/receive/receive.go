@@ -386,14 +386,7 @@ func (d *instance) ready(ctx context.Context) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	var err error
-	switch {
-	case d.b.Pool != nil:
-		err = d.b.Pool.Ping(ctx)
-	case d.b.SQL != nil:
-		err = d.b.SQL.PingContext(ctx)
-	}
-	if err != nil {
+	if err := d.b.Ping(ctx); err != nil {
 		d.log.Warn("readyz: the database does not answer", "err", err)
 		return "the database does not answer"
 	}

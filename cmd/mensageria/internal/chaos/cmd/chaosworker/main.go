@@ -42,6 +42,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/chaos/fault"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/transport/m2mhttp"
@@ -123,10 +124,6 @@ func main() {
 type store struct {
 	drv   driver.Driver
 	close func()
-	// table names a table of the harness in the run's schema: on
-	// PostgreSQL a table of that schema, on MariaDB one with the
-	// driver's prefix.
-	table func(name string) string
 	// arrival records one request and returns its id.
 	arrival func(ctx context.Context, n int64, typ string, attempt int, route, relay string, dropped bool) (int64, error)
 	// effect records the effect of message n, applied by arrival aid, in
@@ -138,13 +135,13 @@ type store struct {
 // history's lease events and for the nemesis (application_name on
 // PostgreSQL); params are more PostgreSQL session parameters.
 func openStore(ctx context.Context, f *flags, name string, params map[string]string) (*store, error) {
-	if isMySQL(f.db) {
+	if config.IsMySQL(f.db) {
 		db, drv, err := openMySQL(ctx, f, name)
 		if err != nil {
 			return nil, err
 		}
 		table := func(n string) string { return f.schema + "_" + n }
-		return &store{drv: drv, close: func() { _ = db.Close() }, table: table,
+		return &store{drv: drv, close: func() { _ = db.Close() },
 			arrival: func(ctx context.Context, n int64, typ string, attempt int, route, relay string, dropped bool) (int64, error) {
 				res, err := db.ExecContext(ctx, "INSERT INTO "+table("chaos_arrivals")+" (n, type, attempt, route, relay, ack_dropped) VALUES (?, ?, ?, ?, ?, ?)",
 					n, typ, attempt, route, relay, dropped)
@@ -167,7 +164,7 @@ func openStore(ctx context.Context, f *flags, name string, params map[string]str
 		return nil, err
 	}
 	table := func(n string) string { return f.schema + "." + n }
-	return &store{drv: drv, close: pool.Close, table: table,
+	return &store{drv: drv, close: pool.Close,
 		arrival: func(ctx context.Context, n int64, typ string, attempt int, route, relay string, dropped bool) (int64, error) {
 			var id int64
 			err := pool.QueryRow(ctx, "INSERT INTO "+table("chaos_arrivals")+" (n, type, attempt, route, relay, ack_dropped) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",

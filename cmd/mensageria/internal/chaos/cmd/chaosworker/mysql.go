@@ -13,11 +13,6 @@ import (
 	"github.com/xadm/mensageria/driver/mysql"
 )
 
-// isMySQL reports whether the -db URL is MariaDB's (or MySQL's).
-func isMySQL(url string) bool {
-	return strings.HasPrefix(url, "mysql://") || strings.HasPrefix(url, "mariadb://")
-}
-
 // clockRead is the driver's first statement in each of its transactions:
 // it reads the database clock that the transaction's lease guards
 // (lease_until > now) compare with. driver/mysql's nowExpr.
