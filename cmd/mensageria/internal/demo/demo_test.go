@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/verdict"
-	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 )
 
 // cleanEnd is what a good run of three orders leaves: one refused for
@@ -26,17 +26,17 @@ func cleanEnd() *demoEnd {
 			consumerFaturas: {"pedido-1": 1, "pedido-2": 1},
 		},
 		dead:    map[string]map[string]bool{typPedido: {"pedido-3": true}, typCancelado: {}},
-		foreign: []driver.Job{{ID: 100, Type: typForeign, State: driver.StatePending}, {ID: 101, Type: typForeign, State: driver.StatePending}},
+		foreign: []ops.Message{{ID: 100, Type: typForeign, State: ops.StatePending}, {ID: 101, Type: typForeign, State: ops.StatePending}},
 	}
 	for i := range demoCancelled {
 		k := fmt.Sprintf("cancel-%d", i)
-		state := driver.StateDead
+		state := ops.StateDead
 		if i == 0 {
-			state = driver.StateDelivered
+			state = ops.StateDelivered
 		} else {
 			e.dead[typCancelado][k] = true
 		}
-		e.cancelled = append(e.cancelled, driver.Job{ID: int64(200 + i), Type: typCancelado, Key: k, State: state})
+		e.cancelled = append(e.cancelled, ops.Message{ID: int64(200 + i), Type: typCancelado, Key: k, State: state})
 	}
 	return e
 }
@@ -58,14 +58,14 @@ func TestDemoJudge(t *testing.T) {
 			delete(e.applied[consumerFaturas], "pedido-1")
 		}, map[string]int{typFatura: 1}, nil, 2},
 		{"a cancellation still pending", func(e *demoEnd) {
-			e.cancelled[1].State = driver.StatePending
+			e.cancelled[1].State = ops.StatePending
 			delete(e.dead[typCancelado], "cancel-1")
 		}, map[string]int{typCancelado: 1}, nil, 2},
 		{"an order applied three times", func(e *demoEnd) {
 			e.applied[consumerPedidos]["pedido-1"] = 3
 		}, nil, map[string]int{typPedido: 2}, 2},
 		{"a foreign row attempted", func(e *demoEnd) {
-			e.foreign[1].Attempt = 1
+			e.foreign[1].Attempts = 1
 			e.foreign[1].LastError = "estoque's sender must never run in this demo"
 		}, nil, nil, 1},
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/cmd/mensageria/internal/verdict"
-	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/ops"
 )
 
 // Report is the final count of a run: print it with Print; OK says
@@ -54,9 +54,9 @@ type demoEnd struct {
 	dead map[string]map[string]bool
 	// cancelled are the pedido.cancelado rows, the only messages the
 	// demo sends whose receiver records no effect.
-	cancelled []driver.Job
+	cancelled []ops.Message
 	// foreign are estoque's rows.
-	foreign []driver.Job
+	foreign []ops.Message
 }
 
 // demoOwners says which app owns each type of the demo.
@@ -93,9 +93,9 @@ func (e *demoEnd) judge() (*verdict.Verdict, map[int64]string) {
 	// faturamento has no effect for a cancellation: delivered is as
 	// applied as the demo can see it.
 	delivered := map[string]int{}
-	for _, j := range e.cancelled {
-		if j.State == driver.StateDelivered {
-			delivered[j.Key]++
+	for _, m := range e.cancelled {
+		if m.State == ops.StateDelivered {
+			delivered[m.Key]++
 		}
 	}
 	for i := range demoCancelled {
@@ -104,13 +104,13 @@ func (e *demoEnd) judge() (*verdict.Verdict, map[int64]string) {
 	}
 	// estoque runs no relay here: a row of its type touched at all was
 	// touched by one of the apps that do.
-	for _, j := range e.foreign {
-		if j.State == driver.StatePending && j.Attempt == 0 && j.LastError == "" {
+	for _, m := range e.foreign {
+		if m.State == ops.StatePending && m.Attempts == 0 && m.LastError == "" {
 			continue
 		}
 		n := int64(len(h.Messages) + len(h.Claims) + 1)
 		h.Claims = append(h.Claims, verdict.Claim{N: n, Type: typForeign, Apps: []string{"pedidos", "faturamento"},
-			Ref: fmt.Sprintf("its row %d was touched (%s, attempt %d) while only pedidos and faturamento ran relays", j.ID, j.State, j.Attempt)})
+			Ref: fmt.Sprintf("its row %d was touched (%s, attempt %d) while only pedidos and faturamento ran relays", m.ID, m.State, m.Attempts)})
 	}
 	return verdict.Judge(h), types
 }
@@ -127,17 +127,19 @@ func sortedKeys[V any](m map[string]V) []string {
 func (d *demo) report(ctx context.Context, refused refusals) (*Report, error) {
 	r := &Report{cols: []string{typPedido, typFatura, typCancelado}, rows: map[string]map[string]int{}, reasons: map[string]int{},
 		foreignTotal: demoForeignRows, noSenderOK: refused.noSender, intruderOK: refused.intruder}
-	stats, err := d.main.Driver.Stats(ctx)
+	// The run audits every app's rows, estoque's too: a DBA's scope.
+	o := ops.New(d.main.Driver, ops.AllApps())
+	counts, err := o.Count(ctx)
 	if err != nil {
 		return nil, err
 	}
 	total := map[string]int{}
-	for _, s := range stats {
-		total[s.Type] = int(s.Pending + s.Dead + s.DeliveredLastHr)
-		r.set("delivered", s.Type, int(s.DeliveredLastHr))
-		r.set("dead", s.Type, int(s.Dead))
+	for _, c := range counts {
+		total[c.Type] = int(c.Pending + c.Dead + c.DeliveredLastHour)
+		r.set("delivered", c.Type, int(c.DeliveredLastHour))
+		r.set("dead", c.Type, int(c.Dead))
 	}
-	end, err := d.readEnd(ctx, r)
+	end, err := d.readEnd(ctx, o, r)
 	if err != nil {
 		return nil, err
 	}
@@ -150,35 +152,34 @@ func (d *demo) report(ctx context.Context, refused refusals) (*Report, error) {
 	}
 	r.set("sent", typFatura, total[typFatura])
 	d.countFaults(r)
-	nj, err := d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typNoSender}, Limit: 10})
+	noSender, err := messagesOf(ctx, o, typNoSender, 10)
 	if err != nil {
 		return nil, err
 	}
-	r.noSenderRows = len(nj)
+	r.noSenderRows = len(noSender)
 	return r, nil
 }
 
 // readEnd reads what the run left: the dead letters (their reasons go
 // into r), the effects, the cancellations and estoque's rows.
-func (d *demo) readEnd(ctx context.Context, r *Report) (*demoEnd, error) {
+func (d *demo) readEnd(ctx context.Context, o *ops.Ops, r *Report) (*demoEnd, error) {
 	e := &demoEnd{dead: map[string]map[string]bool{}, applied: map[string]map[string]int{consumerPedidos: {}, consumerFaturas: {}}}
-	var after int64
-	for {
-		jobs, err := d.main.Driver.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, AfterID: after, Limit: 500})
+	for after := int64(0); ; {
+		page, err := o.DeadLetters(ctx, ops.ListParams{After: after, Limit: 500})
 		if err != nil {
 			return nil, err
 		}
-		for _, j := range jobs {
-			if e.dead[j.Type] == nil {
-				e.dead[j.Type] = map[string]bool{}
+		for _, m := range page.Messages {
+			if e.dead[m.Type] == nil {
+				e.dead[m.Type] = map[string]bool{}
 			}
-			e.dead[j.Type][j.Key] = true
-			r.reasons[oneLine(j.Type+": "+deadReason(j.LastError), 70)]++
+			e.dead[m.Type][m.Key] = true
+			r.reasons[oneLine(m.Type+": "+deadReason(m.LastError), 70)]++
 		}
-		if len(jobs) < 500 {
+		if !page.Truncated {
 			break
 		}
-		after = jobs[len(jobs)-1].ID
+		after = page.NextAfter
 	}
 	err := d.query(ctx, "SELECT consumer, order_key, count(*) FROM "+d.effects+" GROUP BY consumer, order_key", nil, func(scan func(...any) error) error {
 		var c, k string
@@ -195,16 +196,25 @@ func (d *demo) readEnd(ctx context.Context, r *Report) (*demoEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.cancelled, err = d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typCancelado}, Limit: 2 * demoCancelled}); err != nil {
+	if e.cancelled, err = messagesOf(ctx, o, typCancelado, 2*demoCancelled); err != nil {
 		return nil, err
 	}
-	if e.foreign, err = d.main.Driver.ListMessages(ctx, driver.ListFilter{Types: []string{typForeign}, Limit: 1000}); err != nil {
+	if e.foreign, err = messagesOf(ctx, o, typForeign, 1000); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	e.committed, e.rolledBack = d.committed, d.rolledBack
 	d.mu.Unlock()
 	return e, nil
+}
+
+// messagesOf lists up to limit messages of typ, whatever their state.
+func messagesOf(ctx context.Context, o *ops.Ops, typ string, limit int) ([]ops.Message, error) {
+	page, err := o.Messages(ctx, ops.ListParams{Types: []string{typ}, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return page.Messages, nil
 }
 
 // count fills the table from the verdict and what the run left.

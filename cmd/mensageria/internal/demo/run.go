@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -280,11 +283,11 @@ func (d *demo) order(ctx context.Context, pedidos *mensageria.Client, i int) {
 	rollback := d.chance(0.01)
 	var err error
 	for try := 0; try < 5; try++ {
-		err = d.main.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-			if err := execRaw(ctx, tx.Raw(), "INSERT INTO "+d.orders+" (order_key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
+		err = d.businessTx(ctx, func(tx any) error {
+			if err := execRaw(ctx, tx, "INSERT INTO "+d.orders+" (order_key, amount_cents) VALUES ($1, $2)", key, 100+i); err != nil {
 				return err
 			}
-			if _, err := pedidos.EnqueueTx(ctx, tx.Raw(), mensageria.Message{Type: typPedido, Key: key, Payload: json.RawMessage(payload)}); err != nil {
+			if _, err := pedidos.EnqueueTx(ctx, tx, mensageria.Message{Type: typPedido, Key: key, Payload: json.RawMessage(payload)}); err != nil {
 				return err
 			}
 			if rollback {
@@ -308,6 +311,30 @@ func (d *demo) order(ctx context.Context, pedidos *mensageria.Client, i int) {
 	}
 	d.mu.Unlock()
 	d.produced.Add(1)
+}
+
+// businessTx runs fn in a transaction the demo opens itself on the
+// database's own handle, as an app opens the one its business write and
+// its EnqueueTx share: a pgx.Tx on PostgreSQL, a *sql.Tx elsewhere.
+// MySQL's runs at READ COMMITTED, as the driver's own transactions do: no
+// gap locks for the concurrent producers to queue on.
+func (d *demo) businessTx(ctx context.Context, fn func(tx any) error) error {
+	if d.main.Pool != nil {
+		return pgx.BeginFunc(ctx, d.main.Pool, func(tx pgx.Tx) error { return fn(tx) })
+	}
+	var opts *sql.TxOptions
+	if config.IsMySQL(d.opt.DB) {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := d.main.SQL.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // kills is where the run is in its schedule of kills.
