@@ -70,6 +70,31 @@ func (e Env) own(ctx context.Context, app string, types ...string) error {
 	return own(ctx, d, app, types...)
 }
 
+// own records types as app's in the catalog of d's schema, as the app's
+// relay does at start: the outbox refuses rows of a type no app owns.
+func own(ctx context.Context, d driver.Driver, app string, types ...string) error {
+	_, err := ownerClient(ctx, d, app, types...)
+	return err
+}
+
+// ownerClient is a client of app on d whose types route to a no-op
+// Sender, once it has recorded the app's ownership of them
+// (Client.Register, as a relay does at start).
+func ownerClient(ctx context.Context, d driver.Driver, app string, types ...string) (*mensageria.Client, error) {
+	reg := mensageria.NewRegistry()
+	for _, t := range types {
+		reg.MustRegister(t, noop)
+	}
+	c, err := mensageria.New(d, &mensageria.Config{App: app, Registry: reg, Logger: quiet()})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Register(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // fill inserts n pending rows of typ with one statement, typ owned by the
 // app of its relay.
 func (e Env) fill(ctx context.Context, typ string, n int) error {
@@ -110,14 +135,9 @@ func relayDrain(ctx context.Context, d driver.Driver, typ string, want int) (flo
 	return relayDrainTo(ctx, d, typ, noop, 0, want)
 }
 
-// relayDrainTo is relayDrain with the Sender, and the claim size (0: the
-// default), given.
-func relayDrainTo(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int) (float64, error) {
-	return relayDrainWith(ctx, d, typ, s, batchSize, want)
-}
-
-// relayDrainWith is relayDrainTo with more hooks on the relay.
-func relayDrainWith(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int, hooks ...mensageria.Hook) (float64, error) {
+// relayDrainTo is relayDrain with the Sender, the claim size (0: the
+// default) and more hooks on the relay given.
+func relayDrainTo(ctx context.Context, d driver.Driver, typ string, s mensageria.Sender, batchSize, want int, hooks ...mensageria.Hook) (float64, error) {
 	counter := &deliveredCounter{done: make(chan struct{}), want: int64(want)}
 	c, err := newRelay(d, typ, s, batchSize, append([]mensageria.Hook{counter}, hooks...)...)
 	if err != nil {

@@ -165,11 +165,7 @@ func (r *Runner) stressSQLite(ctx context.Context) (Result, error) {
 	defer os.RemoveAll(dir)
 	o := r.Options
 	return StressSQLite(ctx, dir, StressConfig{Rate: o.StressRate, Lease: o.StressLease, RelayCommand: r.RelayCommand,
-		Phases: []StressPhase{
-			{Name: "warmup", For: o.StressWarmup, Load: 1},
-			{Name: "clean", For: o.StressPhase, Load: 1},
-			{Name: "crash", For: o.StressPhase, Load: 1, Crash: true},
-		}})
+		Phases: SQLiteStressPhases(o.StressWarmup, o.StressPhase)})
 }
 
 // kafka compares the Kafka modes' drains at each of KafkaClaims on each

@@ -90,7 +90,7 @@ func (e Env) stressDB(ctx context.Context) (stressDB, string, error) {
 		INSERT INTO %[1]s.stress_customers (id) SELECT g FROM generate_series(0, 999) g ON CONFLICT DO NOTHING;`, e.Schema)); err != nil {
 		return stressDB{}, "", err
 	}
-	producer, err := registerStressProducer(ctx, d)
+	producer, err := ownerClient(ctx, d, stressApp, stressType)
 	if err != nil {
 		return stressDB{}, "", err
 	}

@@ -223,6 +223,20 @@ func TestLineRecorderHoldsSendsAfterTheHeldLine(t *testing.T) {
 	}
 }
 
+// The SQLite run takes the standard phases that mean something there, as
+// long as the standard ones, and nothing a StressSQLite refuses.
+func TestSQLiteStressPhases(t *testing.T) {
+	got := SQLiteStressPhases(time.Second, 2*time.Second)
+	want := []StressPhase{
+		{Name: "warmup", For: time.Second, Load: 1},
+		{Name: "clean", For: 2 * time.Second, Load: 1},
+		{Name: "crash", For: 2 * time.Second, Load: 1, Crash: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("SQLite phases %+v, want %+v", got, want)
+	}
+}
+
 func TestStressRelaySpecDecoding(t *testing.T) {
 	s, err := decodeStressRelaySpec([]byte(`{"database":"sqlite:/tmp/x.db","app":"a","type":"t","lease":1000000000}`))
 	if err != nil || s.Lease != time.Second || s.Database != "sqlite:/tmp/x.db" {
@@ -516,11 +530,7 @@ func BenchmarkOutboxTax(b *testing.B) {
 
 func BenchmarkStressSQLite(b *testing.B) {
 	r, err := StressSQLite(context.Background(), b.TempDir(), StressConfig{Rate: *flagStressRate, Lease: *flagStressLease,
-		Phases: []StressPhase{
-			{Name: "warmup", For: *flagStressWarmup, Load: 1},
-			{Name: "clean", For: *flagStressPhase, Load: 1},
-			{Name: "crash", For: *flagStressPhase, Load: 1, Crash: true},
-		}, RelayCommand: testRelayCommand})
+		Phases: SQLiteStressPhases(*flagStressWarmup, *flagStressPhase), RelayCommand: testRelayCommand})
 	reportStress(b, r, err)
 }
 

@@ -40,7 +40,7 @@ func TracedDrain(ctx context.Context, e Env, n, rounds int) (Result, error) {
 			defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
 			hooks = append(hooks, mensageriaotel.New(mensageriaotel.Config{TracerProvider: tp}))
 		}
-		rate, err := relayDrainWith(ctx, d, typ, noop, 0, n, hooks...)
+		rate, err := relayDrainTo(ctx, d, typ, noop, 0, n, hooks...)
 		if err != nil {
 			return out, err
 		}

@@ -9,11 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xadm/mensageria"
-	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 )
 
@@ -284,12 +282,7 @@ func wakeupEnqueueFor(ctx context.Context, d *postgres.Driver, e Env, kind, typ,
 			_, err := client.Enqueue(ctx, mensageria.Message{Type: typ, Key: "k-" + strconv.FormatInt(seq.Add(1), 10), Payload: []byte(Payload)})
 			return 1, err
 		case kind == "go-100":
-			rows := make([]driver.InsertRow, 100)
-			for i := range rows {
-				rows[i] = driver.InsertRow{MessageID: uuid.Must(uuid.NewV7()), Type: typ,
-					Key: "k-" + strconv.FormatInt(seq.Add(1), 10), Payload: []byte(Payload)}
-			}
-			return len(rows), d.Insert(ctx, driver.InsertParams{Rows: rows})
+			return 100, insertBatch(ctx, d, typ, 100, nil, func() string { return "k-" + strconv.FormatInt(seq.Add(1), 10) })
 		case conn != nil:
 			_, err := conn.Exec(ctx, insert, typ, "k-"+strconv.FormatInt(seq.Add(1), 10), Payload)
 			return 1, err
