@@ -19,27 +19,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadm/mensageria/mensageriatest/serverport"
+	"github.com/xadm/mensageria/mensageriatest/serverproc"
 )
 
 // ErrNoPostgres means the PostgreSQL server programs were not found.
 var ErrNoPostgres = errors.New("pgserver: PostgreSQL server programs (initdb, postgres) not found")
 
 // ErrDown is returned by the methods that need a running server.
-var ErrDown = errors.New("pgserver: the server is not running")
+var ErrDown = serverproc.ErrDown
 
 // EnvBin names the variable that points at the directory of initdb and
 // postgres.
@@ -71,17 +72,14 @@ type Server struct {
 	data     string
 	cred     *syscall.Credential
 	settings map[string]string
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
-	walw     int // the walwriter held by HoldWAL, 0 when none
-	removed  bool
-	restarts int
+	proc     *serverproc.Proc
+	// walw is the walwriter held by HoldWAL, 0 when none. Only proc's
+	// Stop and WhileRunning touch it, as one at a time.
+	walw int
 }
 
 // Start initdbs a server into a new temporary directory and starts it.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	bin, err := binDir(cfg.BinDir)
 	if err != nil {
 		return nil, err
@@ -90,24 +88,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Not under a test's TempDir: its parents are private to this user,
-	// and the postgres user could not reach the data directory.
-	dir, err := os.MkdirTemp("", "mensageria-pgserver-")
+	proc, err := serverproc.New("pgserver")
 	if err != nil {
 		return nil, err
 	}
-	ok := false
 	defer func() {
-		if !ok {
-			_ = os.RemoveAll(dir)
+		if err != nil {
+			_ = proc.Close(syscall.SIGQUIT, nil)
 		}
 	}()
+	dir := proc.Dir
 	if cred != nil {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("pgserver: hand %s to the postgres user: %w", dir, err)
 		}
 	}
-	s := &Server{Dir: dir, bin: bin, data: filepath.Join(dir, "data"), cred: cred, settings: cfg.Settings}
+	s := &Server{Dir: dir, bin: bin, data: filepath.Join(dir, "data"), cred: cred, settings: cfg.Settings, proc: proc}
 	// --no-sync only skips flushing the files initdb writes; the server
 	// itself runs with fsync on unless Settings say otherwise.
 	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "-A", "trust",
@@ -117,21 +113,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pgserver: initdb: %w: %s", err, out)
 	}
-	var lastErr error
-	for range 5 { // another process may take the port first
-		if s.Port, err = serverport.Free(); err != nil {
-			return nil, err
-		}
+	err = serverproc.OnFreePorts(ctx, 1, func(ports []int) error {
+		s.Port = ports[0]
 		s.URL = s.URLFor("postgres", "postgres")
-		if lastErr = s.Start(ctx); lastErr == nil {
-			ok = true
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
+		return s.Start(ctx)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	return s, nil
 }
 
 // URLFor connects to database as user (trust authentication).
@@ -146,65 +136,23 @@ func (s *Server) LogPath() string { return filepath.Join(s.Dir, "server.log") }
 // and data directory (after Crash, PostgreSQL replays its WAL first). It
 // returns once the server accepts connections.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.removed {
-		return errors.New("pgserver: the server was stopped for good")
-	}
-	if s.cmd != nil {
-		return nil
-	}
 	args := []string{"-D", s.data, "-p", strconv.Itoa(s.Port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.Dir}
-	names := make([]string, 0, len(s.settings))
-	for k := range s.settings {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(s.settings)) {
 		args = append(args, "-c", k+"="+s.settings[k])
 	}
-	logf, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(filepath.Join(s.bin, "postgres"), args...)
-	// Its own process group, so a terminal's signals do not reach it; and
-	// it goes down (immediate shutdown) with the process that started it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgserver: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	deadline := time.Now().Add(2 * time.Minute) // crash recovery replays WAL first
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, s.URL)
-		cancel()
-		if err == nil {
-			_ = conn.Close(ctx)
-			s.cmd, s.done = cmd, done
-			s.restarts++
-			return nil
-		}
-		fail := func(why error) error {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-			return why
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("pgserver: the server exited at start; its log: %s", tail(s.LogPath(), 2000))
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("pgserver: the server did not accept connections within 2 minutes: %v", err))
-		}
-	}
+	return s.proc.Start(ctx, serverproc.Command{
+		Path: filepath.Join(s.bin, "postgres"), Args: args, Credential: s.cred,
+		// An immediate shutdown, should the process that started it die.
+		ParentDeath: syscall.SIGQUIT,
+		Output:      s.LogPath(), Log: s.LogPath(),
+		Ready: func(ctx context.Context) error {
+			conn, err := pgx.Connect(ctx, s.URL)
+			if err == nil {
+				_ = conn.Close(ctx)
+			}
+			return err
+		},
+	})
 }
 
 // Crash stops the server at once (immediate shutdown): every session is
@@ -213,13 +161,13 @@ func (s *Server) Start(ctx context.Context) error {
 // wal_writer_delay on a running server; everything since HoldWAL) are
 // lost; Start recovers from the WAL. It returns once the server is down.
 func (s *Server) Crash() error {
-	return s.down(syscall.SIGQUIT)
+	return s.proc.Stop(syscall.SIGQUIT, s.letWALGo(syscall.SIGQUIT))
 }
 
 // Shutdown stops the server the fast way: sessions are ended, a checkpoint
 // is written, nothing committed is lost. The data directory stays.
 func (s *Server) Shutdown() error {
-	return s.down(syscall.SIGINT)
+	return s.proc.Stop(syscall.SIGINT, s.letWALGo(syscall.SIGINT))
 }
 
 // Restart is a fast shutdown and a start.
@@ -231,28 +179,18 @@ func (s *Server) Restart(ctx context.Context) error {
 }
 
 // Running reports whether the server is up (as far as this process knows).
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
-}
+func (s *Server) Running() bool { return s.proc.Running() }
 
 // Starts counts how many times the server was started.
-func (s *Server) Starts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.restarts
-}
+func (s *Server) Starts() int { return s.proc.Starts() }
 
-func (s *Server) down(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return ErrDown
-	}
-	pid := s.cmd.Process.Pid
-	_ = syscall.Kill(pid, sig)
-	if s.walw != 0 {
+// letWALGo returns what a stop by sig does to the walwriter HoldWAL
+// holds, once the server has the signal.
+func (s *Server) letWALGo(sig syscall.Signal) func() {
+	return func() {
+		if s.walw == 0 {
+			return
+		}
 		if sig == syscall.SIGQUIT {
 			// Let go, the held walwriter would write the WAL out on its
 			// way down; it never runs again.
@@ -263,16 +201,6 @@ func (s *Server) down(sig syscall.Signal) error {
 		}
 		s.walw = 0
 	}
-	var err error
-	select {
-	case <-s.done:
-	case <-time.After(2 * time.Minute):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-s.done
-		err = fmt.Errorf("pgserver: the server did not stop on %v within 2 minutes and was killed", sig)
-	}
-	s.cmd, s.done = nil, nil
-	return err
 }
 
 // HoldWAL stops the server's WAL writer (SIGSTOP) until release or Crash:
@@ -291,11 +219,25 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: find the walwriter: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return nil, ErrDown
+	err = s.proc.WhileRunning(func() error { return s.holdWAL(ctx, conn, pid) })
+	if err != nil {
+		return nil, err
 	}
+	return func() {
+		// Once the server is down, its stop has let the writer go.
+		_ = s.proc.WhileRunning(func() error {
+			if s.walw == pid {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				s.walw = 0
+			}
+			return nil
+		})
+	}, nil
+}
+
+// holdWAL stops the walwriter pid, with no stop or start of the server
+// meanwhile.
+func (s *Server) holdWAL(ctx context.Context, conn *pgx.Conn, pid int) error {
 	// A writer stopped in the middle of a write still holds the WAL write
 	// lock or the buffer-mapping lock, and every statement that needs it
 	// would then wait forever (an LWLock wait no timeout interrupts). So
@@ -306,7 +248,7 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 	for try := 0; ; try++ {
 		waitIdle(ctx, conn, pid)
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return nil, fmt.Errorf("pgserver: stop the walwriter: %w", err)
+			return fmt.Errorf("pgserver: stop the walwriter: %w", err)
 		}
 		// kill returns before the writer has stopped: running on, it could
 		// take a lock after the probe got through, and hold it stopped.
@@ -316,18 +258,11 @@ func (s *Server) HoldWAL(ctx context.Context) (release func(), err error) {
 		}
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 		if try == 20 {
-			return nil, errors.New("pgserver: no synchronous commit got through with the walwriter stopped, in 20 tries")
+			return errors.New("pgserver: no synchronous commit got through with the walwriter stopped, in 20 tries")
 		}
 	}
 	s.walw = pid
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.walw == pid {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-			s.walw = 0
-		}
-	}, nil
+	return nil
 }
 
 // waitIdle waits, for two seconds at most, until the WAL writer pid waits
@@ -397,17 +332,7 @@ func (s *Server) flushes(ctx context.Context) bool {
 // Stop shuts the server down and removes its directory. The server cannot
 // be started again.
 func (s *Server) Stop() error {
-	err := s.Shutdown()
-	if errors.Is(err, ErrDown) {
-		err = nil
-	}
-	s.mu.Lock()
-	s.removed = true
-	s.mu.Unlock()
-	if rerr := os.RemoveAll(s.Dir); err == nil {
-		err = rerr
-	}
-	return err
+	return s.proc.Close(syscall.SIGINT, s.letWALGo(syscall.SIGINT))
 }
 
 // binDir finds initdb and postgres.
@@ -459,12 +384,4 @@ func credential() (*syscall.Credential, int, int, error) {
 		return nil, 0, 0, fmt.Errorf("pgserver: postgres user ids %q/%q", u.Uid, u.Gid)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
 }

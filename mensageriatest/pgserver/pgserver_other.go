@@ -7,13 +7,15 @@ package pgserver
 import (
 	"context"
 	"errors"
+
+	"github.com/xadm/mensageria/mensageriatest/serverproc"
 )
 
 // ErrNoPostgres means the PostgreSQL server programs were not found.
 var ErrNoPostgres = errors.New("pgserver: a private PostgreSQL server is started on Unix systems only")
 
 // ErrDown is returned by the methods that need a running server.
-var ErrDown = errors.New("pgserver: the server is not running")
+var ErrDown = serverproc.ErrDown
 
 // EnvBin names the variable that points at the directory of initdb and
 // postgres.

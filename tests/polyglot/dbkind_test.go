@@ -90,18 +90,9 @@ type mariaKind struct {
 
 func mariaDB(t *testing.T) dbKind {
 	u := mysqltest.Database(t) // fails under CI when the server is down
-	dsn, err := mysql.DSNFromURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after Database's cleanup, so it runs first: the pool is
-	// closed before the database is dropped.
-	t.Cleanup(func() { _ = db.Close() })
-	return mariaKind{url: u, db: db}
+	// Its cleanup is registered after Database's, so it runs first: the
+	// pool is closed before the database is dropped.
+	return mariaKind{url: u, db: mysqltest.Open(t, u)}
 }
 
 func (mariaKind) name() string { return "MariaDB" }

@@ -116,6 +116,21 @@ func DSN(t testing.TB) string {
 	return c.FormatDSN()
 }
 
+// Open returns a pool on url, a mysql:// URL, closed when t ends.
+func Open(t testing.TB, url string) *sql.DB {
+	t.Helper()
+	dsn, err := mysql.DSNFromURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
 // sanitize keeps a database name within MySQL's 64 characters.
 func sanitize(s string) string {
 	var b strings.Builder

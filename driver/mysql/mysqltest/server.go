@@ -7,27 +7,25 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
-	"github.com/xadm/mensageria/mensageriatest/serverport"
+	"github.com/xadm/mensageria/driver/mysql"
+	"github.com/xadm/mensageria/mensageriatest/serverproc"
 )
 
 // ErrNoMariaDB means the MariaDB server programs were not found.
 var ErrNoMariaDB = errors.New("mysqltest: MariaDB server programs (mariadb-install-db, mariadbd) not found")
 
 // ErrDown is returned by the methods that need a running server.
-var ErrDown = errors.New("mysqltest: the server is not running")
+var ErrDown = serverproc.ErrDown
 
 // EnvBin names the variable that points at the directory of mariadbd;
 // mariadb-install-db is looked for there, beside it in ../bin, and on the
@@ -71,31 +69,26 @@ type Server struct {
 	mysqld   string
 	data     string
 	settings map[string]string
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
-	removed bool
-	starts  int
+	proc     *serverproc.Proc
 }
 
 // Start installs a server into a new temporary directory and starts it.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	mysqld, install, err := programs(cfg.BinDir)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "mensageria-mysqltest-")
+	proc, err := serverproc.New("mysqltest")
 	if err != nil {
 		return nil, err
 	}
-	ok := false
 	defer func() {
-		if !ok {
-			_ = os.RemoveAll(dir)
+		if err != nil {
+			_ = proc.Close(syscall.SIGKILL, nil)
 		}
 	}()
-	s := &Server{Dir: dir, mysqld: mysqld, data: filepath.Join(dir, "data"), settings: cfg.Settings}
+	dir := proc.Dir
+	s := &Server{Dir: dir, mysqld: mysqld, data: filepath.Join(dir, "data"), settings: cfg.Settings, proc: proc}
 	args := []string{"--no-defaults", "--datadir=" + s.data, "--auth-root-authentication-method=normal",
 		"--skip-test-db", "--skip-name-resolve", "--tmpdir=" + dir}
 	if os.Geteuid() == 0 {
@@ -115,28 +108,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.WriteFile(filepath.Join(dir, "init.sql"), []byte(initSQL), 0o644); err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range 5 { // another process may take a port first
-		if s.Port, err = serverport.Free(); err != nil {
-			return nil, err
-		}
-		if cfg.ExtraPort {
-			if s.ExtraPort, err = serverport.Free(); err != nil {
-				return nil, err
-			}
-			if s.ExtraPort == s.Port {
-				continue
-			}
-		}
-		if lastErr = s.Start(ctx); lastErr == nil {
-			ok = true
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	ports := 1
+	if cfg.ExtraPort {
+		ports = 2
 	}
-	return nil, lastErr
+	err = serverproc.OnFreePorts(ctx, ports, func(p []int) error {
+		s.Port = p[0]
+		if cfg.ExtraPort {
+			s.ExtraPort = p[1]
+		}
+		return s.Start(ctx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // PrivateServer starts a private server (Start) for t and removes it when
@@ -188,14 +174,6 @@ func (s *Server) LogPath() string { return filepath.Join(s.Dir, "server.log") }
 // data directory (after Kill, InnoDB recovers from its redo log first). It
 // returns once the server accepts connections as root.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.removed {
-		return errors.New("mysqltest: the server was closed for good")
-	}
-	if s.cmd != nil {
-		return nil
-	}
 	args := []string{"--no-defaults", "--datadir=" + s.data, "--port=" + strconv.Itoa(s.Port), "--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(s.Dir, "mysqld.sock"), "--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"),
 		"--log-error=" + s.LogPath(), "--tmpdir=" + s.Dir, "--skip-name-resolve", "--init-file=" + filepath.Join(s.Dir, "init.sql")}
@@ -205,95 +183,36 @@ func (s *Server) Start(ctx context.Context) error {
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	names := make([]string, 0, len(s.settings))
-	for k := range s.settings {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(s.settings)) {
 		args = append(args, "--"+k+"="+s.settings[k])
 	}
-	cmd := exec.Command(s.mysqld, args...)
-	// Its own process group, so a terminal's signals do not reach it; and
-	// it dies with the process that started it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	dsn, err := mysql.DSNFromURL(s.URL())
 	if err != nil {
 		return err
 	}
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("mysqltest: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	fail := func(why error) error {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return why
-	}
-	dsn, err := DSNFor(s.URL())
-	if err != nil {
-		return fail(err)
-	}
-	deadline := time.Now().Add(2 * time.Minute) // crash recovery comes first
-	for {
-		err := ping(ctx, dsn)
-		if err == nil {
-			s.cmd, s.done = cmd, done
-			s.starts++
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("mysqltest: the server exited at start; its log: %s", tail(s.LogPath(), 2000))
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("mysqltest: the server did not accept connections within 2 minutes: %v", err))
-		}
-	}
-}
-
-func ping(ctx context.Context, dsn string) error {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return db.PingContext(cctx)
-}
-
-// DSNFor turns one of the server's URLs into a go-sql-driver DSN.
-func DSNFor(url string) (string, error) {
-	rest, ok := strings.CutPrefix(url, "mysql://")
-	if !ok {
-		return "", fmt.Errorf("mysqltest: %q is not a mysql:// URL", url)
-	}
-	userHost, db, _ := strings.Cut(rest, "/")
-	user, host, ok := strings.Cut(userHost, "@")
-	if !ok {
-		return "", fmt.Errorf("mysqltest: %q names no user", url)
-	}
-	c := gomysql.NewConfig()
-	c.User, c.Net, c.Addr, c.DBName = user, "tcp", host, db
-	return c.FormatDSN(), nil
+	return s.proc.Start(ctx, serverproc.Command{
+		Path: s.mysqld, Args: args, ParentDeath: syscall.SIGKILL,
+		Output: filepath.Join(s.Dir, "stdout.log"), Log: s.LogPath(),
+		Ready: func(ctx context.Context) error {
+			db, err := sql.Open("mysql", dsn)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			return db.PingContext(ctx)
+		},
+	})
 }
 
 // Kill ends the server at once (SIGKILL): a crash. Every session is cut
 // and nothing is flushed; Start recovers. It returns once the server is
 // gone.
-func (s *Server) Kill() error { return s.down(syscall.SIGKILL) }
+func (s *Server) Kill() error { return s.proc.Stop(syscall.SIGKILL, nil) }
 
 // Stop shuts the server down normally (SIGTERM): sessions are ended, the
 // buffer pool flushed, nothing committed is lost. The data directory
 // stays, and Start starts it again.
-func (s *Server) Stop() error { return s.down(syscall.SIGTERM) }
+func (s *Server) Stop() error { return s.proc.Stop(syscall.SIGTERM, nil) }
 
 // Restart is Stop and Start.
 func (s *Server) Restart(ctx context.Context) error {
@@ -304,64 +223,17 @@ func (s *Server) Restart(ctx context.Context) error {
 }
 
 // Running reports whether the server is up (as far as this process knows).
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
-}
+func (s *Server) Running() bool { return s.proc.Running() }
 
 // Starts counts how many times the server was started.
-func (s *Server) Starts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.starts
-}
+func (s *Server) Starts() int { return s.proc.Starts() }
 
 // Pid is the server process's id, 0 when it is down.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
-func (s *Server) down(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return ErrDown
-	}
-	pid := s.cmd.Process.Pid
-	_ = syscall.Kill(pid, sig)
-	var err error
-	select {
-	case <-s.done:
-	case <-time.After(2 * time.Minute):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-s.done
-		err = fmt.Errorf("mysqltest: the server did not stop on %v within 2 minutes and was killed", sig)
-	}
-	s.cmd, s.done = nil, nil
-	return err
-}
+func (s *Server) Pid() int { return s.proc.Pid() }
 
 // Close stops the server and removes its directory. The server cannot be
 // started again.
-func (s *Server) Close() error {
-	err := s.Stop()
-	if errors.Is(err, ErrDown) {
-		err = nil
-	}
-	s.mu.Lock()
-	s.removed = true
-	s.mu.Unlock()
-	if rerr := os.RemoveAll(s.Dir); err == nil {
-		err = rerr
-	}
-	return err
-}
+func (s *Server) Close() error { return s.proc.Close(syscall.SIGTERM, nil) }
 
 // programs finds mariadbd and mariadb-install-db.
 func programs(dir string) (mysqld, install string, err error) {
@@ -399,12 +271,4 @@ func programs(dir string) (mysqld, install string, err error) {
 		return "", "", fmt.Errorf("%w (set %s to the directory of mariadbd)", ErrNoMariaDB, EnvBin)
 	}
 	return mysqld, install, nil
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -15,20 +15,6 @@ import (
 	"github.com/xadm/mensageria/driver/mysql/mysqltest"
 )
 
-func open(t *testing.T, url string) *sql.DB {
-	t.Helper()
-	dsn, err := mysqltest.DSNFor(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return db
-}
-
 func count(t *testing.T, db *sql.DB) int {
 	t.Helper()
 	var n int
@@ -50,7 +36,7 @@ func TestServerSurvivesKillAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	db := open(t, s.URL())
+	db := mysqltest.Open(t, s.URL())
 	var version string
 	if err := db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
 		t.Fatal(err)
@@ -100,7 +86,7 @@ func TestServerSurvivesKillAndRestart(t *testing.T) {
 	}
 
 	// The extra port lets root in when max_connections are all taken.
-	hogs := open(t, s.URLFor("root", "test"))
+	hogs := mysqltest.Open(t, s.URLFor("root", "test"))
 	var conns []*sql.Conn
 	for range 20 {
 		c, err := hogs.Conn(ctx)
@@ -116,7 +102,7 @@ func TestServerSurvivesKillAndRestart(t *testing.T) {
 	if len(conns) == 0 || len(conns) == 20 {
 		t.Fatalf("%d connections before the server refused one, want between 1 and 19", len(conns))
 	}
-	extra := open(t, s.ExtraURLFor("root", "test"))
+	extra := mysqltest.Open(t, s.ExtraURLFor("root", "test"))
 	if n := count(t, extra); n != 3 {
 		t.Fatalf("%d rows through the extra port, want 3", n)
 	}

@@ -8,12 +8,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 )
+
+// The run's database, on a private server the harness starts, so that the
+// nemesis may crash it, restart it, fill its connection slots and take
+// privileges away, and never touches the machine's shared server.
+const (
+	chaosDatabase = "chaos"
+	// chaosSchema holds the driver's tables and the history's: a schema
+	// on PostgreSQL, a table-name prefix on MariaDB.
+	chaosSchema = "chaos"
+	// Workers connect as these roles, none a superuser: a relay role per
+	// app, so a privilege is taken from one app's relays only, one for the
+	// receivers, and one for the sessions that fill the server up.
+	roleReceiver = "chaos_receiver"
+	roleHog      = "chaos_hog"
+)
+
+func relayRole(app string) string { return "chaos_relay_" + app }
+
+// harnessConns bounds the harness's pool (producers, monitor, nemesis),
+// within the connections the server keeps for it when every other slot is
+// taken.
+const harnessConns = 20
 
 // backend is the database a run is on, PostgreSQL or MariaDB: where the
 // workers connect, the harness's statements (written once, with $n
@@ -37,24 +55,50 @@ type backend interface {
 	lockShared() string
 	// micros is a time column of the lease history as unix microseconds.
 	micros(col string) string
-	// setup migrates the run's schema, adds the history tables and the
-	// outbox trigger that records every claim and settle, and grants the
+	// setup adds the history tables and the outbox trigger that records
+	// every claim and settle to the migrated schema, and grants the
 	// workers' roles what they need.
 	setup(h *harness)
-	// newDriver is a driver for the producers' clients.
-	newDriver(t *testing.T) driver.Driver
+	// newDriver is a driver on the run's tables: the producers' clients',
+	// and the one that migrates them.
+	newDriver(t testing.TB) driver.Driver
 	// killSessions ends every session of app's relays and returns how
-	// many it ended.
+	// many it ended; endWorkers ends every session of every worker.
 	killSessions(ctx context.Context, h *harness, app string) (int, error)
-	// dbFault injects one of dbNemesisKinds and returns once it is healed.
-	dbFault(ctx context.Context, h *harness, kind, app string)
-	// skips reports a fault of the schedule that has no meaning here.
-	skips(kind string) bool
-	// faultName is the name of a fault kind in this database's figures.
+	endWorkers(ctx context.Context, h *harness) (int, error)
+	// faultName is the name of a fault kind, or of a figure of the
+	// database's faults, in this database's figures.
 	faultName(kind string) string
 	// checkHistory checks what only this database's history shows, once
 	// the run is over.
 	checkHistory(h *harness)
+
+	// The database faults' parts, which nemesis_db_test.go puts together
+	// the same way on every database:
+	//
+	// durable reports whether every commit is on disk before it returns,
+	// so that a crash may lose none.
+	durable() bool
+	// holdWAL keeps what is committed asynchronously from the disk until
+	// release (or the crash, which then loses it); nothing to do where
+	// every commit is durable.
+	holdWAL(ctx context.Context) (release func(), err error)
+	// crash ends the server at once; start starts it again, and restart
+	// shuts it down cleanly and starts it. Both drop the harness's
+	// connections to the server that is gone.
+	crash() error
+	start(ctx context.Context) error
+	restart(ctx context.Context) error
+	// connectHog opens one more session as roleHog and returns what
+	// closes it; errNoSlot when the server refused it for want of a free
+	// connection slot.
+	connectHog(ctx context.Context) (close func(), err error)
+	// revocation is what takes revocation r (one of revocations) from
+	// app's relay role, and what gives it back.
+	revocation(r, app string) (take, give []string)
+	// pinHorizon holds a snapshot open for the hold, so that the
+	// database may clean up nothing changed since.
+	pinHorizon(ctx context.Context, h *harness)
 }
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -72,90 +116,6 @@ type businessTx interface {
 	rollback(ctx context.Context) error
 	raw() any
 }
-
-// pgBackend is the run's private PostgreSQL server (dbserver_test.go).
-type pgBackend struct {
-	db     *chaosDB
-	pool   *pgxpool.Pool
-	schema string
-}
-
-func startPG(t *testing.T) *pgBackend {
-	db := startDB(t)
-	pool := db.pool(t)
-	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+chaosSchema); err != nil {
-		t.Fatal(err)
-	}
-	return &pgBackend{db: db, pool: pool, schema: chaosSchema}
-}
-
-func (b *pgBackend) kind() string                 { return "PostgreSQL" }
-func (b *pgBackend) workerURL(role string) string { return b.db.url(role) }
-func (b *pgBackend) table(name string) string     { return b.schema + "." + name }
-func (b *pgBackend) lockShared() string           { return " FOR SHARE" }
-func (b *pgBackend) micros(col string) string {
-	return "(extract(epoch FROM " + col + ") * 1000000)::bigint"
-}
-
-func (b *pgBackend) exec(ctx context.Context, q string, args ...any) error {
-	_, err := b.pool.Exec(ctx, q, args...)
-	return err
-}
-
-func (b *pgBackend) queryRow(ctx context.Context, q string, args ...any) rowScanner {
-	return b.pool.QueryRow(ctx, q, args...)
-}
-
-func (b *pgBackend) query(ctx context.Context, q string, args ...any) (rowsScanner, error) {
-	rows, err := b.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	return rows, nil
-}
-
-type pgTx struct{ tx pgx.Tx }
-
-func (b *pgBackend) begin(ctx context.Context) (businessTx, error) {
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return pgTx{tx}, nil
-}
-
-func (t pgTx) exec(ctx context.Context, q string, args ...any) error {
-	_, err := t.tx.Exec(ctx, q, args...)
-	return err
-}
-func (t pgTx) commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
-func (t pgTx) rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
-func (t pgTx) raw() any                           { return t.tx }
-
-func (b *pgBackend) setup(h *harness) { h.setupSchema() }
-
-func (b *pgBackend) newDriver(t *testing.T) driver.Driver {
-	drv, err := postgres.New(b.pool, &postgres.Config{Schema: b.schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return drv
-}
-
-// killSessions: pg_terminate_backend on the relays' pools, their LISTEN
-// sessions and their election session.
-func (b *pgBackend) killSessions(ctx context.Context, h *harness, a string) (int, error) {
-	var n int
-	err := b.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND (application_name LIKE $1 OR application_name = $2)`,
-		"chaos "+h.run+" "+a+"/%", "mensageria relay "+h.appName[a]).Scan(&n)
-	return n, err
-}
-
-func (b *pgBackend) dbFault(ctx context.Context, h *harness, kind, a string) { h.dbFault(ctx, kind, a) }
-func (b *pgBackend) skips(string) bool                                       { return false }
-func (b *pgBackend) faultName(kind string) string                            { return kind }
-func (b *pgBackend) checkHistory(*harness)                                   {}
 
 // sqlBackend runs the harness's statements on a database/sql pool,
 // turning $n placeholders into ?.

@@ -24,12 +24,10 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/postgres"
 )
 
 // The two apps, their types and which are ordered. Each app's relay
@@ -89,19 +87,14 @@ type profile struct {
 }
 
 type harness struct {
-	t   testing.TB
-	p   profile
-	ctx context.Context
-	be  backend
-	// pool and db are the PostgreSQL backend's (nil on another database):
-	// its own faults use them.
-	pool    *pgxpool.Pool
-	schema  string
+	t       testing.TB
+	p       profile
+	ctx     context.Context
+	be      backend
 	run     string
 	appName map[string]string // "a" -> mensageria app name, unique per run
 	bin     string
 	logDir  string
-	db      *chaosDB
 	dbs     dbState
 
 	relays    map[string][]*proc
@@ -281,16 +274,13 @@ func runID() string {
 func newHarness(t *testing.T, p profile, be backend) *harness {
 	dir := t.TempDir()
 	h := &harness{
-		t: t, p: p, ctx: context.Background(), be: be, schema: chaosSchema, run: runID(),
+		t: t, p: p, ctx: context.Background(), be: be, run: runID(),
 		appName:   map[string]string{},
 		relays:    map[string][]*proc{},
 		receivers: map[string]*proc{},
 		proxies:   map[string]*toxiproxy.Proxy{},
 		faults:    map[string]int{},
 		logDir:    dir,
-	}
-	if pg, ok := be.(*pgBackend); ok {
-		h.pool, h.db = pg.pool, pg.db
 	}
 	for _, a := range apps {
 		h.appName[a] = "chaos-" + h.run + "-" + a
@@ -306,58 +296,11 @@ func newHarness(t *testing.T, p profile, be backend) *harness {
 	if os.Getenv("MENSAGERIA_CHAOS_KEEP_LOGS") != "" {
 		t.Logf("worker logs in %s", dir)
 	}
+	if _, err := be.newDriver(t).Migrate(h.ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
+		t.Fatal(err)
+	}
 	be.setup(h)
 	return h
-}
-
-// setupSchema migrates the outbox and adds the history tables and the
-// outbox trigger that records every claim and settle.
-func (h *harness) setupSchema() {
-	drv, err := postgres.New(h.pool, &postgres.Config{Schema: h.schema})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if _, err := drv.Migrate(h.ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		h.t.Fatal(err)
-	}
-	s := h.schema
-	ddl := `
-CREATE TABLE ` + s + `.chaos_arrivals (id bigserial PRIMARY KEY, n bigint NOT NULL, type text NOT NULL, attempt int NOT NULL,
-	route text NOT NULL, relay text NOT NULL, ack_dropped bool NOT NULL);
-CREATE TABLE ` + s + `.chaos_effects (seq bigserial PRIMARY KEY, n bigint NOT NULL, arrival_id bigint NOT NULL);
-CREATE TABLE ` + s + `.chaos_leases (seq bigserial PRIMARY KEY, row_id bigint NOT NULL, n bigint NOT NULL, type text NOT NULL,
-	kind text NOT NULL, token bigint NOT NULL, until timestamptz NOT NULL, at timestamptz NOT NULL, app_name text NOT NULL);
-CREATE TABLE ` + s + `.chaos_business (producer int PRIMARY KEY, value bigint NOT NULL);
--- now() is the transaction's time: the very clock the settle guard
--- (lease_until > now()) compares with.
-CREATE FUNCTION ` + s + `.chaos_lease_log() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-	k text; tok bigint; lu timestamptz; r ` + s + `.outbox;
-BEGIN
-	IF TG_OP = 'DELETE' THEN
-		IF OLD.lease_token IS NULL THEN RETURN NULL; END IF;
-		k := 'delivered'; tok := OLD.lease_token; lu := OLD.lease_until; r := OLD;
-	ELSIF NEW.lease_token IS NOT NULL AND (NEW.lease_token IS DISTINCT FROM OLD.lease_token OR NEW.lease_until IS DISTINCT FROM OLD.lease_until) THEN
-		k := 'claim'; tok := NEW.lease_token; lu := NEW.lease_until; r := NEW;
-	ELSIF OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL THEN
-		tok := OLD.lease_token; lu := OLD.lease_until; r := NEW;
-		k := CASE WHEN NEW.state = 'dead' THEN 'dead' WHEN NEW.state = 'delivered' THEN 'delivered'
-			WHEN NEW.attempts < OLD.attempts AND NEW.available_at > now() THEN 'postpone'
-			WHEN NEW.attempts < OLD.attempts THEN 'release' ELSE 'retry' END;
-	ELSE
-		RETURN NULL;
-	END IF;
-	INSERT INTO ` + s + `.chaos_leases (row_id, n, type, kind, token, until, at, app_name)
-	VALUES (r.id, ('x' || lpad(right(replace(r.message_id::text, '-', ''), 12), 16, '0'))::bit(64)::bigint,
-		r.type, k, tok, lu, now(), current_setting('application_name'));
-	RETURN NULL;
-END $$;
-CREATE TRIGGER chaos_lease_log AFTER UPDATE OR DELETE ON ` + s + `.outbox FOR EACH ROW EXECUTE FUNCTION ` + s + `.chaos_lease_log();
-`
-	if _, err := h.pool.Exec(h.ctx, ddl); err != nil {
-		h.t.Fatalf("history tables: %v", err)
-	}
-	h.grant()
 }
 
 // startAll starts a receiver and a fault proxy per app, then two relay
@@ -377,7 +320,7 @@ func (h *harness) startAll() {
 		}
 		h.t.Cleanup(func() { _ = ln.Close(); _ = lf.Close() })
 		rcv := &proc{h: h, name: a, extra: []*os.File{lf}, args: func(label string) []string {
-			return []string{"-mode", "receiver", "-db", h.be.workerURL(roleReceiver), "-schema", h.schema, "-run", h.run, "-label", label,
+			return []string{"-mode", "receiver", "-db", h.be.workerURL(roleReceiver), "-schema", chaosSchema, "-run", h.run, "-label", label,
 				"-types", strings.Join(appTypes[a], ","), "-drop-acks", strconv.FormatFloat(h.p.dropAcks, 'f', -1, 64), "-conns", "4"}
 		}}
 		h.receivers[a] = rcv
@@ -402,7 +345,7 @@ func (h *harness) startAll() {
 						ordered = append(ordered, t)
 					}
 				}
-				return []string{"-mode", "relay", "-db", h.be.workerURL(relayRole(a)), "-schema", h.schema, "-run", h.run, "-label", label,
+				return []string{"-mode", "relay", "-db", h.be.workerURL(relayRole(a)), "-schema", chaosSchema, "-run", h.run, "-label", label,
 					"-app", h.appName[a], "-types", strings.Join(appTypes[a], ","), "-ordered", strings.Join(ordered, ","),
 					"-url", url, "-lease", h.p.lease.String(), "-conns", "3"}
 			}}
@@ -634,7 +577,7 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 			if ctx.Err() != nil {
 				return
 			}
-			if h.be.skips(kind) {
+			if h.skips(kind) {
 				continue
 			}
 			switch kind {
@@ -693,7 +636,7 @@ func (h *harness) nemesis(ctx context.Context, stop <-chan struct{}) {
 				h.logf("nemesis: answers swallowed on proxy %s", other)
 				h.toxic(other, "timeout", `{"name":"timeout","type":"timeout","stream":"downstream","toxicity":0.5,"attributes":{"timeout":0}}`, 2*time.Second, ctx)
 			default:
-				h.be.dbFault(ctx, h, kind, a)
+				h.dbFault(ctx, kind, a)
 			}
 			h.fault(h.be.faultName(kind), 1)
 			sleepCtx(ctx, h.p.gap)
@@ -896,7 +839,7 @@ wait:
 		t.Errorf("did not converge: %v", convErr)
 	}
 	for _, k := range nemesisKinds {
-		if !be.skips(k) && h.faults[be.faultName(k)] == 0 {
+		if !h.skips(k) && h.faults[be.faultName(k)] == 0 {
 			t.Errorf("fault %s was never injected", be.faultName(k))
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ func TestChaosMariaDB(t *testing.T) {
 	runChaos(t, profileFromEnv(t), startMariaDB(t))
 }
 
-// The names of the database faults on MariaDB, in its figures.
+// The names of the database faults and their figures on MariaDB.
 var mariaNames = map[string]string{
 	FaultPGKill:    "mariadb-kill-connection",
 	FaultPGBackend: "mariadb-connections-killed",
@@ -39,17 +38,16 @@ var mariaNames = map[string]string{
 	FaultPGConns:   "mariadb-max-connections",
 	FaultPGRevoke:  "mariadb-revoke",
 	FaultPGXmin:    "mariadb-purge-pin",
+	figLostLeases:  "mariadb-kill-9-lost-lease-events",
+	figLostEffects: "mariadb-kill-9-lost-effects",
+	figHogConns:    "mariadb-max-connections-held",
+	figHogRefused:  "mariadb-max-connections-refusals",
+	figHogEnded:    "mariadb-max-connections-ended",
 }
 
-// Figures of MariaDB's database faults.
-const (
-	figMariaLostLeases = "mariadb-kill-9-lost-lease-events" // claims and settles lost, at least
-	figMariaLostEff    = "mariadb-kill-9-lost-effects"      // effects lost, at least
-	figMariaHogConns   = "mariadb-max-connections-held"
-	figMariaHogRefused = "mariadb-max-connections-refusals"
-	figMariaHogEnded   = "mariadb-max-connections-ended"
-	figMariaPurge      = "mariadb-purge-pin-history-length" // undo logs purge had to keep, summed
-)
+// figMariaPurge is what the purge pin held back: undo logs purge had to
+// keep, summed.
+const figMariaPurge = "mariadb-purge-pin-history-length"
 
 // mariaSettings are a fresh server's defaults (every commit durable:
 // innodb_flush_log_at_trx_commit=1) but for fewer connection slots; the
@@ -63,6 +61,9 @@ var mariaSettings = map[string]string{
 type mariaBackend struct {
 	sqlBackend
 	srv *mysqltest.Server
+	// hog connects as roleHog through the main port, which
+	// max_connections bounds.
+	hog sqldriver.Connector
 	// tables are the tables the workers' users were granted rows of.
 	tables []string
 }
@@ -104,7 +105,13 @@ func startMariaDB(t *testing.T) *mariaBackend {
 	db.SetMaxOpenConns(harnessConns)
 	db.SetMaxIdleConns(harnessConns)
 	t.Cleanup(func() { _ = db.Close() })
-	return &mariaBackend{sqlBackend: sqlBackend{db: db}, srv: srv}
+	hogCfg := gomysql.NewConfig()
+	hogCfg.User, hogCfg.Net, hogCfg.Addr, hogCfg.Timeout = roleHog, "tcp", "127.0.0.1:"+strconv.Itoa(srv.Port), 5*time.Second
+	hog, err := gomysql.NewConnector(hogCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &mariaBackend{sqlBackend: sqlBackend{db: db}, srv: srv, hog: hog}
 }
 
 func (b *mariaBackend) kind() string { return "MariaDB" }
@@ -118,12 +125,10 @@ func (b *mariaBackend) lockShared() string       { return " LOCK IN SHARE MODE" 
 // microseconds.
 func (b *mariaBackend) micros(col string) string { return "`" + col + "`" }
 
-func (b *mariaBackend) skips(kind string) bool {
-	// Every commit on MariaDB is durable (innodb_flush_log_at_trx_commit
-	// is the server's, not a session's): no relay commits asynchronously,
-	// so there is no asynchronous backlog for a crash to take.
-	return kind == FaultPGCrashAsync
-}
+// durable: innodb_flush_log_at_trx_commit=1 is the server's, not a
+// session's: no relay commits asynchronously, and a kill -9 may lose no
+// commit (docs/reliability.md, "On MariaDB").
+func (b *mariaBackend) durable() bool { return true }
 
 func (b *mariaBackend) faultName(kind string) string {
 	if n, ok := mariaNames[kind]; ok {
@@ -132,7 +137,7 @@ func (b *mariaBackend) faultName(kind string) string {
 	return kind
 }
 
-func (b *mariaBackend) newDriver(t *testing.T) driver.Driver {
+func (b *mariaBackend) newDriver(t testing.TB) driver.Driver {
 	drv, err := mysql.New(b.db, &mysql.Config{Schema: chaosSchema})
 	if err != nil {
 		t.Fatal(err)
@@ -147,17 +152,10 @@ func (b *mariaBackend) reset() {
 	b.db.SetMaxIdleConns(harnessConns)
 }
 
-// setup migrates the outbox and adds the history tables, and the outbox
-// triggers that record every claim and settle (chaosworker sets
-// @chaos_name and @chaos_now on its sessions).
+// setup adds the history tables, and the outbox triggers that record
+// every claim and settle (chaosworker sets @chaos_name and @chaos_now on
+// its sessions).
 func (b *mariaBackend) setup(h *harness) {
-	drv, err := mysql.New(b.db, &mysql.Config{Schema: chaosSchema})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if _, err := drv.Migrate(h.ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		h.t.Fatal(err)
-	}
 	t := b.table
 	// The time of the transaction: the clock the driver read at its start
 	// and compares leases with, or else the statement's (later).
@@ -223,8 +221,9 @@ func (b *mariaBackend) setup(h *harness) {
 	}
 	_ = rows.Close()
 	for _, tb := range b.tables {
-		if err := b.grantRows(h.ctx, "GRANT", tb, relayRole("a"), relayRole("b"), roleReceiver); err != nil {
-			h.t.Fatal(err)
+		q := rowsGrant("GRANT", tb, relayRole("a"), relayRole("b"), roleReceiver)
+		if _, err := b.db.ExecContext(h.ctx, q); err != nil {
+			h.t.Fatalf("%s: %v", q, err)
 		}
 	}
 }
@@ -245,8 +244,9 @@ func (b *mariaBackend) checkHistory(h *harness) {
 	}
 }
 
-// grantRows grants (or revokes) reading and writing the rows of table.
-func (b *mariaBackend) grantRows(ctx context.Context, verb, table string, users ...string) error {
+// rowsGrant is the statement that grants (or revokes) reading and writing
+// the rows of table.
+func rowsGrant(verb, table string, users ...string) string {
 	to := " TO "
 	if verb == "REVOKE" {
 		to = " FROM "
@@ -255,11 +255,7 @@ func (b *mariaBackend) grantRows(ctx context.Context, verb, table string, users 
 	for i, u := range users {
 		names[i] = u + "@'%'"
 	}
-	q := verb + " SELECT, INSERT, UPDATE, DELETE ON " + chaosDatabase + "." + table + to + strings.Join(names, ", ")
-	if _, err := b.db.ExecContext(ctx, q); err != nil {
-		return errors.New(q + ": " + err.Error())
-	}
-	return nil
+	return verb + " SELECT, INSERT, UPDATE, DELETE ON " + chaosDatabase + "." + table + to + strings.Join(names, ", ")
 }
 
 // threads are the connection ids of users' sessions.
@@ -312,182 +308,61 @@ func (b *mariaBackend) killSessions(ctx context.Context, h *harness, a string) (
 	return b.kill(ctx, relayRole(a))
 }
 
-func (b *mariaBackend) dbFault(ctx context.Context, h *harness, kind, a string) {
-	switch kind {
-	case FaultPGCrash:
-		b.crash(ctx, h)
-	case FaultPGRestart:
-		h.logf("nemesis: MariaDB normal shutdown and start")
-		if err := b.srv.Restart(h.ctx); err != nil {
-			h.t.Errorf("restart: %v", err)
-		}
-		b.reset()
-	case FaultPGConns:
-		b.exhaust(ctx, h)
-	case FaultPGRevoke:
-		b.revoke(ctx, h, a)
-	case FaultPGXmin:
-		b.pinPurge(ctx, h)
-	}
+// endWorkers: every session of the relays' and the receivers' users.
+func (b *mariaBackend) endWorkers(ctx context.Context, h *harness) (int, error) {
+	return b.kill(ctx, relayRole("a"), relayRole("b"), roleReceiver)
 }
 
-// crash kills mariadbd with SIGKILL while the producers commit, and starts
-// it a second later: InnoDB recovers from its redo log. Every commit was
-// flushed before it returned, so the figures of what it lost should be 0.
-func (b *mariaBackend) crash(ctx context.Context, h *harness) {
-	var floorL, floorE int64
-	_ = b.queryRow(h.ctx, "SELECT coalesce(max(seq), 0) FROM "+b.table("chaos_leases")).Scan(&floorL)
-	_ = b.queryRow(h.ctx, "SELECT coalesce(max(seq), 0) FROM "+b.table("chaos_effects")).Scan(&floorE)
-	sleepCtx(ctx, time.Second)
-	seen := func(table string, floor int64) (top, n int64) {
-		_ = b.queryRow(h.ctx, "SELECT coalesce(max(seq), $1), count(*) FROM "+b.table(table)+" WHERE seq > $1", floor).Scan(&top, &n)
-		return top, n
-	}
-	topL, preL := seen("chaos_leases", floorL)
-	topE, preE := seen("chaos_effects", floorE)
-	h.logf("nemesis: MariaDB killed (SIGKILL)")
-	if err := b.srv.Kill(); err != nil {
-		h.t.Errorf("kill: %v", err)
-	}
-	sleepCtx(ctx, time.Second)
-	start := time.Now()
-	if err := b.srv.Start(h.ctx); err != nil {
-		h.t.Errorf("start after the kill: %v", err)
-		return
+// holdWAL: every commit is flushed before it returns; nothing to hold.
+func (b *mariaBackend) holdWAL(context.Context) (func(), error) { return func() {}, nil }
+
+// crash kills mariadbd with SIGKILL; InnoDB recovers from its redo log at
+// start.
+func (b *mariaBackend) crash() error { return b.srv.Kill() }
+
+func (b *mariaBackend) start(ctx context.Context) error {
+	if err := b.srv.Start(ctx); err != nil {
+		return err
 	}
 	b.reset()
-	kept := func(table string, floor, top int64) int64 {
-		var n int64
-		_ = b.queryRow(h.ctx, "SELECT count(*) FROM "+b.table(table)+" WHERE seq > $1 AND seq <= $2", floor, top).Scan(&n)
-		return n
-	}
-	lostL := max(preL-kept("chaos_leases", floorL, topL), 0)
-	lostE := max(preE-kept("chaos_effects", floorE, topE), 0)
-	h.fault(figMariaLostLeases, int(lostL))
-	h.fault(figMariaLostEff, int(lostE))
-	h.logf("nemesis: MariaDB back after crash recovery in %s; lost %d lease events and %d effects",
-		time.Since(start).Round(time.Millisecond), lostL, lostE)
-	if lostL+lostE > 0 {
-		// Every commit is flushed before it returns (innodb_flush_log_at_trx_commit=1):
-		// a kill -9 may lose none (docs/reliability.md, "On MariaDB").
-		h.t.Errorf("MariaDB lost %d committed lease events and %d effects in a kill -9", lostL, lostE)
-	}
+	return nil
 }
 
-// exhaust: sessions of another user take every connection slot until the
-// server refuses them, the workers' sessions are killed, and for the hold
-// the hog keeps taking every slot that frees. The harness connects
-// through the extra port, which max_connections does not bound.
-func (b *mariaBackend) exhaust(ctx context.Context, h *harness) {
-	hold, _ := h.p.dbHolds()
-	cfg := gomysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.Timeout = roleHog, "tcp", "127.0.0.1:"+strconv.Itoa(b.srv.Port), 5*time.Second
-	hog, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		h.t.Errorf("fill the connection slots: %v", err)
-		return
-	}
-	var mu sync.Mutex
-	var conns []sqldriver.Conn
-	refused := 0
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
-	connect := func() (bool, error) {
-		c, err := hog.Connect(h.ctx)
-		var me *gomysql.MySQLError
-		switch {
-		case errors.As(err, &me) && me.Number == 1040: // too many connections
-			mu.Lock()
-			refused++
-			mu.Unlock()
-			return false, nil
-		case err != nil:
-			return false, err
-		}
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-		return true, nil
-	}
-	for ctx.Err() == nil {
-		ok, err := connect()
-		if err != nil {
-			h.t.Errorf("fill the connection slots: %v", err)
-			return
-		}
-		if !ok {
-			break
-		}
-	}
-	ended, err := b.kill(h.ctx, relayRole("a"), relayRole("b"), roleReceiver)
-	if err != nil {
-		h.t.Errorf("end the workers' sessions: %v", err)
-	}
-	until := time.Now().Add(hold)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(until) && ctx.Err() == nil {
-				ok, err := connect()
-				if err != nil {
-					h.t.Errorf("fill the connection slots: %v", err)
-					return
-				}
-				if !ok {
-					sleepCtx(ctx, 10*time.Millisecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	h.fault(figMariaHogConns, len(conns))
-	h.fault(figMariaHogRefused, refused)
-	h.fault(figMariaHogEnded, ended)
-	h.logf("nemesis: %d other sessions held every free connection slot for %s; %d worker sessions killed", len(conns), hold, ended)
+// restart is a normal shutdown and a start.
+func (b *mariaBackend) restart(ctx context.Context) error {
+	err := b.srv.Restart(ctx)
+	b.reset()
+	return err
 }
 
-// revoke takes from one app's relay user, in turn: DELETE on the outbox
-// (settles of delivered rows fail), UPDATE on it (claims fail), and the
-// rows of every table (everything fails, the election too); then grants
-// it back.
-func (b *mariaBackend) revoke(ctx context.Context, h *harness, a string) {
-	r := revocations[h.dbs.revokes%len(revocations)]
-	h.dbs.revokes++
+func (b *mariaBackend) connectHog(ctx context.Context) (func(), error) {
+	c, err := b.hog.Connect(ctx)
+	var me *gomysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1040: // too many connections
+		return nil, errNoSlot
+	case err != nil:
+		return nil, err
+	}
+	return func() { _ = c.Close() }, nil
+}
+
+// revocation: DELETE or UPDATE on the outbox; for "usage", the rows of
+// every table (a database's grants reach a session only at its next USE).
+func (b *mariaBackend) revocation(r, a string) (take, give []string) {
 	user := relayRole(a) + "@'%'"
 	outbox := chaosDatabase + "." + b.table("outbox")
-	var take, give []string
-	switch r.name {
+	switch r {
 	case "delete":
-		take = []string{"REVOKE DELETE ON " + outbox + " FROM " + user}
-		give = []string{"GRANT DELETE ON " + outbox + " TO " + user}
+		return []string{"REVOKE DELETE ON " + outbox + " FROM " + user}, []string{"GRANT DELETE ON " + outbox + " TO " + user}
 	case "update":
-		take = []string{"REVOKE UPDATE ON " + outbox + " FROM " + user}
-		give = []string{"GRANT UPDATE ON " + outbox + " TO " + user}
-	default:
-		for _, tb := range b.tables {
-			take = append(take, "REVOKE SELECT, INSERT, UPDATE, DELETE ON "+chaosDatabase+"."+tb+" FROM "+user)
-			give = append(give, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+chaosDatabase+"."+tb+" TO "+user)
-		}
+		return []string{"REVOKE UPDATE ON " + outbox + " FROM " + user}, []string{"GRANT UPDATE ON " + outbox + " TO " + user}
 	}
-	hold := h.p.lease + h.p.lease/2
-	h.logf("nemesis: REVOKE %s from %s for %s (%d statements)", r.name, user, hold, len(take))
-	for _, q := range take {
-		if _, err := b.db.ExecContext(h.ctx, q); err != nil {
-			h.t.Errorf("%s: %v", q, err)
-		}
+	for _, tb := range b.tables {
+		take = append(take, rowsGrant("REVOKE", tb, relayRole(a)))
+		give = append(give, rowsGrant("GRANT", tb, relayRole(a)))
 	}
-	sleepCtx(ctx, hold)
-	for _, q := range give {
-		if _, err := b.db.ExecContext(h.ctx, q); err != nil {
-			h.t.Errorf("%s: %v", q, err)
-		}
-	}
-	h.fault(b.faultName(FaultPGRevoke)+"-"+r.name, 1)
+	return take, give
 }
 
 var historyLen = regexp.MustCompile(`History list length (\d+)`)
@@ -507,11 +382,11 @@ func (b *mariaBackend) historyLength(ctx context.Context) int64 {
 	return n
 }
 
-// pinPurge holds a consistent snapshot for the hold, MariaDB's pinned
+// pinHorizon holds a consistent snapshot for the hold, MariaDB's pinned
 // horizon: InnoDB's purge may remove no undo log written since, so the
 // history list grows and the relays' locking reads of the outbox walk
 // ever longer version chains of its hot rows.
-func (b *mariaBackend) pinPurge(ctx context.Context, h *harness) {
+func (b *mariaBackend) pinHorizon(ctx context.Context, h *harness) {
 	_, hold := h.p.dbHolds()
 	conn, err := b.db.Conn(h.ctx)
 	if err != nil {

@@ -3,17 +3,14 @@ package chaos
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The database's faults, injected on the run's private server
-// (docs/reliability.md, "Database faults").
+// (docs/reliability.md, "Database faults"), named as on PostgreSQL; a
+// backend's faultName names them in its own figures.
 const (
 	// Immediate stop (a crash) with the WAL writer held for a second
 	// before it, down for a second, then started: crash recovery. Under
@@ -55,12 +52,8 @@ func init() { nemesisKinds = append(nemesisKinds, dbNemesisKinds...) }
 // revocations are taken in turn: what a relay needs to settle a delivered
 // row (claims go on, settles fail: the relay must neither redeliver its
 // backlog every lease nor call itself ready), to claim, and to reach its
-// schema at all (its election too).
-var revocations = []struct{ name, what string }{
-	{"delete", "DELETE ON TABLE %s.outbox"},
-	{"update", "UPDATE ON TABLE %s.outbox"},
-	{"usage", "USAGE ON SCHEMA %s"},
-}
+// tables at all (its election too).
+var revocations = []string{"delete", "update", "usage"}
 
 // dbHolds are how long the slots are held and the horizon pinned: a few
 // seconds in the short profile, three times that in the long one.
@@ -74,51 +67,47 @@ type dbState struct {
 	producers sync.RWMutex // held by the nemesis: no business transaction runs
 }
 
+// errNoSlot is a session the server refused for want of a free slot.
+var errNoSlot = errors.New("no free connection slot")
+
+// skips reports a fault of the schedule that has no meaning on the run's
+// database: a quiet crash takes the asynchronous commits, and where every
+// commit is durable there are none.
+func (h *harness) skips(kind string) bool {
+	return kind == FaultPGCrashAsync && h.be.durable()
+}
+
 // dbFault injects one database fault and returns once it is healed.
 func (h *harness) dbFault(ctx context.Context, kind, a string) {
 	switch kind {
-	case FaultPGCrash:
-		h.crash(ctx, false)
-	case FaultPGCrashAsync:
-		h.crash(ctx, true)
+	case FaultPGCrash, FaultPGCrashAsync:
+		h.crash(ctx, kind)
 	case FaultPGRestart:
-		h.logf("nemesis: PostgreSQL fast restart")
-		if err := h.db.srv.Restart(h.ctx); err != nil {
-			h.t.Errorf("fast restart: %v", err)
+		h.logf("nemesis: %s restart (%s)", h.be.kind(), h.be.faultName(kind))
+		if err := h.be.restart(h.ctx); err != nil {
+			h.t.Errorf("restart: %v", err)
 		}
-		h.pool.Reset()
 	case FaultPGConns:
 		h.exhaust(ctx)
 	case FaultPGRevoke:
-		r := revocations[h.dbs.revokes%len(revocations)]
-		h.dbs.revokes++
-		what := fmt.Sprintf(r.what, h.schema)
-		hold := h.p.lease + h.p.lease/2
-		h.logf("nemesis: REVOKE %s FROM %s for %s", what, relayRole(a), hold)
-		if _, err := h.pool.Exec(h.ctx, "REVOKE "+what+" FROM "+relayRole(a)); err != nil {
-			h.t.Errorf("revoke: %v", err)
-		}
-		sleepCtx(ctx, hold)
-		if _, err := h.pool.Exec(h.ctx, "GRANT "+what+" TO "+relayRole(a)); err != nil {
-			h.t.Errorf("grant back: %v", err)
-		}
-		h.fault(FaultPGRevoke+"-"+r.name, 1)
+		h.revoke(ctx, a)
 	case FaultPGXmin:
-		h.pinXmin(ctx)
+		h.be.pinHorizon(ctx, h)
 	}
 }
 
 // crash stops the server at once with the WAL writer held for a second
 // before: the claims, settles and effects committed asynchronously in that
 // second that no synchronous commit wrote out are lost, and the relays
-// must redeliver what they thought settled. A quiet crash is the widest
-// loss: the relays pause for a second while the producers enqueue, then
-// the producers wait, so that the relays work through that backlog with
-// no synchronous commit to write their work out. A busy one lands on open
-// business transactions, whose commits must come back or be known not to
-// have happened.
-func (h *harness) crash(ctx context.Context, quiet bool) {
-	if quiet {
+// must redeliver what they thought settled. A quiet crash
+// (FaultPGCrashAsync) is the widest loss: the relays pause for a second
+// while the producers enqueue, then the producers wait, so that the
+// relays work through that backlog with no synchronous commit to write
+// their work out. A busy one lands on open business transactions, whose
+// commits must come back or be known not to have happened. Where every
+// commit is durable, nothing may be lost: a loss fails the run.
+func (h *harness) crash(ctx context.Context, kind string) {
+	if kind == FaultPGCrashAsync {
 		var paused []*proc
 		for _, a := range apps {
 			for _, r := range h.relays[a] {
@@ -136,15 +125,15 @@ func (h *harness) crash(ctx context.Context, quiet bool) {
 		}()
 	}
 	var floorL, floorE int64
-	_ = h.pool.QueryRow(h.ctx, "SELECT coalesce(max(seq), 0) FROM "+h.schema+".chaos_leases").Scan(&floorL)
-	_ = h.pool.QueryRow(h.ctx, "SELECT coalesce(max(seq), 0) FROM "+h.schema+".chaos_effects").Scan(&floorE)
-	release, err := h.db.srv.HoldWAL(h.ctx)
+	_ = h.be.queryRow(h.ctx, "SELECT coalesce(max(seq), 0) FROM "+h.be.table("chaos_leases")).Scan(&floorL)
+	_ = h.be.queryRow(h.ctx, "SELECT coalesce(max(seq), 0) FROM "+h.be.table("chaos_effects")).Scan(&floorE)
+	release, err := h.be.holdWAL(h.ctx)
 	if err != nil {
 		h.t.Errorf("hold the WAL: %v", err)
 		return
 	}
 	defer release()
-	if quiet {
+	if kind == FaultPGCrashAsync {
 		for _, a := range apps {
 			for _, r := range h.relays[a] {
 				r.signal(syscall.SIGCONT)
@@ -156,55 +145,58 @@ func (h *harness) crash(ctx context.Context, quiet bool) {
 	// the crash took (a lower bound: commits after these reads are not
 	// counted).
 	seen := func(table string, floor int64) (top, n int64) {
-		_ = h.pool.QueryRow(h.ctx, "SELECT coalesce(max(seq), $1), count(*) FROM "+h.schema+"."+table+" WHERE seq > $1", floor).Scan(&top, &n)
+		_ = h.be.queryRow(h.ctx, "SELECT coalesce(max(seq), $1), count(*) FROM "+h.be.table(table)+" WHERE seq > $1", floor).Scan(&top, &n)
 		return top, n
 	}
 	topL, preL := seen("chaos_leases", floorL)
 	topE, preE := seen("chaos_effects", floorE)
-	h.logf("nemesis: PostgreSQL immediate stop (quiet %v), WAL writer held for 1s", quiet)
-	if err := h.db.srv.Crash(); err != nil {
+	h.logf("nemesis: %s crash (%s)", h.be.kind(), h.be.faultName(kind))
+	if err := h.be.crash(); err != nil {
 		h.t.Errorf("crash: %v", err)
 	}
 	release()
 	sleepCtx(ctx, time.Second)
 	start := time.Now()
-	if err := h.db.srv.Start(h.ctx); err != nil {
+	if err := h.be.start(h.ctx); err != nil {
 		h.t.Errorf("start after the crash: %v", err)
 		return
 	}
-	h.pool.Reset()
 	kept := func(table string, floor, top int64) int64 {
 		var n int64
-		_ = h.pool.QueryRow(h.ctx, "SELECT count(*) FROM "+h.schema+"."+table+" WHERE seq > $1 AND seq <= $2", floor, top).Scan(&n)
+		_ = h.be.queryRow(h.ctx, "SELECT count(*) FROM "+h.be.table(table)+" WHERE seq > $1 AND seq <= $2", floor, top).Scan(&n)
 		return n
 	}
 	lostL := max(preL-kept("chaos_leases", floorL, topL), 0)
 	lostE := max(preE-kept("chaos_effects", floorE, topE), 0)
-	h.fault(figLostLeases, int(lostL))
-	h.fault(figLostEffects, int(lostE))
-	h.logf("nemesis: PostgreSQL back after crash recovery in %s; lost at least %d lease events and %d effects",
-		time.Since(start).Round(time.Millisecond), lostL, lostE)
+	h.fault(h.be.faultName(figLostLeases), int(lostL))
+	h.fault(h.be.faultName(figLostEffects), int(lostE))
+	h.logf("nemesis: %s back after crash recovery in %s; lost at least %d lease events and %d effects",
+		h.be.kind(), time.Since(start).Round(time.Millisecond), lostL, lostE)
+	if h.be.durable() && lostL+lostE > 0 {
+		// docs/reliability.md, "On MariaDB".
+		h.t.Errorf("%s lost %d committed lease events and %d effects in a crash (%s)", h.be.kind(), lostL, lostE, h.be.faultName(kind))
+	}
 }
 
 // exhaust opens sessions of another role until the server refuses them,
 // ends the workers' sessions, and keeps every slot it can get (the workers
-// compete for the ones they free) for the hold.
+// compete for the ones they free) for the hold. The harness keeps its own
+// way in: the superusers' slots on PostgreSQL, the extra port on MariaDB.
 func (h *harness) exhaust(ctx context.Context) {
 	hold, _ := h.p.dbHolds()
 	var mu sync.Mutex
-	var conns []*pgx.Conn
+	var conns []func()
 	refused := 0
 	defer func() {
-		for _, c := range conns {
-			_ = c.Close(h.ctx)
+		for _, closeConn := range conns {
+			closeConn()
 		}
 	}()
 	// connect opens one more session; false once the server refused it.
 	connect := func() (bool, error) {
-		c, err := pgx.Connect(h.ctx, h.db.url(roleHog))
-		var pe *pgconn.PgError
+		c, err := h.be.connectHog(h.ctx)
 		switch {
-		case errors.As(err, &pe) && pe.Code == "53300": // too_many_connections
+		case errors.Is(err, errNoSlot):
 			mu.Lock()
 			refused++
 			mu.Unlock()
@@ -227,10 +219,7 @@ func (h *harness) exhaust(ctx context.Context) {
 			break
 		}
 	}
-	var ended int
-	err := h.pool.QueryRow(h.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND (application_name LIKE $1 OR application_name LIKE $2)`,
-		"chaos "+h.run+" %", "mensageria relay chaos-"+h.run+"-%").Scan(&ended)
+	ended, err := h.be.endWorkers(h.ctx, h)
 	if err != nil {
 		h.t.Errorf("end the workers' sessions: %v", err)
 	}
@@ -253,38 +242,30 @@ func (h *harness) exhaust(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	h.fault(figHogConns, len(conns))
-	h.fault(figHogRefused, refused)
-	h.fault(figHogEnded, ended)
+	h.fault(h.be.faultName(figHogConns), len(conns))
+	h.fault(h.be.faultName(figHogRefused), refused)
+	h.fault(h.be.faultName(figHogEnded), ended)
 	h.logf("nemesis: %d other sessions held every free connection slot for %s; %d worker sessions ended", len(conns), hold, ended)
 }
 
-// pinXmin holds a snapshot open for the hold: vacuum keeps every row
-// version dead since, so the relays' claims and settles walk ever more
-// dead tuples.
-func (h *harness) pinXmin(ctx context.Context) {
-	_, hold := h.p.dbHolds()
-	tx, err := h.pool.BeginTx(h.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		h.t.Errorf("pin the xmin horizon: %v", err)
-		return
+// revoke takes the next of revocations from app a's relay role for one
+// and a half leases, then gives it back.
+func (h *harness) revoke(ctx context.Context, a string) {
+	r := revocations[h.dbs.revokes%len(revocations)]
+	h.dbs.revokes++
+	take, give := h.be.revocation(r, a)
+	hold := h.p.lease + h.p.lease/2
+	h.logf("nemesis: REVOKE %s from %s for %s (%d statements)", r, relayRole(a), hold, len(take))
+	for _, q := range take {
+		if err := h.be.exec(h.ctx, q); err != nil {
+			h.t.Errorf("%s: %v", q, err)
+		}
 	}
-	defer func() { _ = tx.Rollback(h.ctx) }()
-	var x0 int64
-	if err := tx.QueryRow(h.ctx, "SELECT txid_current()").Scan(&x0); err != nil {
-		h.t.Errorf("pin the xmin horizon: %v", err)
-		return
-	}
-	h.logf("nemesis: a transaction pins the xmin horizon for %s", hold)
 	sleepCtx(ctx, hold)
-	var age int64
-	var dead int64
-	// Read from outside the pinning transaction: its own snapshot is old.
-	_ = h.pool.QueryRow(h.ctx, "SELECT txid_current() - $1", x0).Scan(&age)
-	_ = h.pool.QueryRow(h.ctx, "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'", h.schema).Scan(&dead)
-	if err := tx.Commit(h.ctx); err != nil {
-		h.t.Errorf("end the pinning transaction: %v", err)
+	for _, q := range give {
+		if err := h.be.exec(h.ctx, q); err != nil {
+			h.t.Errorf("%s: %v", q, err)
+		}
 	}
-	h.fault(figXminAge, int(age))
-	h.logf("nemesis: xmin horizon released, %d transactions behind; outbox dead tuples %d", age, dead)
+	h.fault(h.be.faultName(FaultPGRevoke)+"-"+r, 1)
 }
