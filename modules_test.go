@@ -16,7 +16,7 @@ import (
 // internal/ package compiles here, where the directories nest, but binds
 // itself to code the other module may change in any release; what the
 // modules share is public in the core (m2mwire, m2mbatch, httpguard,
-// mensageriatest/pgserver). Only the packages' own imports are checked:
+// mensageriatest/pgserver, mensageriatest/serverproc). Only the packages' own imports are checked:
 // tests may still use the core's test helpers (internal/testdb,
 // internal/testsignal).
 func TestNoModuleImportsAnotherModulesInternal(t *testing.T) {
