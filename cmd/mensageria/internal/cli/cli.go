@@ -18,11 +18,11 @@ import (
 	"github.com/xadm/mensageria/redact"
 )
 
-// Exit codes.
+// Exit codes; the failures' are daemon's, which every *daemon.Error carries.
 const (
 	ExitOK      = 0
-	ExitFailure = 1 // a runtime failure: database down, delivery failed, ...
-	ExitUsage   = 2 // bad flags, bad config, a type with no route
+	ExitFailure = daemon.ExitFailure // a runtime failure: database down, delivery failed, ...
+	ExitUsage   = daemon.ExitUsage   // bad flags, bad config, a type with no route
 )
 
 // IO is where a command reads and writes, and how it sees its environment.
@@ -32,25 +32,6 @@ type IO struct {
 	Err io.Writer
 	// Env looks a variable up; nil means os.LookupEnv.
 	Env func(string) (string, bool)
-}
-
-// exitError carries an exit code through cobra.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// usageErr makes a usage error (exit code 2).
-func usageErr(format string, args ...any) error {
-	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
-}
-
-// failErr makes a runtime failure (exit code 1).
-func failErr(format string, args ...any) error {
-	return &exitError{code: ExitFailure, err: fmt.Errorf(format, args...)}
 }
 
 // silentExit ends with code without printing anything more: the command
@@ -86,7 +67,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	}
 	if cmd != nil {
 		if pe := daemon.PrivilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
-			err = &exitError{code: ExitFailure, err: pe}
+			err = &daemon.Error{Code: daemon.ExitFailure, Err: pe}
 		}
 	}
 	var s silentExit
@@ -94,20 +75,17 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 		return int(s)
 	}
 	code := ExitUsage // errors cobra raises itself: flags, args, unknown command
-	var ee *exitError
 	var de *daemon.Error
 	var ce *config.ConfigError
 	var me config.MultiError
 	switch {
-	case errors.As(err, &ee):
-		code = ee.code
 	case errors.As(err, &de):
 		code = de.Code
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
 	fmt.Fprintln(stdio.Err, "mensageria: "+visible(redact.Text(err.Error())))
-	if code == ExitUsage && ee == nil && de == nil && ce == nil && me == nil {
+	if code == ExitUsage && de == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}
 	return code
@@ -145,7 +123,7 @@ type with no route, or a type, consumer or id another app owns).`,
 	}
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", def, "config file (env MENSAGERIA_CONFIG)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErr("%v (see '%s --help')", err, c.CommandPath())
+		return daemon.Usage("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(
@@ -176,33 +154,32 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		if err == nil {
 			return nil
 		}
-		var ee *exitError
 		var de *daemon.Error
 		var ce *config.ConfigError
 		var me config.MultiError
 		var s silentExit
-		if errors.As(err, &ee) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
+		if errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
 			return err
 		}
 		// Another app's ownership, or a type no app owns, is a mistake of
 		// configuration or of the operator, never a passing failure: a
 		// retry would meet the same catalog.
 		if errors.Is(err, mensageria.ErrOwnerConflict) || errors.Is(err, mensageria.ErrUnownedType) || errors.Is(err, mensageria.ErrInvalidApp) {
-			return &exitError{code: ExitUsage, err: err}
+			return &daemon.Error{Code: daemon.ExitUsage, Err: err}
 		}
-		return &exitError{code: ExitFailure, err: err}
+		return &daemon.Error{Code: daemon.ExitFailure, Err: err}
 	}
 }
 
 // loadConfig reads the --config file.
 func (a *app) loadConfig() (*config.Config, error) {
 	if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
-		return nil, usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
+		return nil, daemon.Usage("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
 	}
 	c, err := config.LoadConfig(a.configPath, a.io.Env)
 	if err != nil {
 		if config.IsReceiveFile(a.configPath) {
-			return nil, usageErr("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
+			return nil, daemon.Usage("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
 		}
 		return nil, err
 	}
@@ -234,7 +211,7 @@ func (a *app) loadOperatorConfig() (*config.Config, error) {
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usageErr("%s takes %d argument(s), got %d (see '%s --help')", cmd.Name(), n, len(args), cmd.CommandPath())
+			return daemon.Usage("%s takes %d argument(s), got %d (see '%s --help')", cmd.Name(), n, len(args), cmd.CommandPath())
 		}
 		return nil
 	}
@@ -242,7 +219,7 @@ func exactArgs(n int) cobra.PositionalArgs {
 
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageErr("%s takes no arguments, got %q (see '%s --help')", cmd.Name(), args, cmd.CommandPath())
+		return daemon.Usage("%s takes no arguments, got %q (see '%s --help')", cmd.Name(), args, cmd.CommandPath())
 	}
 	return nil
 }

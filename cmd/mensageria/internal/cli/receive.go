@@ -55,7 +55,7 @@ its traceparent header (docs/observability.md).`,
 				return err
 			}
 			if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
-				return usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG)", a.configPath)
+				return daemon.Usage("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG)", a.configPath)
 			}
 			c, err := config.LoadReceiveConfig(a.configPath, a.io.Env)
 			if err != nil {

@@ -39,12 +39,12 @@ type ConflictError struct {
 func (e *ConflictError) Error() string { return e.Err.Error() }
 func (e *ConflictError) Unwrap() error { return e.Err }
 
-// usageErr makes a usage error (exit code 2).
-func usageErr(format string, args ...any) error {
+// Usage makes a usage error (exit code 2): what only the operator can fix.
+func Usage(format string, args ...any) error {
 	return &Error{Code: ExitUsage, Err: fmt.Errorf(format, args...)}
 }
 
-// failErr makes a runtime failure (exit code 1).
-func failErr(format string, args ...any) error {
+// Fail makes a runtime failure (exit code 1).
+func Fail(format string, args ...any) error {
 	return &Error{Code: ExitFailure, Err: fmt.Errorf(format, args...)}
 }

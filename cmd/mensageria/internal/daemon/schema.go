@@ -13,7 +13,7 @@ import (
 // build's version (res from a MigrateCheck that found it behind), with
 // what to do about it (remedy).
 func SchemaBehind(schema string, res driver.MigrateResult, remedy string) error {
-	return failErr("schema %s is at version %d, this build needs %d: %s", schema, res.From, res.Latest, remedy)
+	return Fail("schema %s is at version %d, this build needs %d: %s", schema, res.From, res.Latest, remedy)
 }
 
 // CheckSchema verifies at a daemon's start that the schema is at this

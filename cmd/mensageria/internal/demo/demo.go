@@ -62,16 +62,6 @@ type Options struct {
 	TTY bool
 }
 
-// UsageError is a refusal of the options (a --db that is not a database
-// URL): the command's usage error, not a failure of the run.
-type UsageError struct{ msg string }
-
-func (e *UsageError) Error() string { return e.msg }
-
-func usageErr(format string, args ...any) error {
-	return &UsageError{msg: fmt.Sprintf(format, args...)}
-}
-
 // Run runs the demo: two apps exchange o.Messages orders and invoices
 // under injected faults, and the events go to o.Out as they happen. The
 // Report says what was sent, applied, redelivered, absorbed and lost; an
@@ -171,14 +161,14 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 	} else {
 		if !strings.HasPrefix(d.opt.DB, "postgres://") && !strings.HasPrefix(d.opt.DB, "postgresql://") {
-			return usageErr("--db must be a postgres://, mysql:// or mariadb:// URL")
+			return daemon.Usage("--db must be a postgres://, mysql:// or mariadb:// URL")
 		}
 		d.remote, d.label = true, "PostgreSQL"
 		d.schema = fmt.Sprintf("mensageria_demo_%08x", rand.Uint32())
 		d.effects, d.orders = d.schema+".demo_effects", d.schema+".demo_orders"
 		admin, err := pgxpool.New(ctx, d.opt.DB)
 		if err != nil {
-			return usageErr("--db: %v", err)
+			return daemon.Usage("--db: %v", err)
 		}
 		d.closers = append(d.closers, admin.Close)
 		if err := admin.Ping(ctx); err != nil {

@@ -51,16 +51,6 @@ type Options struct {
 	Log     *slog.Logger
 }
 
-// usageErr makes a usage error (exit code 2).
-func usageErr(format string, args ...any) error {
-	return &daemon.Error{Code: daemon.ExitUsage, Err: fmt.Errorf(format, args...)}
-}
-
-// failErr makes a runtime failure (exit code 1).
-func failErr(format string, args ...any) error {
-	return &daemon.Error{Code: daemon.ExitFailure, Err: fmt.Errorf(format, args...)}
-}
-
 // instance is one running `mensageria receive`.
 type instance struct {
 	cfg *config.ReceiveConfig
@@ -96,7 +86,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	queue, ok := b.Driver.(driver.InboxQueueReader)
 	if !ok {
-		return failErr("the %T backend has no inbox queue", b.Driver)
+		return daemon.Fail("the %T backend has no inbox queue", b.Driver)
 	}
 	reg, handlers, consumerOf, err := d.consumers(configPath)
 	if err != nil {
@@ -165,10 +155,10 @@ func (d *instance) consumers(configPath string) (reg *mensageria.Registry, handl
 	for _, k := range c.Consumers {
 		in, err := mensageria.NewInbox(d.b.Driver, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
 		if err != nil {
-			return nil, nil, nil, usageErr("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
+			return nil, nil, nil, daemon.Usage("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
 		}
 		if err := reg.RegisterInbox(in); err != nil {
-			return nil, nil, nil, usageErr("%s:%d: %v", configPath, k.Line, err)
+			return nil, nil, nil, daemon.Usage("%s:%d: %v", configPath, k.Line, err)
 		}
 		h, err := m2mhttp.QueueHandler(in)
 		if err != nil {
@@ -253,7 +243,7 @@ func (d *instance) serve(healthListen string) (srv, health *http.Server, done ch
 	c, log := d.cfg, d.log
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
-		return nil, nil, nil, "", "", usageErr("receive.listen %s: %v", c.Listen, err)
+		return nil, nil, nil, "", "", daemon.Usage("receive.listen %s: %v", c.Listen, err)
 	}
 	scheme = "http"
 	if c.TLS != nil {
@@ -278,7 +268,7 @@ func (d *instance) serve(healthListen string) (srv, health *http.Server, done ch
 		hl, err := net.Listen("tcp", healthListen)
 		if err != nil {
 			_ = srv.Close()
-			return nil, nil, nil, "", "", usageErr("--listen %s: %v", healthListen, err)
+			return nil, nil, nil, "", "", daemon.Usage("--listen %s: %v", healthListen, err)
 		}
 		health = &http.Server{Handler: d.mux(false), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("serving health and metrics", "addr", hl.Addr().String(), "paths", "/healthz /readyz /metrics")
