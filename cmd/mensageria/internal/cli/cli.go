@@ -65,6 +65,12 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	if err == nil {
 		return ExitOK
 	}
+	// A catalog conflict is worded here once, with the way out, whichever
+	// command met it.
+	var conflict *daemon.ConflictError
+	if errors.As(err, &conflict) {
+		err = conflictErr(conflict.Err, conflict.What, a.configPath)
+	}
 	if cmd != nil {
 		if pe := daemon.PrivilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
 			err = &daemon.Error{Code: daemon.ExitFailure, Err: pe}

@@ -66,12 +66,8 @@ func (a *app) runMigrate(cmd *cobra.Command, mode mensageria.MigrateMode, asJSON
 	defer b.Close()
 	res, err := b.Migrate(cmd.Context(), mode, c.App)
 	behind := errors.Is(err, mensageria.ErrSchemaBehind)
-	var oce *mensageria.OwnerConflictError
-	if errors.As(err, &oce) {
-		return conflictErr(oce, "migrate the schema up", a.configPath)
-	}
 	if err != nil && !behind {
-		return fmt.Errorf("migrate: %w", err)
+		return daemon.Conflict("migrate the schema up", fmt.Errorf("migrate: %w", err))
 	}
 	if asJSON {
 		_ = json.NewEncoder(a.io.Out).Encode(map[string]any{

@@ -86,7 +86,8 @@ func quoteApp(app string) string {
 	return "app " + strconv.Quote(app)
 }
 
-// conflictErr turns a catalog conflict met by app while doing what into a
+// conflictErr turns a catalog conflict met by app while doing what (a
+// *daemon.ConflictError's What) into a
 // usage error that names every conflicting entry and its owner, and the
 // way out.
 func conflictErr(e *mensageria.OwnerConflictError, what, configPath string) error {
@@ -320,12 +321,8 @@ nothing.`,
 				res[i] = mensageria.Resource{Kind: mensageria.ResourceType, Name: r.Type}
 			}
 			rr, err := ops.New(b.Driver, ops.ForApps(c.App)).Register(cmd.Context(), c.App, res)
-			var oce *mensageria.OwnerConflictError
-			if errors.As(err, &oce) {
-				return conflictErr(oce, "register its types", a.configPath)
-			}
 			if err != nil {
-				return fmt.Errorf("register: %w", err)
+				return daemon.Conflict("register its types", fmt.Errorf("register: %w", err))
 			}
 			var unlisted []mensageria.Ownership
 			for _, o := range rr.Unlisted {
@@ -363,12 +360,8 @@ func (a *app) registerConsumers(ctx context.Context, op *ops.Ops, c *config.Conf
 		names[i] = k.Name
 	}
 	rr, err := op.Register(ctx, c.App, res)
-	var oce *mensageria.OwnerConflictError
-	if errors.As(err, &oce) {
-		return conflictErr(oce, "register its consumers", a.configPath)
-	}
 	if err != nil {
-		return fmt.Errorf("register: %w", err)
+		return daemon.Conflict("register its consumers", fmt.Errorf("register: %w", err))
 	}
 	if asJSON {
 		return json.NewEncoder(a.io.Out).Encode(map[string]any{"app": c.App, "schema": c.Schema, "consumers": names})

@@ -66,12 +66,7 @@ its traceparent header (docs/observability.md).`,
 				return err
 			}
 			defer tr.Stop(c.ShutdownTimeout, log)
-			err = receive.Run(cmd.Context(), receive.Options{Config: c, Tracer: tr.Tracer, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Log: log})
-			var ce *daemon.ConflictError
-			if errors.As(err, &ce) {
-				return conflictErr(ce.Err, ce.What, a.configPath)
-			}
-			return err
+			return receive.Run(cmd.Context(), receive.Options{Config: c, Tracer: tr.Tracer, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Log: log})
 		}),
 	}
 	f := cmd.Flags()

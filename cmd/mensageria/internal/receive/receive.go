@@ -81,7 +81,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer b.Close()
 	d.b = b
-	if err := d.checkSchema(ctx, o.Migrate); err != nil {
+	if err := daemon.CheckSchema(ctx, b, c.Schema, c.App, o.Migrate, "run 'mensageria migrate up' or start the receiver with --migrate", log); err != nil {
 		return err
 	}
 	queue, ok := b.Driver.(driver.InboxQueueReader)
@@ -194,12 +194,8 @@ func (d *instance) register(ctx context.Context, reg *mensageria.Registry) error
 		}
 	}
 	res, err := cl.Register(ctx)
-	var oce *driver.OwnerConflictError
-	switch {
-	case errors.As(err, &oce):
-		return &daemon.ConflictError{What: "receive", Err: oce}
-	case err != nil:
-		return fmt.Errorf("ownership catalog: %w", err)
+	if err != nil {
+		return daemon.Conflict("receive", fmt.Errorf("ownership catalog: %w", err))
 	}
 	for _, o := range res.Unlisted {
 		if o.Kind == driver.ResourceConsumer {
@@ -305,17 +301,6 @@ func (d *instance) waitAndStop(ctx context.Context, srv, health *http.Server, do
 		return serveErr
 	}
 	return nil
-}
-
-// checkSchema verifies (or, with migrate, applies) the schema, as the
-// relay does.
-func (d *instance) checkSchema(ctx context.Context, migrate bool) error {
-	err := daemon.CheckSchema(ctx, d.b, d.cfg.Schema, d.cfg.App, migrate, "run 'mensageria migrate up' or start the receiver with --migrate", d.log)
-	var oce *driver.OwnerConflictError
-	if errors.As(err, &oce) {
-		return &daemon.ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
-	}
-	return err
 }
 
 // mux serves deliveries (when deliveries) and the probes. What ServeMux
