@@ -61,12 +61,7 @@ its traceparent header (docs/observability.md).`,
 			if err != nil {
 				return err
 			}
-			tr, err := daemon.StartTracing(cmd.Context(), traced, "mensageria-receive", c.App, a.io.Env, log)
-			if err != nil {
-				return err
-			}
-			defer tr.Stop(c.ShutdownTimeout, log)
-			return receive.Run(cmd.Context(), receive.Options{Config: c, Tracer: tr.Tracer, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Log: log})
+			return receive.Run(cmd.Context(), receive.Options{Config: c, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Trace: traced, Env: a.io.Env, Log: log})
 		}),
 	}
 	f := cmd.Flags()

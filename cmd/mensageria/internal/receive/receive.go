@@ -37,9 +37,10 @@ import (
 type Options struct {
 	// Config is the receive config, as config.LoadReceiveConfig returns it.
 	Config *config.ReceiveConfig
-	// Tracer, when tracing is on, wraps every consumer's effect; nil
-	// traces nothing.
-	Tracer *mensageriaotel.Tracer
+	// Trace exports OpenTelemetry traces, configured by the OTEL_*
+	// variables Env looks up: a span per message received.
+	Trace bool
+	Env   func(string) (string, bool)
 	// ConfigPath names the config file in errors.
 	ConfigPath string
 	// HealthListen, when not empty, is a plain-HTTP address that also
@@ -70,7 +71,7 @@ type instance struct {
 // carry their exit code as a *daemon.Error, or are a *daemon.ConflictError.
 func Run(ctx context.Context, o Options) error {
 	c, configPath, log := o.Config, o.ConfigPath, o.Log
-	d := &instance{cfg: c, tracer: o.Tracer, log: log}
+	d := &instance{cfg: c, log: log}
 	toks, err := d.loadCredentials()
 	if err != nil {
 		return err
@@ -84,6 +85,12 @@ func Run(ctx context.Context, o Options) error {
 	if err := daemon.CheckSchema(ctx, b, c.Schema, c.App, o.Migrate, "run 'mensageria migrate up' or start the receiver with --migrate", log); err != nil {
 		return err
 	}
+	tr, err := daemon.StartTracing(ctx, o.Trace, "mensageria-receive", c.App, o.Env, log)
+	if err != nil {
+		return err
+	}
+	defer tr.Stop(c.ShutdownTimeout, log)
+	d.tracer = tr.Tracer
 	queue, ok := b.Driver.(driver.InboxQueueReader)
 	if !ok {
 		return daemon.Fail("the %T backend has no inbox queue", b.Driver)
