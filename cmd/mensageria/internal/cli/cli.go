@@ -177,14 +177,32 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 	}
 }
 
+// readConfig reads the --config file's bytes, once for every parse of it.
+func (a *app) readConfig() ([]byte, error) {
+	b, err := os.ReadFile(a.configPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, daemon.Usage("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
+	case err != nil:
+		return nil, &config.ConfigError{File: a.configPath, Msg: err.Error()}
+	}
+	return b, nil
+}
+
 // loadConfig reads the --config file.
 func (a *app) loadConfig() (*config.Config, error) {
-	if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
-		return nil, daemon.Usage("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
-	}
-	c, err := config.LoadConfig(a.configPath, a.io.Env)
+	b, err := a.readConfig()
 	if err != nil {
-		if config.IsReceiveFile(a.configPath) {
+		return nil, err
+	}
+	return a.parseConfig(b)
+}
+
+// parseConfig parses b, the --config file's bytes, as a relay's config.
+func (a *app) parseConfig(b []byte) (*config.Config, error) {
+	c, err := config.ParseConfig(a.configPath, b, a.io.Env)
+	if err != nil {
+		if config.IsReceive(b) {
 			return nil, daemon.Usage("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
 		}
 		return nil, err
@@ -202,10 +220,14 @@ func (a *app) loadConfig() (*config.Config, error) {
 // app. A receive config gives the database, schema and app, and no
 // routes (Config.Receive holds the rest).
 func (a *app) loadOperatorConfig() (*config.Config, error) {
-	if !config.IsReceiveFile(a.configPath) {
-		return a.loadConfig()
+	b, err := a.readConfig()
+	if err != nil {
+		return nil, err
 	}
-	rc, err := config.LoadReceiveConfig(a.configPath, a.io.Env)
+	if !config.IsReceive(b) {
+		return a.parseConfig(b)
+	}
+	rc, err := config.ParseReceiveConfig(a.configPath, b, a.io.Env)
 	if err != nil {
 		return nil, err
 	}
