@@ -149,17 +149,16 @@ func relayMetrics(b *daemon.DB, c *config.Config, log *slog.Logger) (*metrics, e
 	return m, nil
 }
 
-// ready is /readyz: the relay is ready and the database answers.
+// ready is /readyz: the relay is ready and the database answers. A ping
+// is enough on every database: what stops delivery beyond an unreachable
+// database (claims, settles or election rounds that fail) Client.Ready
+// reports already.
 func ready(cl *mensageria.Client, b *daemon.DB) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := cl.Ready(); err != nil {
 			return err
 		}
-		if b.Pool != nil {
-			return b.Pool.Ping(ctx)
-		}
-		_, err := b.Driver.Stats(ctx)
-		return err
+		return b.Ping(ctx)
 	}
 }
 
