@@ -58,6 +58,7 @@ type instance struct {
 	// tracer, when --trace is on, wraps every consumer's effect.
 	tracer   *mensageriaotel.Tracer
 	b        *daemon.DB
+	client   *mensageria.Client // the app's, for the catalog and the purge
 	rc       *m2mhttp.Receiver
 	creds    *credentials
 	metrics  *receiveMetrics
@@ -190,6 +191,7 @@ func (d *instance) register(ctx context.Context, reg *mensageria.Registry) error
 	if err != nil {
 		return err
 	}
+	d.client = cl
 	// The senders' settings are not known here; a relay's defaults are the
 	// usual ones, and a window under their horizon is worth a word.
 	if horizon := (&config.Config{App: c.App}).OfflineClient().RetryHorizon(); horizon > 0 {
@@ -385,14 +387,10 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) 
 	_, _ = w.Write(b)
 }
 
-// purgeBatch bounds one purge statement, as the relay's purge does.
-const purgeBatch = 1000
-
-// purge deletes, every PurgeInterval, the applied queue rows and dedup
-// records of the app's consumers older than each one's window: the same
-// purge as the relay's (driver.Purge with the app), so an app that also
-// runs a relay is purged the same way by both. Every replica purges; the
-// deletes are bounded and do not conflict.
+// purge runs, every PurgeInterval, the purge of the app's consumers'
+// dedup records and applied queue rows that a relay of the app runs too
+// (Client.PurgeInbox), so an app that also runs a relay is purged the
+// same way by both.
 func (d *instance) purge(ctx context.Context) {
 	t := time.NewTicker(d.cfg.PurgeInterval)
 	defer t.Stop()
@@ -402,20 +400,12 @@ func (d *instance) purge(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for ctx.Err() == nil {
-			res, err := d.b.Driver.Purge(ctx, driver.PurgeParams{App: d.cfg.App, Batch: purgeBatch})
-			if err != nil {
-				if ctx.Err() == nil {
-					d.log.Warn("purge failed", "err", err)
-				}
-				break
-			}
-			if res.Inbox+res.InboxQueue > 0 {
-				d.log.Debug("purged", "records", res.Inbox, "applied_rows", res.InboxQueue)
-			}
-			if res.Inbox < purgeBatch && res.InboxQueue < purgeBatch {
-				break
-			}
+		records, applied, err := d.client.PurgeInbox(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("purge failed", "err", err)
+		}
+		if records+applied > 0 {
+			d.log.Debug("purged", "records", records, "applied_rows", applied)
 		}
 	}
 }
