@@ -26,7 +26,6 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 )
 
 // The demo's cast: two apps on one shared schema exchanging messages, and
@@ -198,15 +197,25 @@ func (d *demo) setup(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	// The effects table has no unique key on purpose: a duplicate effect
-	// must be visible, not turned into an error.
-	return d.main.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		// VARCHAR, and no column named key: MySQL indexes no TEXT whole
-		// and reserves the word.
-		if err := execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.effects+" (consumer VARCHAR(200) NOT NULL, order_key VARCHAR(200) NOT NULL, message_id VARCHAR(36) NOT NULL)"); err != nil {
-			return err
-		}
-		return execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.orders+" (order_key VARCHAR(200) PRIMARY KEY, amount_cents INTEGER NOT NULL)")
-	})
+	// must be visible, not turned into an error. VARCHAR, and no column
+	// named key: MySQL indexes no TEXT whole and reserves the word. The
+	// tables are the demo's, in its scratch database, so they are made
+	// through its own handle, not in a transaction of the driver's.
+	if err := d.exec(ctx, "CREATE TABLE "+d.effects+" (consumer VARCHAR(200) NOT NULL, order_key VARCHAR(200) NOT NULL, message_id VARCHAR(36) NOT NULL)"); err != nil {
+		return err
+	}
+	return d.exec(ctx, "CREATE TABLE "+d.orders+" (order_key VARCHAR(200) PRIMARY KEY, amount_cents INTEGER NOT NULL)")
+}
+
+// exec runs one of the demo's own statements outside any transaction,
+// with $n placeholders on every database.
+func (d *demo) exec(ctx context.Context, q string) error {
+	if d.main.Pool != nil {
+		_, err := d.main.Pool.Exec(ctx, q)
+		return err
+	}
+	_, err := d.main.SQL.ExecContext(ctx, dollarN.ReplaceAllString(q, "?"))
+	return err
 }
 
 var dollarN = regexp.MustCompile(`\$\d+`)
@@ -233,18 +242,22 @@ func (d *demo) query(ctx context.Context, q string, args []any, scan func(func(.
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+		return scanRows(rows, scan)
 	}
 	rows, err := d.main.SQL.QueryContext(ctx, dollarN.ReplaceAllString(q, "?"), args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	return scanRows(rows, scan)
+}
+
+// scanRows hands each row of rows (pgx's or database/sql's) to scan.
+func scanRows(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+}, scan func(func(...any) error) error) error {
 	for rows.Next() {
 		if err := scan(rows.Scan); err != nil {
 			return err
