@@ -249,6 +249,29 @@ func (m *maintenance) purgeAll() {
 	}
 }
 
+// PurgeInbox deletes, a batch at a time until one is not full, the inbox
+// records of the consumers the catalog gives c's app, each older than that
+// consumer's window, and the applied inbox queue rows received as long
+// ago: the inbox half of the purge c's relay runs while it leads, for a
+// process that receives without running a relay (mensageria receive).
+// Every replica may run it: the deletes are bounded and do not conflict.
+// It returns how many records and applied queue rows it deleted, with the
+// first error, which ends the pass.
+func (c *Client) PurgeInbox(ctx context.Context) (records, appliedRows int, err error) {
+	for ctx.Err() == nil {
+		res, err := c.drv.Purge(ctx, driver.PurgeParams{App: c.cfg.App, Batch: purgeBatch})
+		if err != nil {
+			return records, appliedRows, err
+		}
+		records += res.Inbox
+		appliedRows += res.InboxQueue
+		if res.Inbox < purgeBatch && res.InboxQueue < purgeBatch {
+			break
+		}
+	}
+	return records, appliedRows, ctx.Err()
+}
+
 // failedQuietly logs a failed step of maintenance, unless the database
 // could not be reached: the relay's failure health logs that streak once.
 func (m *maintenance) failedQuietly(msg string, err error) {

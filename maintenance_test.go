@@ -189,3 +189,43 @@ func TestReadOwnershipFollowsTheCatalog(t *testing.T) {
 		t.Fatalf("given back: types %v, ordered %v, %d wake-ups", types, ordered, waker.n.Load())
 	}
 }
+
+// purgeOnly is a driver whose only verb is its script's Purge.
+type purgeOnly struct {
+	driver.Driver
+	s *purgeScript
+}
+
+func (d purgeOnly) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeResult, error) {
+	return d.s.Purge(ctx, p)
+}
+
+// PurgeInbox, for a process that receives without a relay: the app's
+// inbox only (no types, so no outbox row), a batch at a time until
+// neither the records nor the applied queue rows fill one, summed.
+func TestPurgeInboxDrainsFullBatchesOfTheApp(t *testing.T) {
+	s := &purgeScript{script: []driver.PurgeResult{{Inbox: purgeBatch}, {InboxQueue: purgeBatch}, {Inbox: 3, InboxQueue: 2}}}
+	c, err := New(purgeOnly{s: s}, partConfig(t, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, applied, err := c.PurgeInbox(context.Background())
+	if err != nil || records != purgeBatch+3 || applied != purgeBatch+2 {
+		t.Fatalf("PurgeInbox = %d, %d, %v; want %d, %d, nil", records, applied, err, purgeBatch+3, purgeBatch+2)
+	}
+	want := driver.PurgeParams{App: "parts", Batch: purgeBatch}
+	if len(s.calls) != 3 {
+		t.Fatalf("%d purges; want 3", len(s.calls))
+	}
+	for _, p := range s.calls {
+		if p.App != want.App || p.Batch != want.Batch || len(p.Types) != 0 || p.DeliveredBefore != 0 {
+			t.Fatalf("purged with %+v; want %+v", p, want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := c.PurgeInbox(ctx); !errors.Is(err, context.Canceled) || len(s.calls) != 3 {
+		t.Fatalf("PurgeInbox on an ended context = %v after %d purges; want context.Canceled and none", err, len(s.calls))
+	}
+}

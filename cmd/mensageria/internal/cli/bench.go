@@ -208,7 +208,7 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 		return bench.ServeKfake(a.io.In, a.io.Out)
 	}
 	if err := o.Validate(); err != nil {
-		return usageErr("%v", err)
+		return daemon.Usage("%v", err)
 	}
 	if o.private || o.OwnDatabase() {
 		return a.runBenchPrivate(cmd.Context(), o)
@@ -221,7 +221,7 @@ func (a *app) runBenchCommand(cmd *cobra.Command, o benchOptions) error {
 		return err
 	}
 	if c.Backend() != "postgres" {
-		return usageErr("bench runs on PostgreSQL; the config's database is %s", c.Backend())
+		return daemon.Usage("bench runs on PostgreSQL; the config's database is %s", c.Backend())
 	}
 	return a.runBench(cmd.Context(), c, o)
 }
@@ -237,7 +237,7 @@ func (a *app) runBenchPrivate(ctx context.Context, o benchOptions) error {
 	}
 	srv, err := pgserver.Start(ctx, pgserver.Config{})
 	if err != nil {
-		return failErr("--private-server: %v", err)
+		return daemon.Fail("--private-server: %v", err)
 	}
 	defer func() { _ = srv.Stop() }()
 	if !o.asJSON {

@@ -18,11 +18,11 @@ import (
 	"github.com/xadm/mensageria/redact"
 )
 
-// Exit codes.
+// Exit codes; the failures' are daemon's, which every *daemon.Error carries.
 const (
 	ExitOK      = 0
-	ExitFailure = 1 // a runtime failure: database down, delivery failed, ...
-	ExitUsage   = 2 // bad flags, bad config, a type with no route
+	ExitFailure = daemon.ExitFailure // a runtime failure: database down, delivery failed, ...
+	ExitUsage   = daemon.ExitUsage   // bad flags, bad config, a type with no route
 )
 
 // IO is where a command reads and writes, and how it sees its environment.
@@ -32,25 +32,6 @@ type IO struct {
 	Err io.Writer
 	// Env looks a variable up; nil means os.LookupEnv.
 	Env func(string) (string, bool)
-}
-
-// exitError carries an exit code through cobra.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// usageErr makes a usage error (exit code 2).
-func usageErr(format string, args ...any) error {
-	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
-}
-
-// failErr makes a runtime failure (exit code 1).
-func failErr(format string, args ...any) error {
-	return &exitError{code: ExitFailure, err: fmt.Errorf(format, args...)}
 }
 
 // silentExit ends with code without printing anything more: the command
@@ -84,9 +65,15 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	if err == nil {
 		return ExitOK
 	}
+	// A catalog conflict is worded here once, with the way out, whichever
+	// command met it.
+	var conflict *daemon.ConflictError
+	if errors.As(err, &conflict) {
+		err = conflictErr(conflict.Err, conflict.What, a.configPath)
+	}
 	if cmd != nil {
 		if pe := daemon.PrivilegeOf(err, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), a.schema); pe != nil {
-			err = &exitError{code: ExitFailure, err: pe}
+			err = &daemon.Error{Code: daemon.ExitFailure, Err: pe}
 		}
 	}
 	var s silentExit
@@ -94,20 +81,17 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 		return int(s)
 	}
 	code := ExitUsage // errors cobra raises itself: flags, args, unknown command
-	var ee *exitError
 	var de *daemon.Error
 	var ce *config.ConfigError
 	var me config.MultiError
 	switch {
-	case errors.As(err, &ee):
-		code = ee.code
 	case errors.As(err, &de):
 		code = de.Code
 	case errors.As(err, &ce), errors.As(err, &me):
 		code = ExitUsage
 	}
 	fmt.Fprintln(stdio.Err, "mensageria: "+visible(redact.Text(err.Error())))
-	if code == ExitUsage && ee == nil && de == nil && ce == nil && me == nil {
+	if code == ExitUsage && de == nil && ce == nil && me == nil {
 		fmt.Fprintln(stdio.Err, "Run 'mensageria --help' for usage.")
 	}
 	return code
@@ -145,7 +129,7 @@ type with no route, or a type, consumer or id another app owns).`,
 	}
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", def, "config file (env MENSAGERIA_CONFIG)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErr("%v (see '%s --help')", err, c.CommandPath())
+		return daemon.Usage("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(
@@ -176,33 +160,50 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		if err == nil {
 			return nil
 		}
-		var ee *exitError
 		var de *daemon.Error
 		var ce *config.ConfigError
 		var me config.MultiError
 		var s silentExit
-		if errors.As(err, &ee) || errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
+		if errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &me) || errors.As(err, &s) {
 			return err
 		}
 		// Another app's ownership, or a type no app owns, is a mistake of
 		// configuration or of the operator, never a passing failure: a
 		// retry would meet the same catalog.
 		if errors.Is(err, mensageria.ErrOwnerConflict) || errors.Is(err, mensageria.ErrUnownedType) || errors.Is(err, mensageria.ErrInvalidApp) {
-			return &exitError{code: ExitUsage, err: err}
+			return &daemon.Error{Code: daemon.ExitUsage, Err: err}
 		}
-		return &exitError{code: ExitFailure, err: err}
+		return &daemon.Error{Code: daemon.ExitFailure, Err: err}
 	}
+}
+
+// readConfig reads the --config file's bytes, once for every parse of it.
+func (a *app) readConfig() ([]byte, error) {
+	b, err := os.ReadFile(a.configPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, daemon.Usage("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
+	case err != nil:
+		return nil, &config.ConfigError{File: a.configPath, Msg: err.Error()}
+	}
+	return b, nil
 }
 
 // loadConfig reads the --config file.
 func (a *app) loadConfig() (*config.Config, error) {
-	if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
-		return nil, usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG; 'mensageria demo' needs none)", a.configPath)
-	}
-	c, err := config.LoadConfig(a.configPath, a.io.Env)
+	b, err := a.readConfig()
 	if err != nil {
-		if config.IsReceiveFile(a.configPath) {
-			return nil, usageErr("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
+		return nil, err
+	}
+	return a.parseConfig(b)
+}
+
+// parseConfig parses b, the --config file's bytes, as a relay's config.
+func (a *app) parseConfig(b []byte) (*config.Config, error) {
+	c, err := config.ParseConfig(a.configPath, b, a.io.Env)
+	if err != nil {
+		if config.IsReceive(b) {
+			return nil, daemon.Usage("%s is a receive daemon's config (consumers:, no routes:): this command needs a relay's config; status, migrate, owners, dead and doubt take either", a.configPath)
 		}
 		return nil, err
 	}
@@ -219,10 +220,14 @@ func (a *app) loadConfig() (*config.Config, error) {
 // app. A receive config gives the database, schema and app, and no
 // routes (Config.Receive holds the rest).
 func (a *app) loadOperatorConfig() (*config.Config, error) {
-	if !config.IsReceiveFile(a.configPath) {
-		return a.loadConfig()
+	b, err := a.readConfig()
+	if err != nil {
+		return nil, err
 	}
-	rc, err := config.LoadReceiveConfig(a.configPath, a.io.Env)
+	if !config.IsReceive(b) {
+		return a.parseConfig(b)
+	}
+	rc, err := config.ParseReceiveConfig(a.configPath, b, a.io.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +239,7 @@ func (a *app) loadOperatorConfig() (*config.Config, error) {
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usageErr("%s takes %d argument(s), got %d (see '%s --help')", cmd.Name(), n, len(args), cmd.CommandPath())
+			return daemon.Usage("%s takes %d argument(s), got %d (see '%s --help')", cmd.Name(), n, len(args), cmd.CommandPath())
 		}
 		return nil
 	}
@@ -242,7 +247,7 @@ func exactArgs(n int) cobra.PositionalArgs {
 
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageErr("%s takes no arguments, got %q (see '%s --help')", cmd.Name(), args, cmd.CommandPath())
+		return daemon.Usage("%s takes no arguments, got %q (see '%s --help')", cmd.Name(), args, cmd.CommandPath())
 	}
 	return nil
 }

@@ -108,12 +108,12 @@ func (a *app) runConsole(cmd *cobra.Command, o consoleOptions) error {
 		Logger:       log,
 	})
 	if err != nil {
-		return usageErr("console: %v", err)
+		return daemon.Usage("console: %v", err)
 	}
 	defer con.Close()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return usageErr("console listen %s: %v", addr, err)
+		return daemon.Usage("console listen %s: %v", addr, err)
 	}
 	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	done := make(chan error, 1)

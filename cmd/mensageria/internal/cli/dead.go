@@ -60,7 +60,7 @@ func parseIDs(args []string) ([]int64, error) {
 			}
 			id, err := strconv.ParseInt(f, 10, 64)
 			if err != nil || id <= 0 {
-				return nil, usageErr("%q is not a message id (the number 'dead list' shows in its ID column)", f)
+				return nil, daemon.Usage("%q is not a message id (the number 'dead list' shows in its ID column)", f)
 			}
 			ids = append(ids, id)
 		}
@@ -103,21 +103,21 @@ func refusal(ctx context.Context, o *ops.Ops, err error) error {
 		if oos.Owner != "" {
 			owner = "its type is owned by app " + strconv.Quote(oos.Owner)
 		}
-		return usageErr("message %d (type %s) is not app %s's: %s; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.ID, oos.Type, strings.Join(oos.Apps, ", "), owner)
+		return daemon.Usage("message %d (type %s) is not app %s's: %s; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.ID, oos.Type, strings.Join(oos.Apps, ", "), owner)
 	case errors.As(err, &oos):
 		owner := "no app owns it"
 		// An entry the upgrade to the catalog left unclaimed is named so.
 		if e, lerr := o.Owner(ctx, mensageria.ResourceType, oos.Type); lerr == nil {
 			owner = "it is owned by " + quoteApp(e.App)
 		}
-		return usageErr("message type %q is not app %s's (%s): its dead letters are not this config's to touch; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.Type, strings.Join(oos.Apps, ", "), owner)
+		return daemon.Usage("message type %q is not app %s's (%s): its dead letters are not this config's to touch; nothing changed (use the owning app's config, or --all-apps to act across apps)", oos.Type, strings.Join(oos.Apps, ", "), owner)
 	case errors.As(err, &amo):
-		return usageErr("%d dead message(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
+		return daemon.Usage("%d dead message(s) (%s) belong to at_most_once routes and their last attempt may have reached the receiver: "+
 			"sending again may apply the effect twice; nothing changed. Check the receiver: if it does not have the effect, run 'mensageria dead retry --allow-duplicate' "+
 			"with the same selection; if it does, 'mensageria dead discard' them (messages still in doubt are decided with 'mensageria doubt resolve')",
 			len(amo.IDs), joinIDs(amo.IDs))
 	case errors.Is(err, ops.ErrNoAtMostOnce):
-		return failErr("this database's driver keeps no messages in doubt (no at-most-once support)")
+		return daemon.Fail("this database's driver keeps no messages in doubt (no at-most-once support)")
 	}
 	return err
 }
@@ -148,7 +148,7 @@ func (o *listOptions) bind(list *cobra.Command, allAppsHelp string) {
 // 100 instead.
 func (o *listOptions) check() error {
 	if o.limit < 1 || o.limit > maxListLimit {
-		return usageErr("--limit must be between 1 and %d, got %d (page on with --after ID)", maxListLimit, o.limit)
+		return daemon.Usage("--limit must be between 1 and %d, got %d (page on with --after ID)", maxListLimit, o.limit)
 	}
 	return nil
 }
@@ -223,7 +223,7 @@ func (a *app) deadCommand() *cobra.Command {
 		Long:  deadLong,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("dead needs a sub-command: list, show, retry or discard (see 'mensageria dead --help')")
+			return daemon.Usage("dead needs a sub-command: list, show, retry or discard (see 'mensageria dead --help')")
 		},
 	}
 
@@ -303,7 +303,7 @@ func (a *app) deadShow(ctx context.Context, args []string, showAll, showJSON boo
 	defer b.Close()
 	m, err := op.Show(ctx, ids[0])
 	if errors.Is(err, ops.ErrNotFound) {
-		return failErr("no message with id %d in schema %s", ids[0], c.Schema)
+		return daemon.Fail("no message with id %d in schema %s", ids[0], c.Schema)
 	}
 	if err != nil {
 		return refusal(ctx, op, err)
@@ -351,10 +351,10 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				return err
 			}
 			if len(ids) == 0 && len(types) == 0 {
-				return usageErr("dead %s needs message ids or --type (see 'mensageria dead %s --help')", verb, verb)
+				return daemon.Usage("dead %s needs message ids or --type (see 'mensageria dead %s --help')", verb, verb)
 			}
 			if len(ids) > 0 && len(types) > 0 {
-				return usageErr("dead %s takes message ids or --type, not both", verb)
+				return daemon.Usage("dead %s takes message ids or --type, not both", verb)
 			}
 			ctx := cmd.Context()
 			c, b, op, err := a.connectInScope(ctx, allApps)
@@ -379,7 +379,7 @@ func (a *app) reviveCommand(discard bool) *cobra.Command {
 				left[i] = l.String()
 			}
 			if len(ids) > 0 && len(p.IDs) == 0 {
-				return failErr("nothing to %s in schema %s: %s; nothing changed", verb, c.Schema, strings.Join(left, ", "))
+				return daemon.Fail("nothing to %s in schema %s: %s; nothing changed", verb, c.Schema, strings.Join(left, ", "))
 			}
 			if len(p.Marked) > 0 {
 				fmt.Fprintf(a.io.Err, "warning: %d dead message(s) of at_most_once routes (%s) will be sent again although their last attempt may have reached the receiver: an effect it applied will apply twice\n",

@@ -1,11 +1,11 @@
 package cli
 
 import (
-	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/demo"
 )
 
@@ -38,14 +38,10 @@ that is dropped afterwards.`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if o.Messages < 50 || o.Messages > 200000 {
-				return usageErr("--messages must be 50..200000")
+				return daemon.Usage("--messages must be 50..200000")
 			}
 			o.Out, o.TTY = a.io.Out, isTerminal(a.io.Out)
 			rep, err := demo.Run(cmd.Context(), o)
-			var ue *demo.UsageError
-			if errors.As(err, &ue) {
-				return &exitError{code: ExitUsage, err: err}
-			}
 			if err != nil {
 				return err
 			}

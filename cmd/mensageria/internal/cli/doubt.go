@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -87,7 +88,7 @@ func (a *app) doubtCommand() *cobra.Command {
 		Long:  doubtLong,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("doubt needs a sub-command: list, show or resolve (see 'mensageria doubt --help')")
+			return daemon.Usage("doubt needs a sub-command: list, show or resolve (see 'mensageria doubt --help')")
 		},
 	}
 
@@ -164,7 +165,7 @@ func (a *app) doubtShow(ctx context.Context, args []string, showAll, showJSON bo
 	defer b.Close()
 	m, err := op.ShowInDoubt(ctx, ids[0])
 	if errors.Is(err, ops.ErrNotFound) {
-		return failErr("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
+		return daemon.Fail("no message with id %d in schema %s, and no resolution recorded for one", ids[0], c.Schema)
 	}
 	if err != nil {
 		return refusal(ctx, op, err)
@@ -207,14 +208,14 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 				return err
 			}
 			if len(ids) == 0 {
-				return usageErr("doubt resolve needs message ids (the numbers 'doubt list' shows)")
+				return daemon.Usage("doubt resolve needs message ids (the numbers 'doubt list' shows)")
 			}
 			if by == "" {
 				by = operator()
 			}
 			d := ops.Decision{IDs: ids, Outcome: ops.Outcome(outcome), By: by, Reason: reason, KeepDelivered: keep}
 			if err := d.Check(); err != nil {
-				return usageErr("%v (see 'mensageria doubt resolve --help')", err)
+				return daemon.Usage("%v (see 'mensageria doubt resolve --help')", err)
 			}
 			ctx := cmd.Context()
 			c, b, op, err := a.connectInScope(ctx, allApps)
@@ -238,7 +239,7 @@ func (a *app) doubtResolveCommand() *cobra.Command {
 			}
 			res, err := op.Apply(ctx, p)
 			if errors.Is(err, ops.ErrInvalidDecision) {
-				return usageErr("%v", err)
+				return daemon.Usage("%v", err)
 			}
 			if err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -129,25 +130,25 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 		return err
 	}
 	if opt.typ == "" || opt.key == "" {
-		return usageErr("enqueue needs --type and --key")
+		return daemon.Usage("enqueue needs --type and --key")
 	}
 	if _, ok := c.Route(opt.typ); !ok {
-		return &exitError{code: ExitUsage, err: fmt.Errorf("app %q has no route for type %q, so nothing was enqueued (routes: %s); add it to %s or use the owning app's config",
+		return &daemon.Error{Code: daemon.ExitUsage, Err: fmt.Errorf("app %q has no route for type %q, so nothing was enqueued (routes: %s); add it to %s or use the owning app's config",
 			c.App, opt.typ, strings.Join(c.Types(), ", "), a.configPath)}
 	}
 	body, err := parsePayloadArg(opt.payload, os.ReadFile, a.io.In)
 	if err != nil {
-		return &exitError{code: ExitUsage, err: err}
+		return &daemon.Error{Code: daemon.ExitUsage, Err: err}
 	}
 	notBefore, err := parseNotBefore(opt.notBefore)
 	if err != nil {
-		return &exitError{code: ExitUsage, err: err}
+		return &daemon.Error{Code: daemon.ExitUsage, Err: err}
 	}
 	msg := mensageria.Message{Type: opt.typ, Key: opt.key, Payload: body, NotBefore: notBefore}
 	for _, h := range opt.headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok || k == "" {
-			return usageErr("--header %q: use NAME=VALUE", h)
+			return daemon.Usage("--header %q: use NAME=VALUE", h)
 		}
 		if msg.Headers == nil {
 			msg.Headers = map[string]string{}
@@ -172,7 +173,7 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	// itself.
 	p, ids, err := cl.PrepareEnqueue(msg)
 	if errors.Is(err, mensageria.ErrNoSender) || errors.Is(err, mensageria.ErrInvalidMessage) {
-		return &exitError{code: ExitUsage, err: err}
+		return &daemon.Error{Code: daemon.ExitUsage, Err: err}
 	}
 	if err != nil {
 		return err
@@ -182,10 +183,10 @@ func (a *app) runEnqueue(cmd *cobra.Command, opt enqueueOptions) error {
 	case err != nil:
 		return err
 	case !owned:
-		return usageErr("message type %q has no owner app in schema %s, so no relay would ever deliver it; nothing was enqueued (app %s records it when its relay starts, or run 'mensageria owners register --config %s' first)",
+		return daemon.Usage("message type %q has no owner app in schema %s, so no relay would ever deliver it; nothing was enqueued (app %s records it when its relay starts, or run 'mensageria owners register --config %s' first)",
 			opt.typ, c.Schema, c.App, a.configPath)
 	case o.App != "" && o.App != c.App:
-		return usageErr("message type %q is owned by app %q, not app %q: only its owner enqueues it and only its owner's relay delivers it; nothing was enqueued", opt.typ, o.App, c.App)
+		return daemon.Usage("message type %q is owned by app %q, not app %q: only its owner enqueues it and only its owner's relay delivers it; nothing was enqueued", opt.typ, o.App, c.App)
 	case o.App == "":
 		fmt.Fprintf(a.io.Err, "note: message type %q is unclaimed (left so by the upgrade to the catalog): its rows wait until app %s's relay starts, or 'mensageria owners register'\n", opt.typ, c.App)
 	}

@@ -24,7 +24,7 @@ It exits 0 when every URL answers 2xx within --timeout, else 1, naming the
 first that did not (with the start of its body: /readyz says why).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageErr("healthcheck takes one URL or more (see '%s --help')", cmd.CommandPath())
+				return daemon.Usage("healthcheck takes one URL or more (see '%s --help')", cmd.CommandPath())
 			}
 			return nil
 		},

@@ -33,7 +33,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		Long:  migrateLong,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("migrate needs a sub-command: up, check or sql (see 'mensageria migrate --help')")
+			return daemon.Usage("migrate needs a sub-command: up, check or sql (see 'mensageria migrate --help')")
 		},
 	}
 	var asJSON bool
@@ -66,12 +66,8 @@ func (a *app) runMigrate(cmd *cobra.Command, mode mensageria.MigrateMode, asJSON
 	defer b.Close()
 	res, err := b.Migrate(cmd.Context(), mode, c.App)
 	behind := errors.Is(err, mensageria.ErrSchemaBehind)
-	var oce *mensageria.OwnerConflictError
-	if errors.As(err, &oce) {
-		return conflictErr(oce, "migrate the schema up", a.configPath)
-	}
 	if err != nil && !behind {
-		return fmt.Errorf("migrate: %w", err)
+		return daemon.Conflict("migrate the schema up", fmt.Errorf("migrate: %w", err))
 	}
 	if asJSON {
 		_ = json.NewEncoder(a.io.Out).Encode(map[string]any{
@@ -147,15 +143,15 @@ func (a *app) migrateSQLCommand(asJSON *bool) *cobra.Command {
 // security, or both.
 func (a *app) printSecuritySQL(b *daemon.DB, c *config.Config, grants, role string, rls bool) error {
 	if !b.IsPostgres() {
-		return usageErr("--grants and --row-level-security are PostgreSQL's: a SQLite file has no roles (docs/security.md says how to protect it)")
+		return daemon.Usage("--grants and --row-level-security are PostgreSQL's: a SQLite file has no roles (docs/security.md says how to protect it)")
 	}
 	if grants != "" {
 		if role == "" {
-			return usageErr("--grants %s needs --role, the database role to grant it to", grants)
+			return daemon.Usage("--grants %s needs --role, the database role to grant it to", grants)
 		}
 		sql, err := b.GrantSQL(grants, role, c.App)
 		if err != nil {
-			return usageErr("%v", err)
+			return daemon.Usage("%v", err)
 		}
 		fmt.Fprintf(a.io.Out, "-- mensageria: the %s role of app %s, granted to %s (schema %s)\n%s\n", grants, c.App, role, c.Schema, sql)
 	}

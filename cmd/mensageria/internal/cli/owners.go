@@ -53,7 +53,7 @@ func parseKind(s string) (mensageria.ResourceKind, error) {
 	for i, k := range kinds {
 		names[i] = string(k)
 	}
-	return "", usageErr("unknown kind %q: use %s", s, strings.Join(names, ", "))
+	return "", daemon.Usage("unknown kind %q: use %s", s, strings.Join(names, ", "))
 }
 
 // thing names a catalog entry in messages.
@@ -86,7 +86,8 @@ func quoteApp(app string) string {
 	return "app " + strconv.Quote(app)
 }
 
-// conflictErr turns a catalog conflict met by app while doing what into a
+// conflictErr turns a catalog conflict met by app while doing what (a
+// *daemon.ConflictError's What) into a
 // usage error that names every conflicting entry and its owner, and the
 // way out.
 func conflictErr(e *mensageria.OwnerConflictError, what, configPath string) error {
@@ -117,7 +118,7 @@ func conflictErr(e *mensageria.OwnerConflictError, what, configPath string) erro
 				configPath, c.Kind, shellArg(c.Name), shellArg(c.App), shellArg(e.App))
 		}
 	}
-	return &exitError{code: ExitUsage, err: errors.New(msg)}
+	return &daemon.Error{Code: daemon.ExitUsage, Err: errors.New(msg)}
 }
 
 // shellArg quotes s for a command line shown to the user, when it needs it.
@@ -210,7 +211,7 @@ it (--from '' for an entry left unclaimed by the upgrade). A wrong --from or
 a missing entry is exit 2 and changes nothing.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("owners needs a sub-command: list, register, transfer or release (see 'mensageria owners --help')")
+			return daemon.Usage("owners needs a sub-command: list, register, transfer or release (see 'mensageria owners --help')")
 		},
 	}
 	cmd.AddCommand(a.ownersListCommand(), a.ownersRegisterCommand(), a.ownersTransferCommand(false), a.ownersTransferCommand(true))
@@ -320,12 +321,8 @@ nothing.`,
 				res[i] = mensageria.Resource{Kind: mensageria.ResourceType, Name: r.Type}
 			}
 			rr, err := ops.New(b.Driver, ops.ForApps(c.App)).Register(cmd.Context(), c.App, res)
-			var oce *mensageria.OwnerConflictError
-			if errors.As(err, &oce) {
-				return conflictErr(oce, "register its types", a.configPath)
-			}
 			if err != nil {
-				return fmt.Errorf("register: %w", err)
+				return daemon.Conflict("register its types", fmt.Errorf("register: %w", err))
 			}
 			var unlisted []mensageria.Ownership
 			for _, o := range rr.Unlisted {
@@ -363,12 +360,8 @@ func (a *app) registerConsumers(ctx context.Context, op *ops.Ops, c *config.Conf
 		names[i] = k.Name
 	}
 	rr, err := op.Register(ctx, c.App, res)
-	var oce *mensageria.OwnerConflictError
-	if errors.As(err, &oce) {
-		return conflictErr(oce, "register its consumers", a.configPath)
-	}
 	if err != nil {
-		return fmt.Errorf("register: %w", err)
+		return daemon.Conflict("register its consumers", fmt.Errorf("register: %w", err))
 	}
 	if asJSON {
 		return json.NewEncoder(a.io.Out).Encode(map[string]any{"app": c.App, "schema": c.Schema, "consumers": names})
@@ -404,15 +397,15 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			name := args[1]
 			switch {
 			case name == "":
-				return usageErr("owners %s: NAME is empty", verb)
+				return daemon.Usage("owners %s: NAME is empty", verb)
 			case kind == mensageria.ResourceMigrations && name != mensageria.MigrationsName:
-				return usageErr("owners %s: the migrations entry is named %q, not %q", verb, mensageria.MigrationsName, name)
+				return daemon.Usage("owners %s: the migrations entry is named %q, not %q", verb, mensageria.MigrationsName, name)
 			case !cmd.Flags().Changed("from"):
-				return usageErr("owners %s needs --from APP: the app that owns it now ('' for an entry left unclaimed)", verb)
+				return daemon.Usage("owners %s needs --from APP: the app that owns it now ('' for an entry left unclaimed)", verb)
 			case !release && to == "":
-				return usageErr("owners transfer needs --to APP (to delete the entry, use 'owners release')")
+				return daemon.Usage("owners transfer needs --to APP (to delete the entry, use 'owners release')")
 			case !release && to == from:
-				return usageErr("owners transfer: --from and --to are both %q", from)
+				return daemon.Usage("owners transfer: --from and --to are both %q", from)
 			}
 			// --to is checked as every app name is; --from only has to
 			// match the entry, so that one stored under a name no path
@@ -420,7 +413,7 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			if !release {
 				if err := ops.CheckApp(to); err != nil {
 					why := strings.TrimPrefix(err.Error(), ops.ErrInvalid.Error()+": ")
-					return usageErr("owners transfer --to: %v; nothing changed", strings.TrimPrefix(why, mensageria.ErrInvalidApp.Error()+": "))
+					return daemon.Usage("owners transfer --to: %v; nothing changed", strings.TrimPrefix(why, mensageria.ErrInvalidApp.Error()+": "))
 				}
 			}
 			c, b, err := a.connectCurrent(cmd.Context())
@@ -440,11 +433,11 @@ func (a *app) ownersTransferCommand(release bool) *cobra.Command {
 			var tce *ops.TransferConflictError
 			switch {
 			case errors.As(err, &nf):
-				return usageErr("%s is not in the ownership catalog of schema %s; nothing changed (see 'mensageria owners list --all-apps')", thing(kind, name), c.Schema)
+				return daemon.Usage("%s is not in the ownership catalog of schema %s; nothing changed (see 'mensageria owners list --all-apps')", thing(kind, name), c.Schema)
 			case errors.As(err, &tce) && !tce.Known:
-				return usageErr("%s is not owned by %s; nothing changed", thing(kind, name), quoteApp(from))
+				return daemon.Usage("%s is not owned by %s; nothing changed", thing(kind, name), quoteApp(from))
 			case errors.As(err, &tce):
-				return usageErr("%s is owned by %s, not %s; nothing changed (pass --from %s if that is the app it moves from)", thing(kind, name), quoteApp(tce.Owner), quoteApp(from), shellArg(tce.Owner))
+				return daemon.Usage("%s is owned by %s, not %s; nothing changed (pass --from %s if that is the app it moves from)", thing(kind, name), quoteApp(tce.Owner), quoteApp(from), shellArg(tce.Owner))
 			case err != nil:
 				return fmt.Errorf("owners %s: %w", verb, err)
 			}

@@ -55,23 +55,13 @@ its traceparent header (docs/observability.md).`,
 				return err
 			}
 			if _, err := os.Stat(a.configPath); errors.Is(err, os.ErrNotExist) {
-				return usageErr("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG)", a.configPath)
+				return daemon.Usage("config file %s not found (pass --config FILE or set MENSAGERIA_CONFIG)", a.configPath)
 			}
 			c, err := config.LoadReceiveConfig(a.configPath, a.io.Env)
 			if err != nil {
 				return err
 			}
-			tr, err := daemon.StartTracing(cmd.Context(), traced, "mensageria-receive", c.App, a.io.Env, log)
-			if err != nil {
-				return err
-			}
-			defer tr.Stop(c.ShutdownTimeout, log)
-			err = receive.Run(cmd.Context(), receive.Options{Config: c, Tracer: tr.Tracer, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Log: log})
-			var ce *daemon.ConflictError
-			if errors.As(err, &ce) {
-				return conflictErr(ce.Err, ce.What, a.configPath)
-			}
-			return err
+			return receive.Run(cmd.Context(), receive.Options{Config: c, ConfigPath: a.configPath, HealthListen: listen, Migrate: migrate, Trace: traced, Env: a.io.Env, Log: log})
 		}),
 	}
 	f := cmd.Flags()

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,10 +83,5 @@ func (a *app) runRelay(ctx context.Context, o relayOptions) error {
 	if err != nil {
 		return err
 	}
-	err = relay.Run(ctx, relay.Options{Config: c, Listen: o.listen, Shutdown: o.shutdown, Migrate: o.migrate, Trace: o.traced, Env: a.io.Env, Log: log})
-	var ce *daemon.ConflictError
-	if errors.As(err, &ce) {
-		return conflictErr(ce.Err, ce.What, a.configPath)
-	}
-	return err
+	return relay.Run(ctx, relay.Options{Config: c, Listen: o.listen, Shutdown: o.shutdown, Migrate: o.migrate, Trace: o.traced, Env: a.io.Env, Log: log})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -45,7 +46,7 @@ func (a *app) routesPauseCommand() *cobra.Command {
 				by = operator()
 			}
 			if err := ops.CheckPause(args[0], by, reason); err != nil {
-				return usageErr("%v (see 'mensageria routes pause --help')", err)
+				return daemon.Usage("%v (see 'mensageria routes pause --help')", err)
 			}
 			ctx := cmd.Context()
 			_, b, op, err := a.connectInScope(ctx, allApps)
@@ -167,15 +168,15 @@ func routeRefusal(err error, typ string) error {
 		if oos.Owner != "" {
 			owner = "it is owned by app " + oos.Owner
 		}
-		return usageErr("message type %q is not app %v's (%s): nothing changed (use the owning app's config, or --all-apps)", typ, strings.Join(oos.Apps, ", "), owner)
+		return daemon.Usage("message type %q is not app %v's (%s): nothing changed (use the owning app's config, or --all-apps)", typ, strings.Join(oos.Apps, ", "), owner)
 	case errors.As(err, &pe):
-		return usageErr("%v (see 'mensageria routes pause --help')", err)
+		return daemon.Usage("%v (see 'mensageria routes pause --help')", err)
 	case errors.As(err, &np):
-		return failErr("message type %q is not paused; nothing changed ('mensageria routes list' shows the paused ones)", typ)
+		return daemon.Fail("message type %q is not paused; nothing changed ('mensageria routes list' shows the paused ones)", typ)
 	case errors.Is(err, ops.ErrNotFound):
-		return failErr("message type %q is not in the ownership catalog: no app owns it, so there is nothing to pause", typ)
+		return daemon.Fail("message type %q is not in the ownership catalog: no app owns it, so there is nothing to pause", typ)
 	case errors.Is(err, ops.ErrNoRoutePause):
-		return failErr("this database's driver records no route pauses")
+		return daemon.Fail("this database's driver records no route pauses")
 	}
 	return err
 }

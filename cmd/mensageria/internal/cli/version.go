@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 )
 
 // ownModules is the path prefix of the repository's modules, whose
@@ -27,7 +29,7 @@ from. Nothing is read from a config or a database.`,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			info, ok := debug.ReadBuildInfo()
 			if !ok {
-				return failErr("this binary carries no build information")
+				return daemon.Fail("this binary carries no build information")
 			}
 			writeVersion(a.io.Out, info)
 			return nil

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,27 +10,18 @@ import (
 	"github.com/xadm/mensageria"
 )
 
-const onceConfig = `database: sqlite:/tmp/x.db
-app: integrador
-routes:
-  - type: lancamento.criado
-    delivery: at_most_once
-    http:
-      url: https://legado.internal/api/v1/lancamentos
-      token: ${LEGACY_TOKEN}
-      payload_only: true
-      not_applied: [503, "502"]
-      reconcile:
-        url: https://legado.internal/api/v1/lancamentos/{key}
-        not_applied: [404, 410]
-        timeout: 3s
-  - type: pedido.criado
-    http: {url: http://127.0.0.1:8081/m2m, token: t}
-relay: {reconcile_interval: 30s}
-`
+// onceConfig is an at_most_once route with its probe beside an
+// at_least_once one; relay's TestRegistryOfTheConfig builds it too.
+var onceConfig = func() []byte {
+	b, err := os.ReadFile("testdata/at_most_once.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
 
 func TestParseConfigAtMostOnce(t *testing.T) {
-	c, err := ParseConfig("m.yaml", []byte(onceConfig), envOf("LEGACY_TOKEN", "leg"))
+	c, err := ParseConfig("m.yaml", onceConfig, envOf("LEGACY_TOKEN", "leg"))
 	if err != nil {
 		t.Fatal(err)
 	}

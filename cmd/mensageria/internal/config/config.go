@@ -45,7 +45,10 @@ type Config struct {
 	Schema   string
 	App      string
 	Routes   []Route
-	Relay    RelayConfig
+	// Relay is the relay: block, as the library's settings of the relay
+	// it names (App, Registry and the rest are left zero: ClientConfig
+	// fills App); zero values take the library's defaults.
+	Relay mensageria.Config
 	// Console is the console: block, nil when the file has none.
 	Console *ConsoleConfig
 	// Warnings are the deprecated spellings the file still uses, each
@@ -170,28 +173,6 @@ func redacted(s Secret) string {
 	return "xxxxx"
 }
 
-// RelayConfig is the relay: block; zero values take the library defaults.
-type RelayConfig struct {
-	Batch        int
-	Concurrency  int
-	Lease        time.Duration
-	MaxAttempts  int
-	Election     mensageria.Election
-	PollOnly     bool
-	PollInterval time.Duration
-	BackoffBase  time.Duration
-	BackoffMax   time.Duration
-	// The routes' flow control (a breaker per route); zero values take
-	// the library's defaults.
-	RetryAfterCeiling     time.Duration
-	RouteFailureThreshold int
-	RoutePause            time.Duration
-	RoutePauseMax         time.Duration
-	// ReconcileInterval is how often the probes of at_most_once routes run
-	// (mensageria.Config.ReconcileInterval).
-	ReconcileInterval time.Duration
-}
-
 // Backend returns "postgres", "mysql" or "sqlite".
 func (c *Config) Backend() string {
 	if strings.HasPrefix(c.Database, "sqlite:") {
@@ -228,24 +209,9 @@ func (c *Config) Types() []string {
 // ClientConfig is the library config the file describes (without the
 // registry, which needs the transports).
 func (c *Config) ClientConfig() mensageria.Config {
-	return mensageria.Config{
-		App:          c.App,
-		BatchSize:    c.Relay.Batch,
-		Concurrency:  c.Relay.Concurrency,
-		Lease:        c.Relay.Lease,
-		MaxAttempts:  c.Relay.MaxAttempts,
-		Election:     c.Relay.Election,
-		PollOnly:     c.Relay.PollOnly,
-		PollInterval: c.Relay.PollInterval,
-		BackoffBase:  c.Relay.BackoffBase,
-		BackoffMax:   c.Relay.BackoffMax,
-
-		RetryAfterCeiling:     c.Relay.RetryAfterCeiling,
-		RouteFailureThreshold: c.Relay.RouteFailureThreshold,
-		RoutePause:            c.Relay.RoutePause,
-		RoutePauseMax:         c.Relay.RoutePauseMax,
-		ReconcileInterval:     c.Relay.ReconcileInterval,
-	}
+	cc := c.Relay
+	cc.App = c.App
+	return cc
 }
 
 // Effective is the library config the file describes with every default
@@ -1288,14 +1254,14 @@ func (p *parser) natsRoute(i int, r Route, rn *rawNATS) (Route, error) {
 	return r, nil
 }
 
-func (p *parser) relay(rr *rawRelay, out *RelayConfig) error {
+func (p *parser) relay(rr *rawRelay, out *mensageria.Config) error {
 	var err error
 	do := func(f func() error) {
 		if err == nil {
 			err = f()
 		}
 	}
-	do(func() (e error) { out.Batch, e = p.int(rr.Batch, 1, "relay", "batch"); return })
+	do(func() (e error) { out.BatchSize, e = p.int(rr.Batch, 1, "relay", "batch"); return })
 	do(func() (e error) { out.Concurrency, e = p.int(rr.Concurrency, 1, "relay", "concurrency"); return })
 	do(func() (e error) { out.Lease, e = p.duration(rr.Lease, "relay", "lease"); return })
 	do(func() (e error) { out.MaxAttempts, e = p.int(rr.MaxAttempts, 1, "relay", "max_attempts"); return })

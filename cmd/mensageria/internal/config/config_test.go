@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -65,8 +66,8 @@ func TestParseConfigGood(t *testing.T) {
 	if c.Routes[1].HTTP.MaxConcurrent != 4 || c.Routes[1].Ordered {
 		t.Fatalf("route 1: %+v", c.Routes[1].HTTP)
 	}
-	want := RelayConfig{Batch: 100, Concurrency: 16, Lease: 30 * time.Second, MaxAttempts: 20, Election: mensageria.ElectionLeader}
-	if c.Relay != want {
+	want := mensageria.Config{BatchSize: 100, Concurrency: 16, Lease: 30 * time.Second, MaxAttempts: 20, Election: mensageria.ElectionLeader}
+	if !reflect.DeepEqual(c.Relay, want) {
 		t.Fatalf("relay: %+v", c.Relay)
 	}
 }

@@ -17,20 +17,13 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    http: {url: https://h/, token: ${T}, batch: true, max_batch_items: 5, tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /c.key}}\n"))
 	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    max_rate: 2.5\n    http: {url: http://h/, token: x}\nrelay: {route_pause: 1s, route_pause_max: 2s, route_failure_threshold: 3, retry_after_ceiling: 1m}\n"))
 	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    kafka: {brokers: [k:1], topic: t, tls: {}, sasl: {mechanism: scram-sha-256, user: u, password: ${T}}}\n  - type: u\n    nats: {url: tls://n:1, subject: s, user: u, password: p, tls: {ca_file: /ca}}\n"))
-	f.Add([]byte(onceConfig))
+	f.Add(onceConfig)
 	f.Add([]byte("database: sqlite:/x\napp: a\nroutes:\n  - type: t\n    delivery: at_most_once\n    http: {url: http://h/, token: x, not_applied: [503], reconcile: {url: 'http://h/{key}?t={type}', applied: [200, 204], not_applied: [404], timeout: 1s}}\nrelay: {reconcile_interval: 5s}\n"))
 	env := envOf("X", "sqlite:/tmp/f.db", "T", "tok")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig("f.yaml", data, env)
 		if err != nil {
-			var ce *ConfigError
-			var me MultiError
-			if !errors.As(err, &ce) && !errors.As(err, &me) {
-				t.Fatalf("error %T is not a config error: %v", err, err)
-			}
-			if !strings.HasPrefix(err.Error(), "f.yaml") {
-				t.Fatalf("error does not name the file: %v", err)
-			}
+			checkRefusal(t, err)
 			return
 		}
 		if c.App == "" || c.Database == "" || c.Schema == "" || len(c.Routes) == 0 {
@@ -82,4 +75,18 @@ func FuzzConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkRefusal fails t unless err, a parser's refusal of the fuzzed file
+// f.yaml, is a config error that names the file.
+func checkRefusal(t *testing.T, err error) {
+	t.Helper()
+	var ce *ConfigError
+	var me MultiError
+	if !errors.As(err, &ce) && !errors.As(err, &me) {
+		t.Fatalf("error %T is not a config error: %v", err, err)
+	}
+	if !strings.HasPrefix(err.Error(), "f.yaml") {
+		t.Fatalf("error does not name the file: %v", err)
+	}
 }

@@ -162,16 +162,13 @@ func LoadReceiveConfig(path string, env func(string) (string, bool)) (*ReceiveCo
 	return ParseReceiveConfig(path, b, env)
 }
 
-// IsReceiveFile tells a receive daemon's config from a relay's by its
-// top-level keys: consumers: or receive:, and no routes:. A file it cannot
-// read or parse is left to the relay config's loader, which says why.
-func IsReceiveFile(path string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
+// IsReceive tells a receive daemon's config file (its bytes) from a
+// relay's by its top-level keys: consumers: or receive:, and no routes:.
+// A file it cannot parse is left to the relay config's parser, which says
+// why.
+func IsReceive(data []byte) bool {
 	var top map[string]yaml.Node
-	if yaml.Unmarshal(b, &top) != nil {
+	if yaml.Unmarshal(data, &top) != nil {
 		return false
 	}
 	_, routes := top["routes"]

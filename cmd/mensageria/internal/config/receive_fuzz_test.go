@@ -18,14 +18,7 @@ func FuzzReceiveConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseReceiveConfig("f.yaml", data, env)
 		if err != nil {
-			var ce *ConfigError
-			var me MultiError
-			if !errors.As(err, &ce) && !errors.As(err, &me) {
-				t.Fatalf("error %T is not a config error: %v", err, err)
-			}
-			if !strings.HasPrefix(err.Error(), "f.yaml") {
-				t.Fatalf("error does not name the file: %v", err)
-			}
+			checkRefusal(t, err)
 			return
 		}
 		if c.App == "" || c.Database == "" || c.Schema == "" || c.Listen == "" || !strings.HasPrefix(c.Path, "/") ||

@@ -351,14 +351,14 @@ func (c *Console) Overview(ctx context.Context) (*Overview, error) {
 	}
 	ov.CountedAt, ov.CountTookMs = snap.at.UTC(), ms(snap.took)
 
-	st, err := c.every().Status(ctx, ops.StatusParams{Counted: snap.counted, AllElections: true})
+	st, err := c.every.Status(ctx, ops.StatusParams{Counted: snap.counted, AllElections: true})
 	if err != nil {
 		return nil, err
 	}
 	for _, step := range []string{"owners", "routes", "elections"} {
 		ov.Timings[step] = ms(st.Timings[step])
 	}
-	scope := c.scoped().Scope()
+	scope := c.scoped.Scope()
 	views := map[string]*TypeView{}
 	names := make([]string, 0, len(st.Types))
 	for _, t := range st.Types {
@@ -414,7 +414,7 @@ func (c *Console) perMinute(ctx context.Context, ov *Overview, types []string, v
 	if len(types) == 0 {
 		return
 	}
-	mins, _, err := c.every().DeliveredPerMinute(ctx, types, chartMinutes*time.Minute)
+	mins, _, err := c.every.DeliveredPerMinute(ctx, types, chartMinutes*time.Minute)
 	if err != nil {
 		ov.Errors = append(ov.Errors, "deliveries per minute: "+redact.Text(err.Error()))
 	}
@@ -425,14 +425,6 @@ func (c *Console) perMinute(ctx context.Context, ov *Overview, types []string, v
 		}
 	}
 }
-
-// scoped is the operator's verbs within the console's apps (Options.Apps;
-// every app's without): what its actions may touch.
-func (c *Console) scoped() *ops.Ops { return c.opt.Ops.In(ops.ForApps(c.opt.Apps...)) }
-
-// every is the verbs over every app: the console shows every app's types
-// and messages, and acts only within scoped.
-func (c *Console) every() *ops.Ops { return c.opt.Ops.In(ops.AllApps()) }
 
 // Letter is a dead letter in the list.
 type Letter struct {
@@ -519,9 +511,9 @@ func (c *Console) listOf(w http.ResponseWriter, r *http.Request, state ops.State
 		problem(w, r, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit= must be between 1 and %d", maxPage))
 		return
 	}
-	list := c.every().DeadLetters
+	list := c.every.DeadLetters
 	if state == ops.StateInDoubt {
-		list = c.every().InDoubt
+		list = c.every.InDoubt
 	}
 	p, err := list(r.Context(), ops.ListParams{Types: []string{typ}, After: after, Limit: int(limit)})
 	if err != nil {
@@ -548,7 +540,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, _ principal) {
 		problem(w, r, http.StatusBadRequest, "bad_request", "the message id must be a positive integer")
 		return
 	}
-	m, err := c.every().Show(r.Context(), id)
+	m, err := c.every.Show(r.Context(), id)
 	if errors.Is(err, ops.ErrNotFound) {
 		problem(w, r, http.StatusNotFound, "not_found", fmt.Sprintf("no message %d in the outbox (delivered and deleted, discarded, or never there)", id))
 		return
@@ -582,7 +574,7 @@ func (c *Console) revive(discard bool) func(http.ResponseWriter, *http.Request, 
 			problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 			return
 		}
-		o := c.scoped()
+		o := c.scoped
 		plan := o.PlanRetry
 		if discard {
 			plan = o.PlanDiscard

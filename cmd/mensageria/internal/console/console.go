@@ -100,6 +100,13 @@ type Console struct {
 	counts *counter
 	guard  *httpguard.Throttle // failed credentials, one bucket for the console (key "")
 
+	// scoped is the operator's verbs within the console's apps
+	// (Options.Apps; every app's without): what its actions may touch.
+	scoped *ops.Ops
+	// every is the verbs over every app: the console shows every app's
+	// types and messages, and acts only within scoped.
+	every *ops.Ops
+
 	mu       sync.Mutex
 	sessions map[string]sessionEntry // session id → its expiry and who logged in
 
@@ -155,8 +162,10 @@ func New(opt Options) (*Console, error) {
 		static:   sub,
 		sessions: map[string]sessionEntry{},
 		ctx:      ctx, cancel: cancel,
+		scoped: opt.Ops.In(ops.ForApps(opt.Apps...)),
+		every:  opt.Ops.In(ops.AllApps()),
 	}
-	c.counts = newCounter(ctx, opt.Ops.In(ops.AllApps()), opt.MinRefresh, opt.Logger)
+	c.counts = newCounter(ctx, c.every, opt.MinRefresh, opt.Logger)
 	c.guard = httpguard.NewThrottle(20, 2)
 	c.routes()
 	return c, nil

@@ -97,7 +97,7 @@ type ResolveResult struct {
 }
 
 func (c *Console) atMostOnce(w http.ResponseWriter, r *http.Request) bool {
-	ok := c.every().AtMostOnce()
+	ok := c.every.AtMostOnce()
 	if !ok {
 		problem(w, r, http.StatusNotImplemented, "no_at_most_once", "this database's driver keeps no messages in doubt (no at-most-once support)")
 	}
@@ -125,7 +125,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	rp.By = p.by
-	o := c.scoped()
+	o := c.scoped
 	plan, err := o.PlanResolve(r.Context(), rp)
 	if err != nil {
 		c.refused(w, r, err)

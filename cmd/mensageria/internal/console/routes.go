@@ -82,7 +82,7 @@ func (c *Console) routeAction(w http.ResponseWriter, r *http.Request, p principa
 		problem(w, r, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	o := c.scoped()
+	o := c.scoped
 	var got ops.RoutePause
 	if pause {
 		got, err = o.PauseRoute(r.Context(), q.Type, p.by, q.Reason)

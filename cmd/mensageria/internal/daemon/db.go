@@ -53,7 +53,7 @@ func Open(ctx context.Context, database, schema string, create bool) (*DB, error
 	}
 	pcfg, err := pgxpool.ParseConfig(database)
 	if err != nil {
-		return nil, usageErr("database: %v", err)
+		return nil, Usage("database: %v", err)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 func openSQLiteFile(path, schema string, create bool) (*DB, error) {
 	drv, err := sqlite.Open(path, &sqlite.Config{Schema: schema, MustExist: !create})
 	if errors.Is(err, fs.ErrNotExist) && !create {
-		return nil, failErr("database sqlite:%s: the file does not exist; this command never creates it (check database: in the config; 'mensageria migrate up' creates a new one)", path)
+		return nil, Fail("database sqlite:%s: the file does not exist; this command never creates it (check database: in the config; 'mensageria migrate up' creates a new one)", path)
 	}
 	if err != nil {
 		return nil, err

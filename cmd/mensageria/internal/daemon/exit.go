@@ -7,6 +7,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/xadm/mensageria"
@@ -39,12 +40,23 @@ type ConflictError struct {
 func (e *ConflictError) Error() string { return e.Err.Error() }
 func (e *ConflictError) Unwrap() error { return e.Err }
 
-// usageErr makes a usage error (exit code 2).
-func usageErr(format string, args ...any) error {
+// Conflict is err as a *ConflictError saying what the app could not do
+// when err holds a catalog conflict, and err itself otherwise (nil
+// included), so that a caller returns Conflict(what, err) on every path.
+func Conflict(what string, err error) error {
+	var oce *mensageria.OwnerConflictError
+	if errors.As(err, &oce) {
+		return &ConflictError{What: what, Err: oce}
+	}
+	return err
+}
+
+// Usage makes a usage error (exit code 2): what only the operator can fix.
+func Usage(format string, args ...any) error {
 	return &Error{Code: ExitUsage, Err: fmt.Errorf(format, args...)}
 }
 
-// failErr makes a runtime failure (exit code 1).
-func failErr(format string, args ...any) error {
+// Fail makes a runtime failure (exit code 1).
+func Fail(format string, args ...any) error {
 	return &Error{Code: ExitFailure, Err: fmt.Errorf(format, args...)}
 }

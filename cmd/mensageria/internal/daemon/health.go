@@ -51,7 +51,7 @@ func ServeHealth(listen string, h http.Handler, log *slog.Logger) (srv *http.Ser
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, nil, usageErr("--listen %s: %v", listen, err)
+		return nil, nil, Usage("--listen %s: %v", listen, err)
 	}
 	srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving health and metrics", "addr", ln.Addr().String(), "paths", "/healthz /readyz /metrics")
@@ -65,16 +65,16 @@ func ServeHealth(listen string, h http.Handler, log *slog.Logger) (srv *http.Ser
 func Probe(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return usageErr("healthcheck: %v", err)
+		return Usage("healthcheck: %v", err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return failErr("healthcheck %s: %v", url, err)
+		return Fail("healthcheck %s: %v", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 != 2 {
-		return failErr("healthcheck %s: %s: %s", url, resp.Status, body)
+		return Fail("healthcheck %s: %s: %s", url, resp.Status, body)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageErr("--log-level %q: use debug, info, warn or error", level)
+		return nil, Usage("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	// Every line passes through redact: no user-info password, query
@@ -25,5 +25,5 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
 	}
-	return nil, usageErr("--log-format %q: use text or json", format)
+	return nil, Usage("--log-format %q: use text or json", format)
 }

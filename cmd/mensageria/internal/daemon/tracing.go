@@ -41,7 +41,7 @@ func StartTracing(ctx context.Context, on bool, service, app string, lookup func
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
-		return nil, usageErr("--trace: %v", err)
+		return nil, Usage("--trace: %v", err)
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(
@@ -53,7 +53,7 @@ func StartTracing(ctx context.Context, on bool, service, app string, lookup func
 		resource.WithFromEnv(),
 	)
 	if err != nil {
-		return nil, usageErr("--trace: OTEL_RESOURCE_ATTRIBUTES: %v", err)
+		return nil, Usage("--trace: OTEL_RESOURCE_ATTRIBUTES: %v", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	// An exporter that cannot reach its collector says so in the log, not
@@ -84,12 +84,12 @@ func checkOTLPEnv(env func(string) string) error {
 		}
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usageErr("--trace: %s=%q is not an http:// or https:// URL", k, v)
+			return Usage("--trace: %s=%q is not an http:// or https:// URL", k, v)
 		}
 	}
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
 		if v := env(k); v != "" && v != "http/protobuf" {
-			return usageErr("--trace: %s=%q: this build exports OTLP over HTTP only (http/protobuf)", k, v)
+			return Usage("--trace: %s=%q: this build exports OTLP over HTTP only (http/protobuf)", k, v)
 		}
 	}
 	return nil

@@ -26,7 +26,6 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
 )
 
 // The demo's cast: two apps on one shared schema exchanging messages, and
@@ -60,16 +59,6 @@ type Options struct {
 	Out io.Writer
 	// TTY draws the progress line in place: Out is a terminal.
 	TTY bool
-}
-
-// UsageError is a refusal of the options (a --db that is not a database
-// URL): the command's usage error, not a failure of the run.
-type UsageError struct{ msg string }
-
-func (e *UsageError) Error() string { return e.msg }
-
-func usageErr(format string, args ...any) error {
-	return &UsageError{msg: fmt.Sprintf(format, args...)}
 }
 
 // Run runs the demo: two apps exchange o.Messages orders and invoices
@@ -171,14 +160,14 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 	} else {
 		if !strings.HasPrefix(d.opt.DB, "postgres://") && !strings.HasPrefix(d.opt.DB, "postgresql://") {
-			return usageErr("--db must be a postgres://, mysql:// or mariadb:// URL")
+			return daemon.Usage("--db must be a postgres://, mysql:// or mariadb:// URL")
 		}
 		d.remote, d.label = true, "PostgreSQL"
 		d.schema = fmt.Sprintf("mensageria_demo_%08x", rand.Uint32())
 		d.effects, d.orders = d.schema+".demo_effects", d.schema+".demo_orders"
 		admin, err := pgxpool.New(ctx, d.opt.DB)
 		if err != nil {
-			return usageErr("--db: %v", err)
+			return daemon.Usage("--db: %v", err)
 		}
 		d.closers = append(d.closers, admin.Close)
 		if err := admin.Ping(ctx); err != nil {
@@ -208,15 +197,25 @@ func (d *demo) setup(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	// The effects table has no unique key on purpose: a duplicate effect
-	// must be visible, not turned into an error.
-	return d.main.Driver.InTx(ctx, func(ctx context.Context, tx driver.Tx) error {
-		// VARCHAR, and no column named key: MySQL indexes no TEXT whole
-		// and reserves the word.
-		if err := execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.effects+" (consumer VARCHAR(200) NOT NULL, order_key VARCHAR(200) NOT NULL, message_id VARCHAR(36) NOT NULL)"); err != nil {
-			return err
-		}
-		return execRaw(ctx, tx.Raw(), "CREATE TABLE "+d.orders+" (order_key VARCHAR(200) PRIMARY KEY, amount_cents INTEGER NOT NULL)")
-	})
+	// must be visible, not turned into an error. VARCHAR, and no column
+	// named key: MySQL indexes no TEXT whole and reserves the word. The
+	// tables are the demo's, in its scratch database, so they are made
+	// through its own handle, not in a transaction of the driver's.
+	if err := d.exec(ctx, "CREATE TABLE "+d.effects+" (consumer VARCHAR(200) NOT NULL, order_key VARCHAR(200) NOT NULL, message_id VARCHAR(36) NOT NULL)"); err != nil {
+		return err
+	}
+	return d.exec(ctx, "CREATE TABLE "+d.orders+" (order_key VARCHAR(200) PRIMARY KEY, amount_cents INTEGER NOT NULL)")
+}
+
+// exec runs one of the demo's own statements outside any transaction,
+// with $n placeholders on every database.
+func (d *demo) exec(ctx context.Context, q string) error {
+	if d.main.Pool != nil {
+		_, err := d.main.Pool.Exec(ctx, q)
+		return err
+	}
+	_, err := d.main.SQL.ExecContext(ctx, dollarN.ReplaceAllString(q, "?"))
+	return err
 }
 
 var dollarN = regexp.MustCompile(`\$\d+`)
@@ -243,18 +242,22 @@ func (d *demo) query(ctx context.Context, q string, args []any, scan func(func(.
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+		return scanRows(rows, scan)
 	}
 	rows, err := d.main.SQL.QueryContext(ctx, dollarN.ReplaceAllString(q, "?"), args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	return scanRows(rows, scan)
+}
+
+// scanRows hands each row of rows (pgx's or database/sql's) to scan.
+func scanRows(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+}, scan func(func(...any) error) error) error {
 	for rows.Next() {
 		if err := scan(rows.Scan); err != nil {
 			return err

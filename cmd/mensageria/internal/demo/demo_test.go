@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/verdict"
 	"github.com/xadm/mensageria/ops"
 )
@@ -99,12 +100,12 @@ func TestDemoJudge(t *testing.T) {
 }
 
 // A --db that names no database the demo knows is the operator's mistake:
-// a *UsageError, before anything is created.
+// a usage error (exit code 2), before anything is created.
 func TestRunRefusesAnUnknownDatabaseURL(t *testing.T) {
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), Options{DB: "oracle://h/db", Messages: 50, Timeout: time.Minute, Out: &out})
-	var ue *UsageError
-	if !errors.As(err, &ue) || rep != nil || !strings.Contains(err.Error(), "postgres://, mysql:// or mariadb://") {
+	var ue *daemon.Error
+	if !errors.As(err, &ue) || ue.Code != daemon.ExitUsage || rep != nil || !strings.Contains(err.Error(), "postgres://, mysql:// or mariadb://") {
 		t.Fatalf("Run: %v, %v; want a usage error naming the URLs it takes", rep, err)
 	}
 	if out.Len() != 0 {

@@ -15,7 +15,7 @@ import (
 func (d *demo) setupMySQL(ctx context.Context) error {
 	u, err := url.Parse(d.opt.DB)
 	if err != nil {
-		return usageErr("--db: not a URL")
+		return daemon.Usage("--db: not a URL")
 	}
 	admin, err := daemon.Open(ctx, d.opt.DB, "", true)
 	if err != nil {

@@ -37,9 +37,10 @@ import (
 type Options struct {
 	// Config is the receive config, as config.LoadReceiveConfig returns it.
 	Config *config.ReceiveConfig
-	// Tracer, when tracing is on, wraps every consumer's effect; nil
-	// traces nothing.
-	Tracer *mensageriaotel.Tracer
+	// Trace exports OpenTelemetry traces, configured by the OTEL_*
+	// variables Env looks up: a span per message received.
+	Trace bool
+	Env   func(string) (string, bool)
 	// ConfigPath names the config file in errors.
 	ConfigPath string
 	// HealthListen, when not empty, is a plain-HTTP address that also
@@ -51,22 +52,13 @@ type Options struct {
 	Log     *slog.Logger
 }
 
-// usageErr makes a usage error (exit code 2).
-func usageErr(format string, args ...any) error {
-	return &daemon.Error{Code: daemon.ExitUsage, Err: fmt.Errorf(format, args...)}
-}
-
-// failErr makes a runtime failure (exit code 1).
-func failErr(format string, args ...any) error {
-	return &daemon.Error{Code: daemon.ExitFailure, Err: fmt.Errorf(format, args...)}
-}
-
 // instance is one running `mensageria receive`.
 type instance struct {
 	cfg *config.ReceiveConfig
 	// tracer, when --trace is on, wraps every consumer's effect.
 	tracer   *mensageriaotel.Tracer
 	b        *daemon.DB
+	client   *mensageria.Client // the app's, for the catalog and the purge
 	rc       *m2mhttp.Receiver
 	creds    *credentials
 	metrics  *receiveMetrics
@@ -80,7 +72,7 @@ type instance struct {
 // carry their exit code as a *daemon.Error, or are a *daemon.ConflictError.
 func Run(ctx context.Context, o Options) error {
 	c, configPath, log := o.Config, o.ConfigPath, o.Log
-	d := &instance{cfg: c, tracer: o.Tracer, log: log}
+	d := &instance{cfg: c, log: log}
 	toks, err := d.loadCredentials()
 	if err != nil {
 		return err
@@ -91,12 +83,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer b.Close()
 	d.b = b
-	if err := d.checkSchema(ctx, o.Migrate); err != nil {
+	if err := daemon.CheckSchema(ctx, b, c.Schema, c.App, o.Migrate, "run 'mensageria migrate up' or start the receiver with --migrate", log); err != nil {
 		return err
 	}
+	tr, err := daemon.StartTracing(ctx, o.Trace, "mensageria-receive", c.App, o.Env, log)
+	if err != nil {
+		return err
+	}
+	defer tr.Stop(c.ShutdownTimeout, log)
+	d.tracer = tr.Tracer
 	queue, ok := b.Driver.(driver.InboxQueueReader)
 	if !ok {
-		return failErr("the %T backend has no inbox queue", b.Driver)
+		return daemon.Fail("the %T backend has no inbox queue", b.Driver)
 	}
 	reg, handlers, consumerOf, err := d.consumers(configPath)
 	if err != nil {
@@ -165,10 +163,10 @@ func (d *instance) consumers(configPath string) (reg *mensageria.Registry, handl
 	for _, k := range c.Consumers {
 		in, err := mensageria.NewInbox(d.b.Driver, mensageria.InboxConfig{Consumer: k.Name, Window: k.Window})
 		if err != nil {
-			return nil, nil, nil, usageErr("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
+			return nil, nil, nil, daemon.Usage("%s:%d: consumer %q: %v", configPath, k.Line, k.Name, err)
 		}
 		if err := reg.RegisterInbox(in); err != nil {
-			return nil, nil, nil, usageErr("%s:%d: %v", configPath, k.Line, err)
+			return nil, nil, nil, daemon.Usage("%s:%d: %v", configPath, k.Line, err)
 		}
 		h, err := m2mhttp.QueueHandler(in)
 		if err != nil {
@@ -193,6 +191,7 @@ func (d *instance) register(ctx context.Context, reg *mensageria.Registry) error
 	if err != nil {
 		return err
 	}
+	d.client = cl
 	// The senders' settings are not known here; a relay's defaults are the
 	// usual ones, and a window under their horizon is worth a word.
 	if horizon := (&config.Config{App: c.App}).OfflineClient().RetryHorizon(); horizon > 0 {
@@ -204,12 +203,8 @@ func (d *instance) register(ctx context.Context, reg *mensageria.Registry) error
 		}
 	}
 	res, err := cl.Register(ctx)
-	var oce *driver.OwnerConflictError
-	switch {
-	case errors.As(err, &oce):
-		return &daemon.ConflictError{What: "receive", Err: oce}
-	case err != nil:
-		return fmt.Errorf("ownership catalog: %w", err)
+	if err != nil {
+		return daemon.Conflict("receive", fmt.Errorf("ownership catalog: %w", err))
 	}
 	for _, o := range res.Unlisted {
 		if o.Kind == driver.ResourceConsumer {
@@ -253,7 +248,7 @@ func (d *instance) serve(healthListen string) (srv, health *http.Server, done ch
 	c, log := d.cfg, d.log
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
-		return nil, nil, nil, "", "", usageErr("receive.listen %s: %v", c.Listen, err)
+		return nil, nil, nil, "", "", daemon.Usage("receive.listen %s: %v", c.Listen, err)
 	}
 	scheme = "http"
 	if c.TLS != nil {
@@ -278,7 +273,7 @@ func (d *instance) serve(healthListen string) (srv, health *http.Server, done ch
 		hl, err := net.Listen("tcp", healthListen)
 		if err != nil {
 			_ = srv.Close()
-			return nil, nil, nil, "", "", usageErr("--listen %s: %v", healthListen, err)
+			return nil, nil, nil, "", "", daemon.Usage("--listen %s: %v", healthListen, err)
 		}
 		health = &http.Server{Handler: d.mux(false), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("serving health and metrics", "addr", hl.Addr().String(), "paths", "/healthz /readyz /metrics")
@@ -315,17 +310,6 @@ func (d *instance) waitAndStop(ctx context.Context, srv, health *http.Server, do
 		return serveErr
 	}
 	return nil
-}
-
-// checkSchema verifies (or, with migrate, applies) the schema, as the
-// relay does.
-func (d *instance) checkSchema(ctx context.Context, migrate bool) error {
-	err := daemon.CheckSchema(ctx, d.b, d.cfg.Schema, d.cfg.App, migrate, "run 'mensageria migrate up' or start the receiver with --migrate", d.log)
-	var oce *driver.OwnerConflictError
-	if errors.As(err, &oce) {
-		return &daemon.ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
-	}
-	return err
 }
 
 // mux serves deliveries (when deliveries) and the probes. What ServeMux
@@ -403,14 +387,10 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) 
 	_, _ = w.Write(b)
 }
 
-// purgeBatch bounds one purge statement, as the relay's purge does.
-const purgeBatch = 1000
-
-// purge deletes, every PurgeInterval, the applied queue rows and dedup
-// records of the app's consumers older than each one's window: the same
-// purge as the relay's (driver.Purge with the app), so an app that also
-// runs a relay is purged the same way by both. Every replica purges; the
-// deletes are bounded and do not conflict.
+// purge runs, every PurgeInterval, the purge of the app's consumers'
+// dedup records and applied queue rows that a relay of the app runs too
+// (Client.PurgeInbox), so an app that also runs a relay is purged the
+// same way by both.
 func (d *instance) purge(ctx context.Context) {
 	t := time.NewTicker(d.cfg.PurgeInterval)
 	defer t.Stop()
@@ -420,20 +400,12 @@ func (d *instance) purge(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for ctx.Err() == nil {
-			res, err := d.b.Driver.Purge(ctx, driver.PurgeParams{App: d.cfg.App, Batch: purgeBatch})
-			if err != nil {
-				if ctx.Err() == nil {
-					d.log.Warn("purge failed", "err", err)
-				}
-				break
-			}
-			if res.Inbox+res.InboxQueue > 0 {
-				d.log.Debug("purged", "records", res.Inbox, "applied_rows", res.InboxQueue)
-			}
-			if res.Inbox < purgeBatch && res.InboxQueue < purgeBatch {
-				break
-			}
+		records, applied, err := d.client.PurgeInbox(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("purge failed", "err", err)
+		}
+		if records+applied > 0 {
+			d.log.Debug("purged", "records", records, "applied_rows", applied)
 		}
 	}
 }

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon/daemontest"
 )
 
 // sqliteConfig is a receive config on a fresh SQLite file, listening on
@@ -41,25 +41,11 @@ consumers:
 // names what could not be done and keeps the catalog's conflict.
 func TestRunReportsAnotherAppsConsumerAsConflict(t *testing.T) {
 	c, path := sqliteConfig(t, "127.0.0.1:0")
-	drv, err := sqlite.Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drv.Register(ctx, driver.RegisterParams{App: "cobranca",
-		Resources: []driver.Resource{{Kind: driver.ResourceConsumer, Name: "fat", Window: time.Hour}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.Close(); err != nil {
-		t.Fatal(err)
-	}
+	daemontest.OwnedBy(t, path, "cobranca", mensageria.Resource{Kind: mensageria.ResourceConsumer, Name: "fat", Window: time.Hour})
 
-	err = Run(ctx, Options{Config: c, ConfigPath: "receive.yaml", Log: testLogger()})
+	err := Run(context.Background(), Options{Config: c, ConfigPath: "receive.yaml", Log: testLogger()})
 	var ce *daemon.ConflictError
-	if !errors.As(err, &ce) || ce.What != "receive" || !errors.Is(err, driver.ErrOwnerConflict) {
+	if !errors.As(err, &ce) || ce.What != "receive" || !errors.Is(err, mensageria.ErrOwnerConflict) {
 		t.Fatalf("Run with another app's consumer: %v", err)
 	}
 	if len(ce.Err.Conflicts) != 1 || ce.Err.Conflicts[0].Name != "fat" || ce.Err.Conflicts[0].App != "cobranca" {

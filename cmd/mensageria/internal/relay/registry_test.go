@@ -34,24 +34,8 @@ routes:
 		t.Fatalf("registry route: %+v", r)
 	}
 
-	once, err := config.ParseConfig("m.yaml", []byte(`database: sqlite:/tmp/x.db
-app: integrador
-routes:
-  - type: lancamento.criado
-    delivery: at_most_once
-    http:
-      url: https://legado.internal/api/v1/lancamentos
-      token: ${LEGACY_TOKEN}
-      payload_only: true
-      not_applied: [503, "502"]
-      reconcile:
-        url: https://legado.internal/api/v1/lancamentos/{key}
-        not_applied: [404, 410]
-        timeout: 3s
-  - type: pedido.criado
-    http: {url: http://127.0.0.1:8081/m2m, token: t}
-relay: {reconcile_interval: 30s}
-`), envOf("LEGACY_TOKEN", "leg"))
+	// The config's own at-most-once example (its TestParseConfigAtMostOnce).
+	once, err := config.LoadConfig("../config/testdata/at_most_once.yaml", envOf("LEGACY_TOKEN", "leg"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer b.Close()
-	if err := checkSchema(ctx, b, c, o.Migrate, log); err != nil {
+	if err := daemon.CheckSchema(ctx, b, c.Schema, c.App, o.Migrate, "run 'mensageria migrate up' or start the relay with --migrate", log); err != nil {
 		return err
 	}
 	cc := c.ClientConfig()
@@ -93,11 +93,7 @@ func Run(ctx context.Context, o Options) error {
 	// Ownership first, before anything is served or claimed: a
 	// config that routes another app's type stops here.
 	if _, err := cl.Register(ctx); err != nil {
-		var oce *driver.OwnerConflictError
-		if errors.As(err, &oce) {
-			return &daemon.ConflictError{What: "start its relay", Err: oce}
-		}
-		return fmt.Errorf("ownership catalog: %w", err)
+		return daemon.Conflict("start its relay", fmt.Errorf("ownership catalog: %w", err))
 	}
 	srv, srvDone, err := daemon.ServeHealth(o.Listen, serveMux(m, ready(cl, b)), log)
 	if err != nil {
@@ -136,17 +132,6 @@ func waitAndStop(ctx context.Context, cl *mensageria.Client, srv *http.Server, s
 	return nil
 }
 
-// checkSchema checks the schema, or with migrate brings it up, on behalf
-// of the config's app.
-func checkSchema(ctx context.Context, b *daemon.DB, c *config.Config, migrate bool, log *slog.Logger) error {
-	err := daemon.CheckSchema(ctx, b, c.Schema, c.App, migrate, "run 'mensageria migrate up' or start the relay with --migrate", log)
-	var oce *driver.OwnerConflictError
-	if errors.As(err, &oce) {
-		return &daemon.ConflictError{What: "migrate the schema up (--migrate)", Err: oce}
-	}
-	return err
-}
-
 // relayMetrics builds the relay's metrics, watching the election when
 // there is one; with none, every replica counts as the leader.
 func relayMetrics(b *daemon.DB, c *config.Config, log *slog.Logger) (*metrics, error) {
@@ -164,17 +149,16 @@ func relayMetrics(b *daemon.DB, c *config.Config, log *slog.Logger) (*metrics, e
 	return m, nil
 }
 
-// ready is /readyz: the relay is ready and the database answers.
+// ready is /readyz: the relay is ready and the database answers. A ping
+// is enough on every database: what stops delivery beyond an unreachable
+// database (claims, settles or election rounds that fail) Client.Ready
+// reports already.
 func ready(cl *mensageria.Client, b *daemon.DB) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := cl.Ready(); err != nil {
 			return err
 		}
-		if b.Pool != nil {
-			return b.Pool.Ping(ctx)
-		}
-		_, err := b.Driver.Stats(ctx)
-		return err
+		return b.Ping(ctx)
 	}
 }
 
@@ -182,15 +166,11 @@ func ready(cl *mensageria.Client, b *daemon.DB) func(context.Context) error {
 // a usage error.
 func start(ctx context.Context, cl *mensageria.Client) error {
 	err := cl.Start(ctx)
-	if err == nil {
-		return nil
-	}
-	var oce *driver.OwnerConflictError
-	if errors.As(err, &oce) {
-		return &daemon.ConflictError{What: "start its relay", Err: oce}
-	}
 	var se *natssender.StreamError
-	if kafka.TopicRefused(err) || errors.As(err, &se) {
+	switch {
+	case errors.Is(err, mensageria.ErrOwnerConflict):
+		return daemon.Conflict("start its relay", err)
+	case kafka.TopicRefused(err) || errors.As(err, &se):
 		// A topic or stream missing or refused is the config's or the
 		// cluster's to fix: a retry would meet the same answer.
 		return &daemon.Error{Code: daemon.ExitUsage, Err: err}

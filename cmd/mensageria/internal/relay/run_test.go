@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
-	"github.com/xadm/mensageria/driver"
-	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon/daemontest"
 )
 
 // sqliteConfig is a relay config of the app pedidos on a fresh SQLite
@@ -70,26 +70,13 @@ func (h *watchHandler) WithGroup(string) slog.Handler      { return h }
 // anything is served.
 func TestRunReportsAnotherAppsTypeAsConflict(t *testing.T) {
 	c, path := sqliteConfig(t, "http://127.0.0.1:1/m2m")
-	drv, err := sqlite.Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	daemontest.OwnedBy(t, path, "faturamento", mensageria.Resource{Kind: mensageria.ResourceType, Name: "pedido.criado"})
 	ctx := context.Background()
-	if _, err := drv.Migrate(ctx, driver.MigrateParams{Mode: driver.MigrateUp}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drv.Register(ctx, driver.RegisterParams{App: "faturamento",
-		Resources: []driver.Resource{{Kind: driver.ResourceType, Name: "pedido.criado"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.Close(); err != nil {
-		t.Fatal(err)
-	}
 
 	log, served := logged("serving health and metrics")
-	err = Run(ctx, Options{Config: c, Listen: "127.0.0.1:0", Shutdown: time.Second, Log: log})
+	err := Run(ctx, Options{Config: c, Listen: "127.0.0.1:0", Shutdown: time.Second, Log: log})
 	var ce *daemon.ConflictError
-	if !errors.As(err, &ce) || ce.What != "start its relay" || !errors.Is(err, driver.ErrOwnerConflict) {
+	if !errors.As(err, &ce) || ce.What != "start its relay" || !errors.Is(err, mensageria.ErrOwnerConflict) {
 		t.Fatalf("Run with another app's type: %v", err)
 	}
 	if len(ce.Err.Conflicts) != 1 || ce.Err.Conflicts[0].Name != "pedido.criado" || ce.Err.Conflicts[0].App != "faturamento" {
