@@ -227,7 +227,9 @@ func (m *maintenance) purge() {
 	}
 }
 
-// purgeAll purges a batch at a time until one is not full.
+// purgeAll purges a batch at a time until no part of one is full: the
+// outbox's delivered rows, the inbox records and the applied inbox queue
+// rows each have their own backlog.
 func (m *maintenance) purgeAll() {
 	for m.runCtx.Err() == nil {
 		res, err := m.drv.Purge(m.runCtx, driver.PurgeParams{
@@ -243,7 +245,7 @@ func (m *maintenance) purgeAll() {
 			return
 		}
 		m.purgedSignal.Signal(res)
-		if res.Outbox < purgeBatch && res.Inbox < purgeBatch {
+		if res.Outbox < purgeBatch && res.Inbox < purgeBatch && res.InboxQueue < purgeBatch {
 			return
 		}
 	}

@@ -65,6 +65,21 @@ func TestPurgeDrainsFullBatches(t *testing.T) {
 	}
 }
 
+// One pass goes on while any part of a batch is full, the applied inbox
+// queue rows too: a backlog of those alone must not wait a purge interval
+// per batch.
+func TestPurgePassDrainsEachFullPart(t *testing.T) {
+	drv := &purgeScript{script: []driver.PurgeResult{{Outbox: purgeBatch}, {Inbox: purgeBatch}, {InboxQueue: purgeBatch}, {Outbox: 3}}}
+	m, cancel := newTestMaintenance(t, drv, newFakeLeader(true))
+	defer cancel()
+	m.purgeAll()
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if len(drv.calls) != 4 || len(drv.script) != 0 {
+		t.Fatalf("one pass made %d purges, %d scripted answers left; want 4 and 0", len(drv.calls), len(drv.script))
+	}
+}
+
 // A standby purges nothing.
 func TestPurgeOnlyOnTheLeader(t *testing.T) {
 	lead := newFakeLeader(false)
