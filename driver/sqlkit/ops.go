@@ -8,21 +8,6 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// Default and largest page of ListMessages.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 10000
-)
-
-// ListLimit is the page size of a ListFilter's Limit: DefaultListLimit
-// when not given, at most MaxListLimit.
-func ListLimit(n int) int {
-	if n <= 0 {
-		n = DefaultListLimit
-	}
-	return min(n, MaxListLimit)
-}
-
 // In writes a condition that col is one of n values, and the arguments it
 // takes; each driver has its own way (placeholders, one JSON array).
 type In[T any] func(col string, values []T) (cond string, args []any)
@@ -42,8 +27,8 @@ type List struct {
 	IDs   In[int64]
 }
 
-// Query returns the statement of one page of f, in id order, and its
-// arguments. Its WHERE holds only the filters f gives, so that the
+// Query returns the statement of one page of f (f.EffectiveLimit rows),
+// in id order, and its arguments. Its WHERE holds only the filters f gives, so that the
 // database plans the listing on the index of what is given instead of one
 // plan for every combination.
 func (l List) Query(f driver.ListFilter) (string, []any) {
@@ -77,7 +62,7 @@ func (l List) Query(f driver.ListFilter) (string, []any) {
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return q + " ORDER BY id LIMIT ?", append(args, ListLimit(f.Limit))
+	return q + " ORDER BY id LIMIT ?", append(args, f.EffectiveLimit())
 }
 
 // Revive moves the dead rows of the outbox (prefix+"outbox") p selects

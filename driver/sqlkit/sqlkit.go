@@ -11,7 +11,7 @@
 //   - List.Query and Revive, building the statements of ListMessages and
 //     Revive with a WHERE of only the filters given, each list written the
 //     driver's own way (an In: InMarks, or the driver's, such as SQLite's
-//     one JSON array), and ListLimit, the page size;
+//     one JSON array);
 //   - Settle, running a driver's SettleSteps in their order, and
 //     Settlement, the bookkeeping of one Settle: the rows it changed, the
 //     deliveries per type, and the sorting of the others into Expired and

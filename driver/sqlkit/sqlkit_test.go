@@ -82,14 +82,6 @@ func TestAgeOf(t *testing.T) {
 	}
 }
 
-func TestListLimit(t *testing.T) {
-	for in, want := range map[int]int{-1: 100, 0: 100, 7: 7, 10000: 10000, 10001: 10000} {
-		if got := sqlkit.ListLimit(in); got != want {
-			t.Errorf("ListLimit(%d) = %d, want %d", in, got, want)
-		}
-	}
-}
-
 // inJSON stands for a driver's other way of writing a list.
 func inJSON[T any](col string, values []T) (string, []any) {
 	return col + " IN (SELECT value FROM json_each(?))", []any{fmt.Sprint(values)}
