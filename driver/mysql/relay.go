@@ -162,7 +162,17 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		var err error
-		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
+		res, err = sqlkit.Settle(all, sqlkit.SettleSteps{
+			Change: func(s *sqlkit.Settlement) error {
+				return (&settlement{d: d, ctx: ctx, w: w, now: now, p: p, s: s}).change()
+			},
+			Count: func(perType map[string]int64) error {
+				return sqlkit.CountDelivered(ctx, w, d.q.deliveredCount, perType, now)
+			},
+			Expired: func(rest []int64) (*sql.Rows, error) {
+				return w.QueryContext(ctx, withList(d.q.settleSort, len(rest)), append(int64Args(rest), p.Token, now)...)
+			},
+		}, wrap)
 		return err
 	})
 	if err != nil {
@@ -171,68 +181,35 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	return res, nil
 }
 
-// settlement is one Settle's transaction; kept holds the rows it changed
-// so far, and how many of them were delivered, per type.
+// settlement is one Settle's transaction; s is the bookkeeping of the
+// rows it changed so far.
 type settlement struct {
-	d    *Driver
-	ctx  context.Context
-	w    writer
-	now  int64
-	p    driver.SettleParams
-	kept *sqlkit.Settlement
+	d   *Driver
+	ctx context.Context
+	w   writer
+	now int64
+	p   driver.SettleParams
+	s   *sqlkit.Settlement
 }
 
-// change locks the rows of ids still leased to the token under a live
-// lease (queries/settle_lock.sql) and runs q, a statement on {{ids}}
-// whose other arguments are setArgs, on them; MySQL has no UPDATE …
-// RETURNING, so the lock tells which rows take the outcome.
-func (st *settlement) change(q string, setArgs []any, ids []int64, count bool) error {
-	for len(ids) > 0 {
-		n := min(len(ids), chunk)
-		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, n), append(int64Args(ids[:n]), st.p.Token, st.now)...)
-		if err != nil {
-			return wrap("settle", err)
-		}
-		found, err := st.kept.Read(rows, count)
-		if err != nil {
-			return wrap("settle", err)
-		}
-		if len(found) > 0 {
-			if _, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...); err != nil {
-				return wrap("settle", err)
-			}
-		}
-		ids = ids[n:]
-	}
-	return nil
-}
-
-// Delivered deletes (or, kept, marks) the delivered rows and counts them
-// per type and minute, so Stats knows the recent deliveries without the
-// rows.
-func (st *settlement) Delivered() error {
-	if st.p.KeepDelivered {
-		if err := st.change(st.d.q.settleDeliveredKept, []any{st.now}, st.p.Delivered, true); err != nil {
+// change records p's outcomes: delivered rows are deleted (or, kept,
+// marked), released rows get their attempt back, then the retries, the
+// dead and the rows left in doubt. An empty route is stored as none, so a
+// row never shows the route of an older attempt next to a newer error.
+func (st *settlement) change() error {
+	now, p := st.now, st.p
+	if p.KeepDelivered {
+		if err := st.lockAndRun(st.d.q.settleDeliveredKept, []any{now}, p.Delivered, true); err != nil {
 			return err
 		}
-	} else if err := st.change(st.d.q.settleDelivered, nil, st.p.Delivered, true); err != nil {
+	} else if err := st.lockAndRun(st.d.q.settleDelivered, nil, p.Delivered, true); err != nil {
 		return err
 	}
-	return wrap("settle counts", sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now))
-}
-
-// Released gives a released row its attempt back: it was not attempted.
-// A release also clears an at-most-once mark: the relay releases only
-// rows it did not send.
-func (st *settlement) Released() error {
-	return st.change(st.d.q.settleRelease, []any{st.now}, st.p.Release, false)
-}
-
-// Failed records the retries, the dead and the rows left in doubt. An
-// empty route is stored as none, so a row never shows the route of an
-// older attempt next to a newer error.
-func (st *settlement) Failed() error {
-	now, p := st.now, st.p
+	// A release also clears an at-most-once mark: the relay releases only
+	// rows it did not send.
+	if err := st.lockAndRun(st.d.q.settleRelease, []any{now}, p.Release, false); err != nil {
+		return err
+	}
 	for _, r := range p.Retry {
 		delay := max(r.Delay, 0)
 		back := 0
@@ -241,33 +218,48 @@ func (st *settlement) Failed() error {
 		}
 		// A retry says the request never reached the receiver, so an
 		// at-most-once mark is cleared.
-		if err := st.change(st.d.q.settleRetry, []any{now + delay.Microseconds(), back, r.Error, r.Route}, []int64{r.ID}, false); err != nil {
+		if err := st.lockAndRun(st.d.q.settleRetry, []any{now + delay.Microseconds(), back, r.Error, r.Route}, []int64{r.ID}, false); err != nil {
 			return err
 		}
 	}
 	for _, f := range p.Dead {
-		if err := st.change(st.d.q.settleDead, []any{now, f.Error, f.Route}, []int64{f.ID}, false); err != nil {
+		if err := st.lockAndRun(st.d.q.settleDead, []any{now, f.Error, f.Route}, []int64{f.ID}, false); err != nil {
 			return err
 		}
 	}
 	// Left in doubt: the lease given up, the mark kept (set now when there
 	// was none), and a probe may take the row after ProbeAfter.
 	for _, f := range p.InDoubt {
-		if err := st.change(st.d.q.settleInDoubt, []any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, []int64{f.ID}, false); err != nil {
+		if err := st.lockAndRun(st.d.q.settleInDoubt, []any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, []int64{f.ID}, false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Sort tells the rows this settlement changed from those it could not:
-// still ours but past the lease (Expired), or gone or leased to another
-// token (Fenced).
-func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
-	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
-		return st.w.QueryContext(st.ctx, withList(st.d.q.settleSort, len(rest)), append(int64Args(rest), st.p.Token, st.now)...)
-	})
-	return res, wrap("settle", err)
+// lockAndRun locks the rows of ids still leased to the token under a live
+// lease (queries/settle_lock.sql) and runs q, a statement on {{ids}}
+// whose other arguments are setArgs, on them; MySQL has no UPDATE …
+// RETURNING, so the lock tells which rows take the outcome.
+func (st *settlement) lockAndRun(q string, setArgs []any, ids []int64, delivered bool) error {
+	for len(ids) > 0 {
+		n := min(len(ids), chunk)
+		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, n), append(int64Args(ids[:n]), st.p.Token, st.now)...)
+		if err != nil {
+			return err
+		}
+		found, err := st.s.Read(rows, delivered)
+		if err != nil {
+			return err
+		}
+		if len(found) > 0 {
+			if _, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...); err != nil {
+				return err
+			}
+		}
+		ids = ids[n:]
+	}
+	return nil
 }
 
 var _ driver.DueReporter = (*Driver)(nil)

@@ -12,8 +12,9 @@
 //     Revive with a WHERE of only the filters given, each list written the
 //     driver's own way (an In: InMarks, or the driver's, such as SQLite's
 //     one JSON array);
-//   - Settle, running a driver's SettleSteps in their order, and
-//     Settlement, the bookkeeping of one Settle: the rows it changed, the
+//   - Settle, running a driver's SettleSteps (its changes, its count of
+//     the deliveries, its read of the rows past their lease) with the
+//     bookkeeping of one Settle, a Settlement: the rows it changed, the
 //     deliveries per type, and the sorting of the others into Expired and
 //     Fenced; CountDelivered, adding the deliveries to the minute's counts;
 //   - Dedupe and Marks, two small helpers every statement on a list uses.

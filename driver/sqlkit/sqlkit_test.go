@@ -193,7 +193,7 @@ func TestCollectStatsAddsUpBranchesAndNamesOwners(t *testing.T) {
 	}
 }
 
-func TestSettlementSortsTheRowsItDidNotChange(t *testing.T) {
+func TestSettleSortsTheRowsItDidNotChange(t *testing.T) {
 	ctx := context.Background()
 	f := &fakeDB{results: map[string]fakeResult{
 		"delivered": {cols: []string{"id", "type"}, rows: [][]sqldriver.Value{v(int64(1), "a"), v(int64(2), "b"), v(int64(3), "a")}},
@@ -201,50 +201,65 @@ func TestSettlementSortsTheRowsItDidNotChange(t *testing.T) {
 		"sort":      {cols: []string{"id"}, rows: [][]sqldriver.Value{v(int64(6))}},
 	}}
 	db := openFake(t, f)
-	s := sqlkit.NewSettlement()
-	for _, c := range []struct {
-		q         string
-		delivered bool
-		want      []int64
-	}{{"delivered", true, []int64{1, 2, 3}}, {"released", false, []int64{4}}} {
-		rows, err := db.QueryContext(ctx, c.q)
-		if err != nil {
-			t.Fatal(err)
+	change := func(s *sqlkit.Settlement) error {
+		for _, c := range []struct {
+			q         string
+			delivered bool
+			want      []int64
+		}{{"delivered", true, []int64{1, 2, 3}}, {"released", false, []int64{4}}} {
+			rows, err := db.QueryContext(ctx, c.q)
+			if err != nil {
+				return err
+			}
+			ids, err := s.Read(rows, c.delivered)
+			if err != nil || !reflect.DeepEqual(ids, c.want) {
+				t.Fatalf("Read(%s) = %v, %v; want %v", c.q, ids, err, c.want)
+			}
 		}
-		ids, err := s.Read(rows, c.delivered)
-		if err != nil || !reflect.DeepEqual(ids, c.want) {
-			t.Fatalf("Read(%s) = %v, %v; want %v", c.q, ids, err, c.want)
-		}
+		return nil
 	}
-	if got, want := s.Delivered(), map[string]int64{"a": 2, "b": 1}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("Delivered = %v, want %v", got, want)
-	}
+	var counted map[string]int64
 	var asked []int64
-	res, err := s.Sort([]int64{1, 5, 2, 6, 3, 4, 7}, func(rest []int64) (*sql.Rows, error) {
-		asked = rest
-		return db.QueryContext(ctx, "sort")
-	})
+	res, err := sqlkit.Settle([]int64{1, 5, 2, 6, 3, 4, 7}, sqlkit.SettleSteps{
+		Change: change,
+		Count:  func(perType map[string]int64) error { counted = perType; return nil },
+		Expired: func(rest []int64) (*sql.Rows, error) {
+			asked = rest
+			return db.QueryContext(ctx, "sort")
+		},
+	}, wrap)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := map[string]int64{"a": 2, "b": 1}; !reflect.DeepEqual(counted, want) {
+		t.Fatalf("counted %v, want %v", counted, want)
+	}
 	if !reflect.DeepEqual(asked, []int64{5, 6, 7}) {
-		t.Fatalf("Sort asked about %v, want [5 6 7]", asked)
+		t.Fatalf("Expired asked about %v, want [5 6 7]", asked)
 	}
 	want := driver.SettleResult{Settled: []int64{1, 2, 3, 4}, Expired: []int64{6}, Fenced: []int64{5, 7}}
 	if !reflect.DeepEqual(res, want) {
-		t.Fatalf("Sort = %+v, want %+v", res, want)
+		t.Fatalf("Settle = %+v, want %+v", res, want)
 	}
 
-	res, err = s.Sort([]int64{4, 1}, func([]int64) (*sql.Rows, error) {
-		t.Fatal("Sort read the rows with every row settled")
-		return nil, nil
-	})
-	if err != nil || !reflect.DeepEqual(res, driver.SettleResult{Settled: []int64{4, 1}}) {
-		t.Fatalf("Sort of settled rows = %+v, %v", res, err)
-	}
-	boom := errors.New("boom")
-	if _, err := s.Sort([]int64{9}, func([]int64) (*sql.Rows, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("Sort with a failing read: err = %v", err)
+	// Every row changed: no read of the rest; nothing delivered: no count.
+	res, err = sqlkit.Settle([]int64{4}, sqlkit.SettleSteps{
+		Change: func(s *sqlkit.Settlement) error {
+			rows, err := db.QueryContext(ctx, "released")
+			if err != nil {
+				return err
+			}
+			_, err = s.Read(rows, false)
+			return err
+		},
+		Count: func(map[string]int64) error { t.Fatal("Count with nothing delivered"); return nil },
+		Expired: func([]int64) (*sql.Rows, error) {
+			t.Fatal("Expired read the rows with every row settled")
+			return nil, nil
+		},
+	}, wrap)
+	if err != nil || !reflect.DeepEqual(res, driver.SettleResult{Settled: []int64{4}}) {
+		t.Fatalf("Settle of settled rows = %+v, %v", res, err)
 	}
 }
 
@@ -266,42 +281,45 @@ func TestCountDeliveredAddsToTheMinuteInOneOrder(t *testing.T) {
 	}
 }
 
-// steps records the order Settle runs them in, failing at fail.
-type steps struct {
-	ran  []string
-	fail string
-}
-
-func (s *steps) step(name string) error {
-	s.ran = append(s.ran, name)
-	if name == s.fail {
-		return errors.New(name + " failed")
+// Settle stops at the first step that fails, names it, and returns no
+// result.
+func TestSettleStopsAtAnError(t *testing.T) {
+	ctx := context.Background()
+	db := openFake(t, &fakeDB{results: map[string]fakeResult{
+		"delivered": {cols: []string{"id", "type"}, rows: [][]sqldriver.Value{v(int64(1), "a")}},
+	}})
+	boom := errors.New("boom")
+	deliver := func(s *sqlkit.Settlement) error {
+		rows, err := db.QueryContext(ctx, "delivered")
+		if err != nil {
+			return err
+		}
+		_, err = s.Read(rows, true)
+		return err
 	}
-	return nil
-}
-
-func (s *steps) Delivered() error { return s.step("delivered") }
-func (s *steps) Released() error  { return s.step("released") }
-func (s *steps) Failed() error    { return s.step("failed") }
-func (s *steps) Sort(all []int64) (driver.SettleResult, error) {
-	return driver.SettleResult{Settled: all}, s.step("sort")
-}
-
-func TestSettleRunsTheStepsInOrderAndStopsAtAnError(t *testing.T) {
-	s := &steps{}
-	res, err := sqlkit.Settle(s, []int64{1, 2})
-	if err != nil || !reflect.DeepEqual(res.Settled, []int64{1, 2}) {
-		t.Fatalf("Settle = %+v, %v", res, err)
-	}
-	if want := []string{"delivered", "released", "failed", "sort"}; !reflect.DeepEqual(s.ran, want) {
-		t.Fatalf("ran %v, want %v", s.ran, want)
-	}
-	s = &steps{fail: "released"}
-	res, err = sqlkit.Settle(s, []int64{1})
-	if err == nil || !reflect.DeepEqual(res, driver.SettleResult{}) {
-		t.Fatalf("Settle with a failing step = %+v, %v", res, err)
-	}
-	if want := []string{"delivered", "released"}; !reflect.DeepEqual(s.ran, want) {
-		t.Fatalf("ran %v, want %v", s.ran, want)
+	for _, c := range []struct {
+		name  string
+		steps sqlkit.SettleSteps
+		want  string
+	}{
+		{"change", sqlkit.SettleSteps{
+			Change: func(*sqlkit.Settlement) error { return boom },
+			Count:  func(map[string]int64) error { t.Fatal("Count after a failed change"); return nil },
+		}, "test: settle: boom"},
+		{"count", sqlkit.SettleSteps{
+			Change:  deliver,
+			Count:   func(map[string]int64) error { return boom },
+			Expired: func([]int64) (*sql.Rows, error) { t.Fatal("Expired after a failed count"); return nil, nil },
+		}, "test: settle counts: boom"},
+		{"expired", sqlkit.SettleSteps{
+			Change:  deliver,
+			Count:   func(map[string]int64) error { return nil },
+			Expired: func([]int64) (*sql.Rows, error) { return nil, boom },
+		}, "test: settle: boom"},
+	} {
+		res, err := sqlkit.Settle([]int64{1, 2}, c.steps, wrap)
+		if !errors.Is(err, boom) || err.Error() != c.want || !reflect.DeepEqual(res, driver.SettleResult{}) {
+			t.Fatalf("%s failing: %+v, %v; want no result and %q", c.name, res, err, c.want)
+		}
 	}
 }
