@@ -66,6 +66,18 @@ func explain(t *testing.T, db *sql.DB, q string, args ...any) []planStep {
 	return plan
 }
 
+// cases is the arguments of a statement's CASE lists ({{cases}}): for
+// each value, in order, one (id, value) pair for each of ids.
+func cases(ids []any, values ...any) []any {
+	var out []any
+	for _, v := range values {
+		for _, id := range ids {
+			out = append(out, id, v)
+		}
+	}
+	return out
+}
+
 // The relay's hot statements and the inbox queue's claim keep to their
 // indexes on a table whose rows are mostly other types' (and other
 // consumers'), whether the server has recalculated its statistics since
@@ -107,9 +119,9 @@ func TestHotStatementsKeepToTheirIndexes(t *testing.T) {
 		{"settleDelivered", ids, map[string]string{p + "outbox": "PRIMARY"}},
 		{"settleDeliveredKept", append([]any{now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"settleRelease", append([]any{now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
-		{"settleRetry", append([]any{now, 0, "e", "r"}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
-		{"settleDead", append([]any{now, "e", "r"}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
-		{"settleInDoubt", append([]any{now, now, "e", "r"}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"settleRetry", append(cases(ids, now, 0, "e", "r"), ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"settleDead", append(append([]any{now}, cases(ids, "e", "r")...), ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"settleInDoubt", append(append([]any{now}, cases(ids, now, "e", "r")...), ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"claimLease", append([]any{int64(7), now, now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"markLock", append(ids, int64(7)), map[string]string{p + "outbox": "PRIMARY"}},
 		{"mark", ids, map[string]string{p + "outbox": "PRIMARY"}},

@@ -28,9 +28,9 @@ func queriesFor(prefix string) queries {
 }
 
 // queries are the driver's statements, read from queries/*.sql with the
-// table prefix and the fragments below filled in. {{ids}}, {{types}} and
-// {{ordered}} stay, for the call to fill (withList, withLists), as does the
-// VALUES row of an INSERT of many rows (withRows).
+// table prefix and the fragments below filled in. {{ids}}, {{types}},
+// {{cases}} and {{ordered}} stay, for the call to fill (withList,
+// withLists), as does the VALUES row of an INSERT of many rows (withRows).
 type queries struct {
 	insert, insertScheduled, ownedTypes                                   string
 	savepoint, savepointRollback, savepointRelease                        string
@@ -195,10 +195,15 @@ const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_un
 const schedCond = "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > ? AND attempts = 0 AND last_error IS NULL, 0)"
 
 // withList puts n placeholders where the statement has {{ids}} or
-// {{types}}.
+// {{types}}, and n "WHEN ? THEN ?" pairs where it has {{cases}}, the
+// arms of a CASE that gives each of n rows a value of its own.
 func withList(q string, n int) string {
 	m := sqlkit.Marks(n)
-	return strings.ReplaceAll(strings.ReplaceAll(q, "{{ids}}", m), "{{types}}", m)
+	q = strings.ReplaceAll(strings.ReplaceAll(q, "{{ids}}", m), "{{types}}", m)
+	if strings.Contains(q, "{{cases}}") {
+		q = strings.ReplaceAll(q, "{{cases}}", strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", n), " "))
+	}
+	return q
 }
 
 // withLists puts n placeholders for {{types}} and m for {{ordered}}.

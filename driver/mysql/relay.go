@@ -192,10 +192,12 @@ type settlement struct {
 	s   *sqlkit.Settlement
 }
 
-// change records p's outcomes: delivered rows are deleted (or, kept,
-// marked), released rows get their attempt back, then the retries, the
-// dead and the rows left in doubt. An empty route is stored as none, so a
-// row never shows the route of an older attempt next to a newer error.
+// change records p's outcomes in the order of SettleParams.IDs, so that a
+// row listed twice takes its first outcome (the first leaves it no longer
+// leased to the token): delivered rows are deleted (or, kept, marked),
+// then the retries, the dead and the rows left in doubt, and released
+// rows get their attempt back. An empty route is stored as none, so a row
+// never shows the route of an older attempt next to a newer error.
 func (st *settlement) change() error {
 	now, p := st.now, st.p
 	if p.KeepDelivered {
@@ -205,46 +207,101 @@ func (st *settlement) change() error {
 	} else if err := st.lockAndRun(st.d.q.settleDelivered, nil, p.Delivered, true); err != nil {
 		return err
 	}
-	// A release also clears an at-most-once mark: the relay releases only
-	// rows it did not send.
-	if err := st.lockAndRun(st.d.q.settleRelease, []any{now}, p.Release, false); err != nil {
+	if err := st.failed(); err != nil {
 		return err
 	}
+	// A release also clears an at-most-once mark: the relay releases only
+	// rows it did not send.
+	return st.lockAndRun(st.d.q.settleRelease, []any{now}, p.Release, false)
+}
+
+// failed records the retries, the dead and the rows left in doubt: one
+// lock of them all, chunk of them a statement, then one statement an
+// outcome on the rows it found, each row's own time, error and route in
+// CASE lists (queries/settle_retry.sql, settle_dead.sql,
+// settle_in_doubt.sql), so that a batch of failures costs a few
+// statements, not two a row. A row named twice takes the first outcome
+// it is named with, as a change one outcome at a time would leave it.
+func (st *settlement) failed() error {
+	now, p := st.now, st.p
+	type failure struct {
+		outcome int   // index in outcomes
+		values  []any // one a CASE list of the outcome's statement
+	}
+	outcomes := []struct {
+		q      string
+		before []any // the arguments before the CASE lists
+	}{
+		{st.d.q.settleRetry, nil},
+		{st.d.q.settleDead, []any{now}},
+		// Left in doubt: the mark kept (set now when there was none), and
+		// a probe may take the row after ProbeAfter.
+		{st.d.q.settleInDoubt, []any{now}},
+	}
+	of := map[int64]failure{}
+	var ids []int64
+	add := func(id int64, outcome int, values ...any) {
+		if _, ok := of[id]; !ok {
+			of[id] = failure{outcome, values}
+			ids = append(ids, id)
+		}
+	}
 	for _, r := range p.Retry {
-		delay := max(r.Delay, 0)
 		back := 0
 		if r.Uncounted {
 			back = 1 // failed on its destination, not on its own
 		}
-		// A retry says the request never reached the receiver, so an
-		// at-most-once mark is cleared.
-		if err := st.lockAndRun(st.d.q.settleRetry, []any{now + delay.Microseconds(), back, r.Error, r.Route}, []int64{r.ID}, false); err != nil {
-			return err
-		}
+		add(r.ID, 0, now+max(r.Delay, 0).Microseconds(), back, r.Error, r.Route)
 	}
 	for _, f := range p.Dead {
-		if err := st.lockAndRun(st.d.q.settleDead, []any{now, f.Error, f.Route}, []int64{f.ID}, false); err != nil {
-			return err
-		}
+		add(f.ID, 1, f.Error, f.Route)
 	}
-	// Left in doubt: the lease given up, the mark kept (set now when there
-	// was none), and a probe may take the row after ProbeAfter.
 	for _, f := range p.InDoubt {
-		if err := st.lockAndRun(st.d.q.settleInDoubt, []any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, []int64{f.ID}, false); err != nil {
-			return err
-		}
+		add(f.ID, 2, now+max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route)
 	}
-	return nil
+	return st.lockThen(ids, false, func(found []int64) error {
+		for i, o := range outcomes {
+			var rows []int64
+			for _, id := range found {
+				if of[id].outcome == i {
+					rows = append(rows, id)
+				}
+			}
+			if len(rows) == 0 {
+				continue
+			}
+			args := append([]any(nil), o.before...)
+			for c := range of[rows[0]].values {
+				for _, id := range rows {
+					args = append(args, id, of[id].values[c])
+				}
+			}
+			if _, err := st.w.ExecContext(st.ctx, withList(o.q, len(rows)), int64Args(rows, args...)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // lockAndRun locks the rows of ids still leased to the token under a live
-// lease (queries/settle_lock.sql) and runs q, a statement on {{ids}}
-// whose other arguments are setArgs, on them; MySQL has no UPDATE …
-// RETURNING, so the lock tells which rows take the outcome.
+// lease and runs q, a statement on {{ids}} whose other arguments are
+// setArgs, on them (lockThen).
 func (st *settlement) lockAndRun(q string, setArgs []any, ids []int64, delivered bool) error {
-	for len(ids) > 0 {
-		n := min(len(ids), chunk)
-		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, n), append(int64Args(ids[:n]), st.p.Token, st.now)...)
+	return st.lockThen(ids, delivered, func(found []int64) error {
+		_, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...)
+		return err
+	})
+}
+
+// lockThen locks the rows of ids still leased to the token under a live
+// lease (queries/settle_lock.sql), chunk of them a statement, records them
+// (as delivered when delivered) and runs change on those found in each
+// chunk; MySQL has no UPDATE … RETURNING, so the lock tells which rows
+// take the outcome.
+func (st *settlement) lockThen(ids []int64, delivered bool, change func(found []int64) error) error {
+	for part := range slices.Chunk(ids, chunk) {
+		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, len(part)), append(int64Args(part), st.p.Token, st.now)...)
 		if err != nil {
 			return err
 		}
@@ -253,11 +310,10 @@ func (st *settlement) lockAndRun(q string, setArgs []any, ids []int64, delivered
 			return err
 		}
 		if len(found) > 0 {
-			if _, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...); err != nil {
+			if err := change(found); err != nil {
 				return err
 			}
 		}
-		ids = ids[n:]
 	}
 	return nil
 }

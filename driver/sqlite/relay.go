@@ -107,10 +107,12 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 }
 
 // settle runs the statements of p's outcomes, each ending in RETURNING
-// id, type, and gives s what each changed. Delivered rows are deleted
-// (or, kept, marked), released rows get their attempt back (they were not
-// attempted); the retries, the dead and the rows left in doubt take one
-// statement a row: each has its own time, error and route.
+// id, type, and gives s what each changed, in the order of
+// SettleParams.IDs, so that a row listed twice takes its first outcome
+// (the first leaves it no longer leased to the token). Delivered rows are
+// deleted (or, kept, marked); the retries, the dead and the rows left in
+// doubt take one statement a row, each with its own time, error and
+// route; released rows get their attempt back (they were not attempted).
 func (d *Driver) settle(ctx context.Context, w writer, now int64, p driver.SettleParams, s *sqlkit.Settlement) error {
 	run := func(q string, delivered bool, args ...any) error {
 		rows, err := w.QueryContext(ctx, q, args...)
@@ -126,11 +128,6 @@ func (d *Driver) settle(ctx context.Context, w writer, now int64, p driver.Settl
 			q = d.q.settleDeliveredKept
 		}
 		if err := run(q, true, int64sJSON(p.Delivered), p.Token, now); err != nil {
-			return err
-		}
-	}
-	if len(p.Release) > 0 {
-		if err := run(d.q.settleRelease, false, int64sJSON(p.Release), p.Token, now); err != nil {
 			return err
 		}
 	}
@@ -152,6 +149,9 @@ func (d *Driver) settle(ctx context.Context, w writer, now int64, p driver.Settl
 		if err := run(d.q.settleInDoubt, false, f.ID, p.Token, now, now+max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route); err != nil {
 			return err
 		}
+	}
+	if len(p.Release) > 0 {
+		return run(d.q.settleRelease, false, int64sJSON(p.Release), p.Token, now)
 	}
 	return nil
 }

@@ -43,10 +43,11 @@ func (s *Settlement) Read(rows *sql.Rows, delivered bool) ([]int64, error) {
 // SettleSteps are a driver's statements of one Settle, which Settle runs
 // in the driver's transaction.
 type SettleSteps struct {
-	// Change records the outcomes (delivered, released, retried, dead,
-	// left in doubt) on the rows still leased to the token under a live
-	// lease, giving s the rows of each statement that changed them (or
-	// locked them to change).
+	// Change records the outcomes on the rows still leased to the token
+	// under a live lease, in the order of driver.SettleParams.IDs
+	// (delivered, retried, dead, left in doubt, released), giving s the
+	// rows of each statement that changed them (or locked them to
+	// change).
 	Change func(s *Settlement) error
 	// Count adds the rows delivered, per type, to the minute's counts
 	// (CountDelivered with the driver's statement). It is called only when
