@@ -86,9 +86,10 @@ func cases(ids []any, values ...any) []any {
 // of queries/claim_ordered.sql MariaDB was seen to test it on
 // outbox_delivered before ANALYZE), the claim of many types its types'
 // ranges of outbox_claim, the settles and the mark find their rows by the
-// primary key, the inbox claim walks its consumer's range of
-// inbox_queue_claim. None reads a whole table ("ALL") or a whole index
-// ("index").
+// primary key, the idle relay's next-due read walks its types' ranges of
+// outbox_claim from the statement's own clock, the inbox claim walks its
+// consumer's range of inbox_queue_claim. None reads a whole table ("ALL")
+// or a whole index ("index").
 func TestHotStatementsKeepToTheirIndexes(t *testing.T) {
 	d, _ := migrated(t)
 	ctx := t.Context()
@@ -123,6 +124,7 @@ func TestHotStatementsKeepToTheirIndexes(t *testing.T) {
 		{"settleDead", append(append([]any{now}, cases(ids, "e", "r")...), ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"settleInDoubt", append(append([]any{now}, cases(ids, now, "e", "r")...), ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"claimLease", append([]any{int64(7), now, now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"nextDue", []any{"mine", "theirs.0"}, map[string]string{p + "outbox": p + "outbox_claim"}},
 		{"markLock", append(ids, int64(7)), map[string]string{p + "outbox": "PRIMARY"}},
 		{"mark", ids, map[string]string{p + "outbox": "PRIMARY"}},
 		{"queueClaim", []any{"mine", 100}, map[string]string{p + "inbox_queue": p + "inbox_queue_claim"}},

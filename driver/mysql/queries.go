@@ -65,12 +65,18 @@ type queries struct {
 //     and those run outside a write transaction of the driver's;
 //   - {{doubt}}, the test of a row in doubt (doubtCond);
 //   - {{sched}}, the test of a scheduled row (schedCond);
-//   - {{jobcols}}, the columns an outbox row is read as (jobCols).
+//   - {{jobcols}}, the columns an outbox row is read as (jobCols);
+//   - {{doubt_now}} and {{sched_now}}, the same tests at the statement's
+//     own clock ({{now}}), for the reads outside a transaction, which so
+//     read the clock in the statement instead of a round trip of its own.
 //
 // {{doubt}}, {{sched}} and {{jobcols}} each take now as one argument, in
-// the place they stand in the statement.
+// the place they stand in the statement. Every {{now}} of one statement
+// is the same time: MariaDB and MySQL read UTC_TIMESTAMP once, when the
+// statement starts.
 func fragments(prefix string) *strings.Replacer {
-	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{sched}}", schedCond, "{{jobcols}}", jobCols)
+	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{sched}}", schedCond, "{{jobcols}}", jobCols,
+		"{{doubt_now}}", doubtAt(nowExpr), "{{sched_now}}", schedAt(nowExpr))
 }
 
 // loadQueries reads every statement, for tables prefixed with prefix.
@@ -180,19 +186,35 @@ func loadQueries(prefix string) queries {
 
 // jobCols are the columns scanJobs reads, a row in doubt read as
 // driver.StateInDoubt; its test (doubtCond) takes now as an argument.
-const jobCols = "id, message_id, type, `key`, payload, headers, CASE WHEN " + doubtCond + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+var jobCols = jobColsAt("?")
+
+// jobColsAt is jobCols with the test of a row in doubt at now, an
+// expression: "?" for an argument, nowExpr for the statement's own clock.
+func jobColsAt(now string) string {
+	return "id, message_id, type, `key`, payload, headers, CASE WHEN " + doubtAt(now) + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+}
 
 // doubtCond is true of a row in doubt at now (its one argument): pending,
 // marked by an at-most-once attempt (queries/mark.sql), not under a live
 // lease.
-const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?))"
+var doubtCond = doubtAt("?")
+
+// doubtAt is doubtCond at now, an expression (as jobColsAt's).
+func doubtAt(now string) string {
+	return "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= " + now + "))"
+}
 
 // schedCond is true of a scheduled row at now (its one argument): pending,
 // not due yet, never attempted and no error recorded (a retry's backoff
 // records one). A claim counts an attempt, so a leased row, whose
 // available_at the claim sets to its lease's end, is never one. Never
 // NULL, so that NOT of it is true of every other row.
-const schedCond = "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > ? AND attempts = 0 AND last_error IS NULL, 0)"
+var schedCond = schedAt("?")
+
+// schedAt is schedCond at now, an expression (as jobColsAt's).
+func schedAt(now string) string {
+	return "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > " + now + " AND attempts = 0 AND last_error IS NULL, 0)"
+}
 
 // withList puts n placeholders where the statement has {{ids}} or
 // {{types}}, and n "WHEN ? THEN ?" pairs where it has {{cases}}, the

@@ -322,17 +322,14 @@ var _ driver.DueReporter = (*Driver)(nil)
 
 // NextDue reports how long until the earliest pending row of types that is
 // not due yet comes due, on the database clock: a scheduled row or one
-// waiting for a retry (queries/next_due.sql).
+// waiting for a retry (queries/next_due.sql, which reads the clock too).
 func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
 	if len(types) == 0 {
 		return 0, false, nil
 	}
-	now, err := d.now(ctx)
-	if err != nil {
-		return 0, false, err
-	}
 	var next sql.NullInt64
-	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), append(stringArgs(types), now, now)...).Scan(&next); err != nil {
+	var now int64
+	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), stringArgs(types)...).Scan(&next, &now); err != nil {
 		return 0, false, wrap("next due", err)
 	}
 	if !next.Valid {

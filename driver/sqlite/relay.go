@@ -159,18 +159,16 @@ func (d *Driver) settle(ctx context.Context, w writer, now int64, p driver.Settl
 var _ driver.DueReporter = (*Driver)(nil)
 
 // NextDue reports how long until the earliest pending row of types that is
-// not due yet comes due, on the database clock (queries/next_due.sql).
+// not due yet comes due, on the database clock (queries/next_due.sql,
+// which reads the clock too).
 func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
 	types = sqlkit.Dedupe(types)
 	if len(types) == 0 {
 		return 0, false, nil
 	}
-	now, err := d.now(ctx)
-	if err != nil {
-		return 0, false, err
-	}
 	var next sql.NullInt64
-	if err := d.db.QueryRowContext(ctx, d.q.nextDue, now, stringsJSON(types)).Scan(&next); err != nil {
+	var now int64
+	if err := d.db.QueryRowContext(ctx, d.q.nextDue, stringsJSON(types)).Scan(&next, &now); err != nil {
 		return 0, false, wrap("next due", err)
 	}
 	if !next.Valid {

@@ -122,11 +122,13 @@ func AgeOf(us sql.NullInt64, now int64) time.Duration {
 // CollectStats runs stats (with args) and owners on q and returns one
 // driver.TypeStats a type, sorted by type. stats returns rows of type,
 // pending, in flight, dead, delivered in the last hour, oldest pending
-// (unix microseconds or NULL), in doubt, oldest in doubt, scheduled; the
-// rows of one type (one from each branch of a UNION) are added up. owners
-// returns rows of type and owning app. Errors are named "stats" and
-// "stats owners" with wrap.
-func CollectStats(ctx context.Context, q Querier, now int64, stats string, args []any, owners string, wrap Wrap) ([]driver.TypeStats, error) {
+// (unix microseconds or NULL), in doubt, oldest in doubt, scheduled, and
+// the clock the counts were taken at (unix microseconds), which the ages
+// are taken at: a statement that reads the clock itself needs no round
+// trip for it. The rows of one type (one from each branch of a UNION) are
+// added up. owners returns rows of type and owning app. Errors are named
+// "stats" and "stats owners" with wrap.
+func CollectStats(ctx context.Context, q Querier, stats string, args []any, owners string, wrap Wrap) ([]driver.TypeStats, error) {
 	rows, err := q.QueryContext(ctx, stats, args...)
 	if err != nil {
 		return nil, wrap("stats", err)
@@ -136,7 +138,8 @@ func CollectStats(ctx context.Context, q Querier, now int64, stats string, args 
 	for rows.Next() {
 		var s driver.TypeStats
 		var oldest, oldestDoubt sql.NullInt64
-		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled); err != nil {
+		var now int64
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled, &now); err != nil {
 			return nil, wrap("stats", err)
 		}
 		s.OldestPending = AgeOf(oldest, now)

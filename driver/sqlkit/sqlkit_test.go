@@ -157,17 +157,17 @@ func v(vals ...any) []sqldriver.Value {
 
 func TestCollectStatsAddsUpBranchesAndNamesOwners(t *testing.T) {
 	const now = int64(100_000_000)
-	statsCols := []string{"type", "pending", "in_flight", "dead", "delivered", "oldest", "in_doubt", "oldest_doubt", "scheduled"}
+	statsCols := []string{"type", "pending", "in_flight", "dead", "delivered", "oldest", "in_doubt", "oldest_doubt", "scheduled", "now"}
 	f := &fakeDB{results: map[string]fakeResult{
 		"stats": {cols: statsCols, rows: [][]sqldriver.Value{
-			v("b", int64(1), int64(0), int64(0), int64(0), nil, int64(0), nil, int64(0)),
-			v("a", int64(2), int64(1), int64(3), int64(4), now-2_000_000, int64(1), now-1_000_000, int64(5)),
-			v("a", int64(1), int64(1), int64(1), int64(1), now-5_000_000, int64(1), nil, int64(1)),
+			v("b", int64(1), int64(0), int64(0), int64(0), nil, int64(0), nil, int64(0), now),
+			v("a", int64(2), int64(1), int64(3), int64(4), now-2_000_000, int64(1), now-1_000_000, int64(5), now),
+			v("a", int64(1), int64(1), int64(1), int64(1), now-5_000_000, int64(1), nil, int64(1), now),
 		}},
 		"owners": {cols: []string{"type", "app"}, rows: [][]sqldriver.Value{v("a", "billing"), v("zzz", "other")}},
 	}}
 	db := openFake(t, f)
-	got, err := sqlkit.CollectStats(context.Background(), db, now, "stats", []any{now}, "owners", wrap)
+	got, err := sqlkit.CollectStats(context.Background(), db, "stats", []any{now}, "owners", wrap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,11 +184,11 @@ func TestCollectStatsAddsUpBranchesAndNamesOwners(t *testing.T) {
 
 	boom := errors.New("boom")
 	f.results["owners"] = fakeResult{err: boom}
-	if _, err := sqlkit.CollectStats(context.Background(), db, now, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats owners: ") {
+	if _, err := sqlkit.CollectStats(context.Background(), db, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats owners: ") {
 		t.Fatalf("owners failing: err = %v", err)
 	}
 	f.results["stats"] = fakeResult{err: boom}
-	if _, err := sqlkit.CollectStats(context.Background(), db, now, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats: ") {
+	if _, err := sqlkit.CollectStats(context.Background(), db, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats: ") {
 		t.Fatalf("stats failing: err = %v", err)
 	}
 }
