@@ -460,6 +460,17 @@ func (s *suite) settleTests() []test {
 		wantIDs(t, "claim", jobs, id)
 		return id, tok
 	}
+	// claimN inserts n rows of type s, each of its own key, and claims
+	// them all.
+	claimN := func(t *testing.T, d driver.Driver, n int) ([]int64, int64) {
+		var ids []int64
+		for k := range n {
+			ids = append(ids, insertOne(t, d, "s", fmt.Sprint(k)))
+		}
+		jobs, tok := claim(t, d, "s")
+		wantIDs(t, "claim", jobs, ids...)
+		return ids, tok
+	}
 	return []test{
 		{"DeliveredDeletes", func(t *testing.T, h *Harness) {
 			d := h.Driver
@@ -642,12 +653,7 @@ func (s *suite) settleTests() []test {
 			// keeps its own error, route, time and count, however the
 			// driver batches them.
 			d := h.Driver
-			var id []int64
-			for k := range 7 {
-				id = append(id, insertOne(t, d, "s", fmt.Sprint(k)))
-			}
-			jobs, tok := claim(t, d, "s")
-			wantIDs(t, "claim", jobs, id...)
+			id, tok := claimN(t, d, 7)
 			n := settle(t, d, driver.SettleParams{Token: tok,
 				Retry: []driver.Retry{
 					{ID: id[0], Delay: time.Hour, Error: "r0 é🙂", Route: "app → a"},
@@ -683,19 +689,14 @@ func (s *suite) settleTests() []test {
 					t.Fatalf("row %d: %+v, want %+v", i, got, w)
 				}
 			}
-			jobs, _ = claim(t, d, "s")
+			jobs, _ := claim(t, d, "s")
 			wantIDs(t, "only the retry without a delay is claimable", jobs, id[1])
 		}},
 		{"ListedTwiceTakesTheFirst", func(t *testing.T, h *Harness) {
 			// A row in two outcomes takes the first in the order of
 			// SettleParams.IDs: delivered, retry, dead, in doubt, release.
 			d := h.Driver
-			var id []int64
-			for k := range 3 {
-				id = append(id, insertOne(t, d, "s", fmt.Sprint(k)))
-			}
-			jobs, tok := claim(t, d, "s")
-			wantIDs(t, "claim", jobs, id...)
+			id, tok := claimN(t, d, 3)
 			n := settle(t, d, driver.SettleParams{Token: tok, KeepDelivered: true,
 				Delivered: id[:1],
 				Retry:     []driver.Retry{{ID: id[1], Delay: time.Hour, Error: "retry"}, {ID: id[0], Error: "retry"}},
@@ -714,7 +715,7 @@ func (s *suite) settleTests() []test {
 					t.Fatalf("row %d: %s %q, want %s %q", i, j.State, j.LastError, w.state, w.error)
 				}
 			}
-			jobs, _ = claim(t, d, "s")
+			jobs, _ := claim(t, d, "s")
 			wantIDs(t, "the retried row waits its delay, not released", jobs)
 		}},
 	}

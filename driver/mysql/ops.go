@@ -28,7 +28,7 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	// time for all of it) instead of a round trip of their own.
 	q, args := sqlkit.List{
 		Select: "SELECT " + jobColsAt(nowExpr) + ", (SELECT w.app FROM " + d.prefix + "owners w WHERE w.kind = 'type' AND w.name = " + d.prefix + "outbox" + ".type) FROM " + d.prefix + "outbox",
-		Doubt:  doubtAt(nowExpr),
+		Doubt:  sqlkit.DoubtAt(nowExpr),
 		Types:  sqlkit.InMarks[string],
 		IDs:    sqlkit.InMarks[int64],
 	}.Query(f)

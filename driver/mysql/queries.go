@@ -3,7 +3,6 @@ package mysql
 import (
 	"embed"
 	"strings"
-	"sync"
 
 	"github.com/xadm/mensageria/driver/sqlkit"
 )
@@ -15,17 +14,9 @@ import (
 //go:embed queries/*.sql
 var queryFS embed.FS
 
-// loaded holds the statements of each prefix a driver was opened with in
-// this process: they depend on nothing else.
-var loaded sync.Map // prefix -> queries
-
-func queriesFor(prefix string) queries {
-	if q, ok := loaded.Load(prefix); ok {
-		return q.(queries)
-	}
-	q, _ := loaded.LoadOrStore(prefix, loadQueries(prefix))
-	return q.(queries)
-}
+// queriesFor returns the statements of a table prefix, loaded once in this
+// process.
+var queriesFor = sqlkit.PerPrefix(loadQueries)
 
 // queries are the driver's statements, read from queries/*.sql with the
 // table prefix and the fragments below filled in. {{ids}}, {{types}},
@@ -76,7 +67,7 @@ type queries struct {
 // statement starts.
 func fragments(prefix string) *strings.Replacer {
 	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{sched}}", schedCond, "{{jobcols}}", jobCols,
-		"{{doubt_now}}", doubtAt(nowExpr), "{{sched_now}}", schedAt(nowExpr))
+		"{{doubt_now}}", sqlkit.DoubtAt(nowExpr), "{{sched_now}}", schedAt(nowExpr))
 }
 
 // loadQueries reads every statement, for tables prefixed with prefix.
@@ -191,18 +182,13 @@ var jobCols = jobColsAt("?")
 // jobColsAt is jobCols with the test of a row in doubt at now, an
 // expression: "?" for an argument, nowExpr for the statement's own clock.
 func jobColsAt(now string) string {
-	return "id, message_id, type, `key`, payload, headers, CASE WHEN " + doubtAt(now) + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+	return "id, message_id, type, `key`, payload, headers, CASE WHEN " + sqlkit.DoubtAt(now) + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
 }
 
 // doubtCond is true of a row in doubt at now (its one argument): pending,
 // marked by an at-most-once attempt (queries/mark.sql), not under a live
 // lease.
-var doubtCond = doubtAt("?")
-
-// doubtAt is doubtCond at now, an expression (as jobColsAt's).
-func doubtAt(now string) string {
-	return "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= " + now + "))"
-}
+var doubtCond = sqlkit.DoubtAt("?")
 
 // schedCond is true of a scheduled row at now (its one argument): pending,
 // not due yet, never attempted and no error recorded (a retry's backoff
@@ -239,24 +225,4 @@ func withRows(q string, n int) string {
 	i := strings.LastIndex(q, "VALUES ")
 	head, row := q[:i+len("VALUES ")], strings.TrimSuffix(strings.TrimSpace(q[i+len("VALUES "):]), ";")
 	return head + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
-}
-
-// int64Args is ids as statement arguments, after the args given.
-func int64Args(ids []int64, before ...any) []any {
-	out := make([]any, 0, len(before)+len(ids))
-	out = append(out, before...)
-	for _, id := range ids {
-		out = append(out, id)
-	}
-	return out
-}
-
-// stringArgs is s as statement arguments, after the args given.
-func stringArgs(s []string, before ...any) []any {
-	out := make([]any, 0, len(before)+len(s))
-	out = append(out, before...)
-	for _, v := range s {
-		out = append(out, v)
-	}
-	return out
 }

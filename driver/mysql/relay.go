@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -45,19 +44,16 @@ func (d *Driver) fenced(ctx context.Context, w writer, f *driver.Fence) (bool, e
 // costs nothing (queries/claim.sql, claim_ordered.sql, claim_many.sql),
 // then leased (claim_lease.sql) and read back (claimed_rows.sql).
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := sqlkit.Dedupe(p.Types)
-	if len(types) == 0 || p.Limit <= 0 {
-		return nil, nil
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mensageria/mysql: claim: lease must be positive, got %s", p.Lease)
+	types, err := sqlkit.ClaimTypes(p.Types, p.Limit, p.Lease)
+	if len(types) == 0 || err != nil {
+		return nil, wrap("claim", err)
 	}
 	ordered := map[string]bool{}
 	for _, t := range p.OrderedTypes {
 		ordered[t] = true
 	}
 	var jobs []driver.Job
-	err := d.write(ctx, func(w writer, now int64) error {
+	err = d.write(ctx, func(w writer, now int64) error {
 		jobs = nil
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return err
@@ -67,7 +63,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 			return err
 		}
 		until := now + p.Lease.Microseconds()
-		if _, err := w.ExecContext(ctx, withList(d.q.claimLease, len(ids)), int64Args(ids, p.Token, until, until)...); err != nil {
+		if _, err := w.ExecContext(ctx, withList(d.q.claimLease, len(ids)), sqlkit.Args(ids, p.Token, until, until)...); err != nil {
 			return wrap("claim", err)
 		}
 		jobs, err = d.jobsByID(ctx, w, ids, now)
@@ -119,7 +115,7 @@ func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, o
 				plain = append(plain, t)
 			}
 		}
-		args := append(stringArgs(ord, stringArgs(plain, now)...), limit)
+		args := append(sqlkit.Args(ord, sqlkit.Args(plain, now)...), limit)
 		if err := scan(withLists(d.q.claimMany, len(plain), len(ord)), args...); err != nil {
 			return nil, err
 		}
@@ -141,7 +137,7 @@ func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, o
 
 // jobsByID reads the rows of ids in id order (queries/claimed_rows.sql).
 func (d *Driver) jobsByID(ctx context.Context, w writer, ids []int64, now int64) ([]driver.Job, error) {
-	rows, err := w.QueryContext(ctx, withList(d.q.claimedRows, len(ids)), int64Args(ids, now)...)
+	rows, err := w.QueryContext(ctx, withList(d.q.claimedRows, len(ids)), sqlkit.Args(ids, now)...)
 	if err != nil {
 		return nil, wrap("claim", err)
 	}
@@ -170,7 +166,7 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 				return sqlkit.CountDelivered(ctx, w, d.q.deliveredCount, perType, now)
 			},
 			Expired: func(rest []int64) (*sql.Rows, error) {
-				return w.QueryContext(ctx, withList(d.q.settleSort, len(rest)), append(int64Args(rest), p.Token, now)...)
+				return w.QueryContext(ctx, withList(d.q.settleSort, len(rest)), append(sqlkit.Args(rest), p.Token, now)...)
 			},
 		}, wrap)
 		return err
@@ -276,7 +272,7 @@ func (st *settlement) failed() error {
 					args = append(args, id, of[id].values[c])
 				}
 			}
-			if _, err := st.w.ExecContext(st.ctx, withList(o.q, len(rows)), int64Args(rows, args...)...); err != nil {
+			if _, err := st.w.ExecContext(st.ctx, withList(o.q, len(rows)), sqlkit.Args(rows, args...)...); err != nil {
 				return err
 			}
 		}
@@ -289,7 +285,7 @@ func (st *settlement) failed() error {
 // setArgs, on them (lockThen).
 func (st *settlement) lockAndRun(q string, setArgs []any, ids []int64, delivered bool) error {
 	return st.lockThen(ids, delivered, func(found []int64) error {
-		_, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...)
+		_, err := st.w.ExecContext(st.ctx, withList(q, len(found)), sqlkit.Args(found, setArgs...)...)
 		return err
 	})
 }
@@ -301,7 +297,7 @@ func (st *settlement) lockAndRun(q string, setArgs []any, ids []int64, delivered
 // take the outcome.
 func (st *settlement) lockThen(ids []int64, delivered bool, change func(found []int64) error) error {
 	for part := range slices.Chunk(ids, chunk) {
-		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, len(part)), append(int64Args(part), st.p.Token, st.now)...)
+		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, len(part)), append(sqlkit.Args(part), st.p.Token, st.now)...)
 		if err != nil {
 			return err
 		}
@@ -329,7 +325,7 @@ func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bo
 	}
 	var next sql.NullInt64
 	var now int64
-	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), stringArgs(types)...).Scan(&next, &now); err != nil {
+	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), sqlkit.Args(types)...).Scan(&next, &now); err != nil {
 		return 0, false, wrap("next due", err)
 	}
 	if !next.Valid {

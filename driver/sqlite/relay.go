@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -19,12 +18,9 @@ import (
 // merged, so a large backlog of other types costs nothing. See
 // queries/claim.sql.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := sqlkit.Dedupe(p.Types)
-	if len(types) == 0 || p.Limit <= 0 {
-		return nil, nil
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mensageria/sqlite: claim: lease must be positive, got %s", p.Lease)
+	types, err := sqlkit.ClaimTypes(p.Types, p.Limit, p.Lease)
+	if len(types) == 0 || err != nil {
+		return nil, wrap("claim", err)
 	}
 	ordered := make(map[string]bool, len(types))
 	for _, t := range types {
@@ -37,7 +33,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	}
 	byType, _ := json.Marshal(ordered) // strings and booleans always marshal
 	var jobs []driver.Job
-	err := d.write(ctx, func(w writer, now int64) error {
+	err = d.write(ctx, func(w writer, now int64) error {
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return wrap("claim fence", err) // deposed: claim nothing
 		}

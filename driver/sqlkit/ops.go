@@ -8,6 +8,14 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
+// DoubtAt is the test of a row in doubt (driver.StateInDoubt) at now, an
+// expression: a placeholder, or the database's clock. Such a row is
+// stored pending, marked by an at-most-once attempt, and not under a live
+// lease.
+func DoubtAt(now string) string {
+	return "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= " + now + "))"
+}
+
 // In writes a condition that col is one of n values, and the arguments it
 // takes; each driver has its own way (placeholders, one JSON array).
 type In[T any] func(col string, values []T) (cond string, args []any)
@@ -117,9 +125,15 @@ func Revive(ctx context.Context, w Execer, prefix string, p driver.ReviveParams,
 // InMarks is an In of one placeholder a value: col IN (?, ?, …), or
 // col IN (NULL), which matches nothing, for no values.
 func InMarks[T any](col string, values []T) (string, []any) {
-	args := make([]any, len(values))
-	for i, v := range values {
-		args[i] = v
+	return col + " IN (" + Marks(len(values)) + ")", Args(values)
+}
+
+// Args is values as statement arguments, after the arguments before.
+func Args[T any](values []T, before ...any) []any {
+	out := make([]any, 0, len(before)+len(values))
+	out = append(out, before...)
+	for _, v := range values {
+		out = append(out, v)
 	}
-	return col + " IN (" + Marks(len(values)) + ")", args
+	return out
 }

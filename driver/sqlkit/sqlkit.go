@@ -5,7 +5,9 @@
 // wording; what it gets here is what is the same whatever the SQL:
 //
 //   - Loader, reading the named statements of an embedded queries/ folder
-//     and filling in the driver's fragments;
+//     and filling in the driver's fragments, PerPrefix, keeping them for
+//     each table prefix, and CheckQueries, which the
+//     drivers' tests run to hold the folder and the statements to one set;
 //   - CollectStats and AgeOf, turning the rows of a stats statement and of
 //     its owners statement into driver.TypeStats;
 //   - List.Query and Revive, building the statements of ListMessages and
@@ -42,11 +44,15 @@ package sqlkit
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
@@ -83,6 +89,82 @@ func Loader(fsys fs.FS, dir string, fill *strings.Replacer) func(name string) st
 		}
 		return fill.Replace(string(b))
 	}
+}
+
+// PerPrefix returns load with its result kept for each prefix: a driver's
+// statements depend on its table prefix only, and reading and filling
+// every file again for each driver opened shows in a program (or a test)
+// that opens many.
+func PerPrefix[Q any](load func(prefix string) Q) func(prefix string) Q {
+	var loaded sync.Map // prefix -> Q
+	return func(prefix string) Q {
+		if q, ok := loaded.Load(prefix); ok {
+			return q.(Q)
+		}
+		q, _ := loaded.LoadOrStore(prefix, load(prefix))
+		return q.(Q)
+	}
+}
+
+// CheckQueries tells whether the files of dir in fsys and a driver's
+// statements, the string fields of a struct (as Loader read them with
+// fill), are one set: a file whose text is no statement is one nothing
+// runs, and a statement with a "{{" left once lists fills the lists a call
+// fills (nil for none) is a name the database would refuse only when it
+// first runs. A file must also start with a comment ("-- ") saying what it
+// does. It returns every discrepancy, joined, or nil. The drivers' tests
+// run it.
+func CheckQueries(fsys fs.FS, dir string, fill *strings.Replacer, statements any, lists func(string) string) error {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
+	if err != nil {
+		return err
+	}
+	v := reflect.ValueOf(statements)
+	if v.Kind() != reflect.Struct {
+		return fmt.Errorf("statements is a %s, not a struct", v.Kind())
+	}
+	var errs []error
+	texts := map[string]bool{}
+	for i := range v.NumField() {
+		name, text := v.Type().Field(i).Name, v.Field(i).String()
+		texts[text] = true
+		if lists != nil {
+			text = lists(text)
+		}
+		if strings.Contains(text, "{{") {
+			errs = append(errs, fmt.Errorf("%s keeps a fragment unfilled:\n%s", name, text))
+		}
+	}
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return err
+		}
+		if !texts[fill.Replace(string(b))] {
+			errs = append(errs, fmt.Errorf("%s is loaded into no statement", name))
+		}
+		if !strings.HasPrefix(string(b), "-- ") {
+			errs = append(errs, fmt.Errorf("%s does not start with a comment saying what it does", name))
+		}
+	}
+	if len(names) != v.NumField() {
+		errs = append(errs, fmt.Errorf("%d files in %s, %d statements", len(names), dir, v.NumField()))
+	}
+	return errors.Join(errs...)
+}
+
+// ClaimTypes checks a claim's types, limit and lease: it returns the
+// types without repeats, none when there is nothing to claim (no type, or
+// a limit below 1), and an error for a lease below 1ns when there is.
+func ClaimTypes(types []string, limit int, lease time.Duration) ([]string, error) {
+	types = Dedupe(types)
+	if len(types) == 0 || limit <= 0 {
+		return nil, nil
+	}
+	if lease <= 0 {
+		return nil, fmt.Errorf("lease must be positive, got %s", lease)
+	}
+	return types, nil
 }
 
 // Dedupe is s without empty or repeated strings, in first-seen order.

@@ -323,3 +323,71 @@ func TestSettleStopsAtAnError(t *testing.T) {
 		}
 	}
 }
+
+// CheckQueries names a file no statement holds, a statement with a
+// fragment left, a file without its comment, and a count that differs.
+func TestCheckQueries(t *testing.T) {
+	fsys := fstest.MapFS{
+		"queries/a.sql": {Data: []byte("-- a\nSELECT * FROM {{p}}a WHERE id IN ({{ids}})")},
+		"queries/b.sql": {Data: []byte("SELECT 1")},
+		"queries/c.sql": {Data: []byte("-- c\nSELECT {{x}}")},
+	}
+	fill := strings.NewReplacer("{{p}}", "x_")
+	lists := func(q string) string { return strings.ReplaceAll(q, "{{ids}}", "?") }
+	type good struct{ a, b, c string }
+	if err := sqlkit.CheckQueries(fsys, "queries", fill, good{
+		a: "-- a\nSELECT * FROM x_a WHERE id IN ({{ids}})", b: "SELECT 1", c: "-- c\nSELECT {{x}}",
+	}, lists); err == nil {
+		t.Fatal("no error for b without a comment and c's {{x}}")
+	} else if got := err.Error(); !strings.Contains(got, "queries/b.sql does not start with a comment") ||
+		!strings.Contains(got, "c keeps a fragment unfilled") || strings.Contains(got, "a keeps") || strings.Contains(got, "loaded into no") {
+		t.Fatalf("err = %v", err)
+	}
+	type missing struct{ a string }
+	err := sqlkit.CheckQueries(fsys, "queries", fill, missing{a: "-- a\nSELECT * FROM x_a WHERE id IN ({{ids}})"}, lists)
+	if err == nil || !strings.Contains(err.Error(), "queries/c.sql is loaded into no statement") || !strings.Contains(err.Error(), "3 files in queries, 1 statements") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := sqlkit.CheckQueries(fstest.MapFS{"queries/a.sql": {Data: []byte("-- a\nSELECT 1")}}, "queries", fill, struct{ a string }{"-- a\nSELECT 1"}, nil); err != nil {
+		t.Fatalf("one file, one statement: %v", err)
+	}
+}
+
+// PerPrefix loads each prefix's statements once, and apart from the
+// others'.
+func TestPerPrefixLoadsEachPrefixOnce(t *testing.T) {
+	var loads []string
+	q := sqlkit.PerPrefix(func(prefix string) string { loads = append(loads, prefix); return "SELECT * FROM " + prefix + "t" })
+	for _, p := range []string{"a_", "b_", "a_"} {
+		if got, want := q(p), "SELECT * FROM "+p+"t"; got != want {
+			t.Fatalf("q(%s) = %q, want %q", p, got, want)
+		}
+	}
+	if !reflect.DeepEqual(loads, []string{"a_", "b_"}) {
+		t.Fatalf("loaded %v, want each prefix once", loads)
+	}
+}
+
+// ClaimTypes: nothing to claim is no error, whatever the lease; a claim
+// with something to claim needs a lease.
+func TestClaimTypes(t *testing.T) {
+	for _, c := range []struct {
+		types []string
+		limit int
+		lease time.Duration
+		want  []string
+		err   bool
+	}{
+		{[]string{"a", "", "b", "a"}, 1, time.Second, []string{"a", "b"}, false},
+		{nil, 1, 0, nil, false},
+		{[]string{""}, 1, 0, nil, false},
+		{[]string{"a"}, 0, 0, nil, false},
+		{[]string{"a"}, 1, 0, nil, true},
+		{[]string{"a"}, 1, -time.Second, nil, true},
+	} {
+		got, err := sqlkit.ClaimTypes(c.types, c.limit, c.lease)
+		if !reflect.DeepEqual(got, c.want) || (err != nil) != c.err {
+			t.Errorf("ClaimTypes(%q, %d, %s) = %q, %v", c.types, c.limit, c.lease, got, err)
+		}
+	}
+}
