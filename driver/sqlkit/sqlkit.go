@@ -19,7 +19,10 @@
 //     bookkeeping of one Settle, a Settlement: the rows it changed, the
 //     deliveries per type, and the sorting of the others into Expired and
 //     Fenced; CountDelivered, adding the deliveries to the minute's counts;
-//   - Dedupe and Marks, two small helpers every statement on a list uses.
+//   - DoubtAt, the test of a row in doubt; ClaimTypes, the check of a
+//     claim's types, limit and lease;
+//   - Dedupe, Marks and Args, small helpers every statement on a list
+//     uses.
 //
 // Where the drivers differ on purpose it has nothing: the clock (SQLite's
 // julianday('now') in milliseconds, MariaDB's UTC_TIMESTAMP(6)), the
