@@ -569,7 +569,28 @@ type ListFilter struct {
 	Types   []string
 	IDs     []int64
 	AfterID int64
-	Limit   int
+	// Limit is the most rows one call returns: DefaultListLimit when 0 or
+	// less, never more than MaxListLimit (EffectiveLimit). More rows are
+	// paged with AfterID.
+	Limit int
+}
+
+// The page of ListMessages: every driver returns DefaultListLimit rows
+// when no Limit is given and at most MaxListLimit whatever it asks, so
+// that one call's rows stay bounded in memory and a caller pages the same
+// way on every backend.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// EffectiveLimit is the page size ListMessages uses for f: f.Limit
+// bounded to 1..MaxListLimit, DefaultListLimit when not given.
+func (f ListFilter) EffectiveLimit() int {
+	if f.Limit <= 0 {
+		return DefaultListLimit
+	}
+	return min(f.Limit, MaxListLimit)
 }
 
 // ReviveParams selects dead rows to retry or discard: by IDs, or all dead
@@ -590,7 +611,7 @@ type ReviveParams struct {
 // by Types) that an at-most-once attempt marked: the ones a Revive
 // retries only with ClearMark. It pages through ListMessages.
 func MarkedDead(ctx context.Context, d Driver, p ReviveParams) ([]int64, error) {
-	f := ListFilter{State: StateDead, IDs: p.IDs, Limit: 10000}
+	f := ListFilter{State: StateDead, IDs: p.IDs, Limit: MaxListLimit}
 	if len(p.IDs) == 0 {
 		if len(p.Types) == 0 {
 			return nil, nil

@@ -96,10 +96,6 @@ func resolutionsOf(recs []driver.ResolutionRecord) []Resolution {
 	return out
 }
 
-// MaxLimit is the largest page a list returns (the drivers' own bound);
-// more is paged with After.
-const MaxLimit = 10000
-
 // ListParams selects one page of a list.
 type ListParams struct {
 	// Types narrows the list to these types, each of which must be the
@@ -108,7 +104,8 @@ type ListParams struct {
 	// After lists only ids after this one: the NextAfter of the page
 	// before.
 	After int64
-	// Limit is the page's size, 1 to MaxLimit.
+	// Limit is the page's size, 1 to driver.MaxListLimit (the drivers'
+	// own bound); more is paged with After.
 	Limit int
 }
 
@@ -135,8 +132,8 @@ func (o *Ops) InDoubt(ctx context.Context, p ListParams) (*Page, error) {
 }
 
 func (o *Ops) list(ctx context.Context, state driver.State, p ListParams) (*Page, error) {
-	if p.Limit < 1 || p.Limit > MaxLimit {
-		return nil, invalid("the page size must be between 1 and %d, got %d", MaxLimit, p.Limit)
+	if p.Limit < 1 || p.Limit > driver.MaxListLimit {
+		return nil, invalid("the page size must be between 1 and %d, got %d", driver.MaxListLimit, p.Limit)
 	}
 	if p.After < 0 {
 		return nil, invalid("after must be a message id, got %d", p.After)
@@ -150,13 +147,13 @@ func (o *Ops) list(ctx context.Context, state driver.State, p ListParams) (*Page
 	}
 	// One row more than the page says whether more follow; at the
 	// driver's own bound the next page tells.
-	limit := min(p.Limit+1, MaxLimit)
+	limit := min(p.Limit+1, driver.MaxListLimit)
 	jobs, err := o.drv.ListMessages(ctx, driver.ListFilter{State: state, Types: types, AfterID: p.After, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
 	page := &Page{}
-	if len(jobs) > p.Limit || len(jobs) == MaxLimit {
+	if len(jobs) > p.Limit || len(jobs) == driver.MaxListLimit {
 		jobs = jobs[:p.Limit]
 		page.Truncated, page.NextAfter = true, jobs[len(jobs)-1].ID
 	}

@@ -94,7 +94,7 @@ func TestDeadLettersPaging(t *testing.T) {
 	if err != nil || exact.Truncated || len(exact.Messages) != 5 {
 		t.Fatalf("a page exactly as large as the rows: %+v, %v; want all five, not truncated", exact, err)
 	}
-	for _, limit := range []int{0, -1, ops.MaxLimit + 1} {
+	for _, limit := range []int{0, -1, driver.MaxListLimit + 1} {
 		if _, err := o.DeadLetters(ctx, ops.ListParams{Limit: limit}); !errors.Is(err, ops.ErrInvalid) {
 			t.Fatalf("limit %d: %v, want ErrInvalid", limit, err)
 		}

@@ -24,7 +24,9 @@
 //     past is stored as the insert's time, not below it. On an ordered
 //     type a scheduled row is its key's head like any other: the key's
 //     later rows, due or not, wait until it is settled.
-//   - ListMessages returns rows in id order.
+//   - ListMessages returns rows in id order, driver.DefaultListLimit of
+//     them when no Limit is given and at most driver.MaxListLimit
+//     (driver.ListFilter.EffectiveLimit).
 //   - Revive with neither IDs nor Types changes nothing.
 //   - InsertTx that fails writes nothing, even if the caller commits
 //     afterwards (the transaction may stay usable or be aborted).

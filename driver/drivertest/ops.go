@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -282,6 +283,42 @@ func (s *suite) operatorTests() []test {
 			dead := list(t, d, driver.ListFilter{IDs: []int64{b1}})[0]
 			if dead.State != driver.StateDead || dead.LastError != "gave up" || dead.Type != "b" || dead.Key != "1" {
 				t.Fatalf("listed dead row = %+v", dead)
+			}
+		}},
+		{"ListMessagesPageBound", func(t *testing.T, h *Harness) {
+			d := h.Driver
+			// One row past the largest page, so that a bound of more than
+			// MaxListLimit (or a fallback to the default) shows.
+			rows := make([]driver.InsertRow, driver.MaxListLimit+1)
+			for i := range rows {
+				rows[i] = row(t, "bound", fmt.Sprint(i))
+			}
+			for part := range slices.Chunk(rows, 1000) {
+				insert(t, d, part...)
+			}
+			cases := []struct {
+				limit, want int
+			}{
+				{0, driver.DefaultListLimit},
+				{-1, driver.DefaultListLimit},
+				{7, 7},
+				{driver.MaxListLimit + 1, driver.MaxListLimit},
+			}
+			var first int64
+			for _, c := range cases {
+				jobs, err := d.ListMessages(ctxOf(t), driver.ListFilter{Limit: c.limit})
+				if err != nil {
+					t.Fatalf("limit %d: %v", c.limit, err)
+				}
+				if len(jobs) != c.want {
+					t.Fatalf("limit %d listed %d rows, want %d", c.limit, len(jobs), c.want)
+				}
+				if first == 0 {
+					first = jobs[0].ID
+				}
+				if jobs[0].ID != first {
+					t.Fatalf("limit %d: first row %d, want %d: a page starts at the lowest id", c.limit, jobs[0].ID, first)
+				}
 			}
 		}},
 		{"Revive", func(t *testing.T, h *Harness) {

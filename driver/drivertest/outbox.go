@@ -3,6 +3,7 @@ package drivertest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -459,6 +460,17 @@ func (s *suite) settleTests() []test {
 		wantIDs(t, "claim", jobs, id)
 		return id, tok
 	}
+	// claimN inserts n rows of type s, each of its own key, and claims
+	// them all.
+	claimN := func(t *testing.T, d driver.Driver, n int) ([]int64, int64) {
+		var ids []int64
+		for k := range n {
+			ids = append(ids, insertOne(t, d, "s", fmt.Sprint(k)))
+		}
+		jobs, tok := claim(t, d, "s")
+		wantIDs(t, "claim", jobs, ids...)
+		return ids, tok
+	}
 	return []test{
 		{"DeliveredDeletes", func(t *testing.T, h *Harness) {
 			d := h.Driver
@@ -635,6 +647,76 @@ func (s *suite) settleTests() []test {
 			}
 			jobs, _ = claim(t, d, "s")
 			wantIDs(t, "only the released row is claimable", jobs, want[3])
+		}},
+		{"FailuresEachTheirOwn", func(t *testing.T, h *Harness) {
+			// Several rows of each failed outcome in one settle: each row
+			// keeps its own error, route, time and count, however the
+			// driver batches them.
+			d := h.Driver
+			id, tok := claimN(t, d, 7)
+			n := settle(t, d, driver.SettleParams{Token: tok,
+				Retry: []driver.Retry{
+					{ID: id[0], Delay: time.Hour, Error: "r0 é🙂", Route: "app → a"},
+					{ID: id[1], Error: "r1", Uncounted: true},
+					{ID: id[2], Delay: time.Hour, Error: "r2", Route: "app → c", Uncounted: true},
+				},
+				Dead:    []driver.Failure{{ID: id[3], Error: "d3", Route: "app → d"}, {ID: id[4], Error: "d4 ✓"}},
+				InDoubt: []driver.Doubt{{ID: id[5], Error: "u5", Route: "app → f", ProbeAfter: time.Hour}, {ID: id[6], Error: "u6"}},
+			})
+			if n != 7 {
+				t.Fatalf("settle changed %d, want 7", n)
+			}
+			type want struct {
+				state        driver.State
+				attempt      int
+				error, route string
+			}
+			wants := []want{
+				{driver.StatePending, 1, "r0 é🙂", "app → a"},
+				{driver.StatePending, 0, "r1", ""},
+				{driver.StatePending, 0, "r2", "app → c"},
+				{driver.StateDead, 1, "d3", "app → d"},
+				{driver.StateDead, 1, "d4 ✓", ""},
+				{driver.StateInDoubt, 1, "u5", "app → f"},
+				{driver.StateInDoubt, 1, "u6", ""},
+			}
+			for i, w := range wants {
+				j, ok := byID(t, d, id[i])
+				if !ok {
+					t.Fatalf("row %d gone", i)
+				}
+				if got := (want{j.State, j.Attempt, j.LastError, j.LastRoute}); got != w {
+					t.Fatalf("row %d: %+v, want %+v", i, got, w)
+				}
+			}
+			jobs, _ := claim(t, d, "s")
+			wantIDs(t, "only the retry without a delay is claimable", jobs, id[1])
+		}},
+		{"ListedTwiceTakesTheFirst", func(t *testing.T, h *Harness) {
+			// A row in two outcomes takes the first in the order of
+			// SettleParams.IDs: delivered, retry, dead, in doubt, release.
+			d := h.Driver
+			id, tok := claimN(t, d, 3)
+			n := settle(t, d, driver.SettleParams{Token: tok, KeepDelivered: true,
+				Delivered: id[:1],
+				Retry:     []driver.Retry{{ID: id[1], Delay: time.Hour, Error: "retry"}, {ID: id[0], Error: "retry"}},
+				Dead:      []driver.Failure{{ID: id[2], Error: "dead"}, {ID: id[1], Error: "dead"}},
+				InDoubt:   []driver.Doubt{{ID: id[2], Error: "doubt"}},
+				Release:   id,
+			})
+			if n != 3 {
+				t.Fatalf("settle changed %d, want 3", n)
+			}
+			for i, w := range []struct {
+				state driver.State
+				error string
+			}{{driver.StateDelivered, ""}, {driver.StatePending, "retry"}, {driver.StateDead, "dead"}} {
+				if j, _ := byID(t, d, id[i]); j.State != w.state || j.LastError != w.error {
+					t.Fatalf("row %d: %s %q, want %s %q", i, j.State, j.LastError, w.state, w.error)
+				}
+			}
+			jobs, _ := claim(t, d, "s")
+			wantIDs(t, "the retried row waits its delay, not released", jobs)
 		}},
 	}
 }

@@ -28,7 +28,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 		marked = nil
 		for ids := p.IDs; len(ids) > 0; ids = ids[min(len(ids), chunk):] {
 			part := ids[:min(len(ids), chunk)]
-			rows, err := w.QueryContext(ctx, withList(d.q.markLock, len(part)), append(int64Args(part), p.Token)...)
+			rows, err := w.QueryContext(ctx, withList(d.q.markLock, len(part)), append(sqlkit.Args(part), p.Token)...)
 			if err != nil {
 				return wrap("mark", err)
 			}
@@ -48,7 +48,7 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 			if len(found) == 0 {
 				continue
 			}
-			if _, err := w.ExecContext(ctx, withList(d.q.mark, len(found)), int64Args(found)...); err != nil {
+			if _, err := w.ExecContext(ctx, withList(d.q.mark, len(found)), sqlkit.Args(found)...); err != nil {
 				return wrap("mark", err)
 			}
 			marked = append(marked, found...)
@@ -66,20 +66,17 @@ func (d *Driver) Mark(ctx context.Context, p driver.MarkParams) ([]int64, error)
 // is, without counting an attempt; the rows stay marked
 // (queries/claim_in_doubt.sql, claim_in_doubt_lease.sql).
 func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
-	types := sqlkit.Dedupe(p.Types)
-	if len(types) == 0 || p.Limit <= 0 {
-		return nil, nil
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mensageria/mysql: claim in doubt: lease must be positive, got %s", p.Lease)
+	types, err := sqlkit.ClaimTypes(p.Types, p.Limit, p.Lease)
+	if len(types) == 0 || err != nil {
+		return nil, wrap("claim in doubt", err)
 	}
 	var jobs []driver.Job
-	err := d.write(ctx, func(w writer, now int64) error {
+	err = d.write(ctx, func(w writer, now int64) error {
 		jobs = nil
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return err
 		}
-		rows, err := w.QueryContext(ctx, withList(d.q.claimInDoubt, len(types)), append(stringArgs(types), now-max(p.Quiet, 0).Microseconds(), p.Limit)...)
+		rows, err := w.QueryContext(ctx, withList(d.q.claimInDoubt, len(types)), append(sqlkit.Args(types), now-max(p.Quiet, 0).Microseconds(), p.Limit)...)
 		if err != nil {
 			return wrap("claim in doubt", err)
 		}
@@ -96,7 +93,7 @@ func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) 
 		if err := rows.Err(); err != nil || len(ids) == 0 {
 			return wrap("claim in doubt", err)
 		}
-		if _, err := w.ExecContext(ctx, withList(d.q.claimInDoubtLease, len(ids)), int64Args(ids, p.Token, now+p.Lease.Microseconds())...); err != nil {
+		if _, err := w.ExecContext(ctx, withList(d.q.claimInDoubtLease, len(ids)), sqlkit.Args(ids, p.Token, now+p.Lease.Microseconds())...); err != nil {
 			return wrap("claim in doubt", err)
 		}
 		jobs, err = d.jobsByID(ctx, w, ids, now)
@@ -150,7 +147,7 @@ type doubtRow struct {
 
 func (d *Driver) rowsInDoubt(ctx context.Context, w writer, ids []int64) ([]doubtRow, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	rows, err := w.QueryContext(ctx, withList(d.q.doubtRows, len(ids)), int64Args(ids)...)
+	rows, err := w.QueryContext(ctx, withList(d.q.doubtRows, len(ids)), sqlkit.Args(ids)...)
 	if err != nil {
 		return nil, wrap("resolve", err)
 	}
@@ -223,7 +220,7 @@ func (d *Driver) Resolutions(ctx context.Context, messageIDs [][16]byte, limit i
 		for i, m := range messageIDs {
 			ids[i] = uuid.UUID(m).String()
 		}
-		q, args = withList(d.q.resolutionsOf, len(ids)), append(stringArgs(ids), limit)
+		q, args = withList(d.q.resolutionsOf, len(ids)), append(sqlkit.Args(ids), limit)
 	}
 	rows, err := d.db.QueryContext(ctx, q, args...)
 	if err != nil {

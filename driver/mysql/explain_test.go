@@ -66,6 +66,18 @@ func explain(t *testing.T, db *sql.DB, q string, args ...any) []planStep {
 	return plan
 }
 
+// cases is the arguments of a statement's CASE lists ({{cases}}): for
+// each value, in order, one (id, value) pair for each of ids.
+func cases(ids []any, values ...any) []any {
+	var out []any
+	for _, v := range values {
+		for _, id := range ids {
+			out = append(out, id, v)
+		}
+	}
+	return out
+}
+
 // The relay's hot statements and the inbox queue's claim keep to their
 // indexes on a table whose rows are mostly other types' (and other
 // consumers'), whether the server has recalculated its statistics since
@@ -74,9 +86,10 @@ func explain(t *testing.T, db *sql.DB, q string, args ...any) []planStep {
 // of queries/claim_ordered.sql MariaDB was seen to test it on
 // outbox_delivered before ANALYZE), the claim of many types its types'
 // ranges of outbox_claim, the settles and the mark find their rows by the
-// primary key, the inbox claim walks its consumer's range of
-// inbox_queue_claim. None reads a whole table ("ALL") or a whole index
-// ("index").
+// primary key, the idle relay's next-due read walks its types' ranges of
+// outbox_claim from the statement's own clock, the inbox claim walks its
+// consumer's range of inbox_queue_claim. None reads a whole table ("ALL")
+// or a whole index ("index").
 func TestHotStatementsKeepToTheirIndexes(t *testing.T) {
 	d, _ := migrated(t)
 	ctx := t.Context()
@@ -107,10 +120,11 @@ func TestHotStatementsKeepToTheirIndexes(t *testing.T) {
 		{"settleDelivered", ids, map[string]string{p + "outbox": "PRIMARY"}},
 		{"settleDeliveredKept", append([]any{now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"settleRelease", append([]any{now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
-		{"settleRetry", append([]any{now, 0, "e", "r"}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
-		{"settleDead", append([]any{now, "e", "r"}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
-		{"settleInDoubt", append([]any{now, now, "e", "r"}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"settleRetry", append(cases(ids, now, 0, "e", "r"), ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"settleDead", append(append([]any{now}, cases(ids, "e", "r")...), ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"settleInDoubt", append(append([]any{now}, cases(ids, now, "e", "r")...), ids...), map[string]string{p + "outbox": "PRIMARY"}},
 		{"claimLease", append([]any{int64(7), now, now}, ids...), map[string]string{p + "outbox": "PRIMARY"}},
+		{"nextDue", []any{"mine", "theirs.0"}, map[string]string{p + "outbox": p + "outbox_claim"}},
 		{"markLock", append(ids, int64(7)), map[string]string{p + "outbox": "PRIMARY"}},
 		{"mark", ids, map[string]string{p + "outbox": "PRIMARY"}},
 		{"queueClaim", []any{"mine", 100}, map[string]string{p + "inbox_queue": p + "inbox_queue_claim"}},

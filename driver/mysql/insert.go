@@ -64,7 +64,7 @@ func (d *Driver) refusal(ctx context.Context, w writer, rows []driver.InsertRow,
 	}
 	types = sqlkit.Dedupe(types)
 	owned := map[string]bool{}
-	rs, qerr := w.QueryContext(ctx, withList(d.q.ownedTypes, len(types)), stringArgs(types)...)
+	rs, qerr := w.QueryContext(ctx, withList(d.q.ownedTypes, len(types)), sqlkit.Args(types)...)
 	if qerr == nil {
 		for rs.Next() {
 			var n string

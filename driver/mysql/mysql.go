@@ -274,15 +274,6 @@ func (d *Driver) writeOnce(ctx context.Context, fn func(w writer, now int64) err
 	return err
 }
 
-// now reads the database clock outside a transaction.
-func (d *Driver) now(ctx context.Context) (int64, error) {
-	var now int64
-	if err := d.db.QueryRowContext(ctx, d.q.clock).Scan(&now); err != nil {
-		return 0, fmt.Errorf("mensageria/mysql: reading the clock: %w", err)
-	}
-	return now, nil
-}
-
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil

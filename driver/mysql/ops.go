@@ -2,8 +2,6 @@ package mysql
 
 import (
 	"context"
-	"slices"
-	"time"
 
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlkit"
@@ -14,14 +12,7 @@ import (
 // Owner is the type's app in the catalog ("" for none, or unclaimed;
 // queries/stats_owners.sql).
 func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
-	now, err := d.now(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// now is each of the statement's first eight arguments (it is no
-	// literal: a statement's text stays one for every call).
-	args := append(slices.Repeat([]any{now}, 8), now-time.Hour.Microseconds())
-	return sqlkit.CollectStats(ctx, d.db, now, d.q.stats, args, d.q.statsOwners, wrap)
+	return sqlkit.CollectStats(ctx, d.db, d.q.stats, nil, d.q.statsOwners, wrap)
 }
 
 // ListMessages pages through outbox rows in id order.
@@ -32,18 +23,14 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 // for ids, a state's range of an index) instead of one plan for every
 // combination.
 func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]driver.Job, error) {
-	now, err := d.now(ctx)
-	if err != nil {
-		return nil, err
-	}
 	// The owner is one primary-key lookup in the catalog per row listed.
+	// The tests of a row in doubt read the clock in the statement (one
+	// time for all of it) instead of a round trip of their own.
 	q, args := sqlkit.List{
-		Select:    "SELECT " + jobCols + ", (SELECT w.app FROM " + d.prefix + "owners w WHERE w.kind = 'type' AND w.name = " + d.prefix + "outbox" + ".type) FROM " + d.prefix + "outbox",
-		Args:      []any{now}, // jobCols' test of a row in doubt
-		Doubt:     doubtCond,
-		DoubtArgs: []any{now},
-		Types:     sqlkit.InMarks[string],
-		IDs:       sqlkit.InMarks[int64],
+		Select: "SELECT " + jobColsAt(nowExpr) + ", (SELECT w.app FROM " + d.prefix + "owners w WHERE w.kind = 'type' AND w.name = " + d.prefix + "outbox" + ".type) FROM " + d.prefix + "outbox",
+		Doubt:  sqlkit.DoubtAt(nowExpr),
+		Types:  sqlkit.InMarks[string],
+		IDs:    sqlkit.InMarks[int64],
 	}.Query(f)
 	rows, err := d.db.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -29,7 +29,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 	err := d.write(ctx, func(w writer, now int64) error {
 		res = driver.PurgeResult{}
 		if len(types) > 0 && p.DeliveredBefore >= 0 {
-			r, err := w.ExecContext(ctx, withList(d.q.purgeOutbox, len(types)), append(stringArgs(types), now-p.DeliveredBefore.Microseconds(), batch)...)
+			r, err := w.ExecContext(ctx, withList(d.q.purgeOutbox, len(types)), append(sqlkit.Args(types), now-p.DeliveredBefore.Microseconds(), batch)...)
 			if err != nil {
 				return wrap("purge outbox", err)
 			}
@@ -49,7 +49,7 @@ func (d *Driver) Purge(ctx context.Context, p driver.PurgeParams) (driver.PurgeR
 			}
 		}
 		if len(types) > 0 {
-			_, err := w.ExecContext(ctx, withList(d.q.purgeCounts, len(types)), append(stringArgs(types), now-24*time.Hour.Microseconds())...)
+			_, err := w.ExecContext(ctx, withList(d.q.purgeCounts, len(types)), append(sqlkit.Args(types), now-24*time.Hour.Microseconds())...)
 			return wrap("purge counts", err)
 		}
 		return nil

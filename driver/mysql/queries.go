@@ -3,7 +3,6 @@ package mysql
 import (
 	"embed"
 	"strings"
-	"sync"
 
 	"github.com/xadm/mensageria/driver/sqlkit"
 )
@@ -15,22 +14,14 @@ import (
 //go:embed queries/*.sql
 var queryFS embed.FS
 
-// loaded holds the statements of each prefix a driver was opened with in
-// this process: they depend on nothing else.
-var loaded sync.Map // prefix -> queries
-
-func queriesFor(prefix string) queries {
-	if q, ok := loaded.Load(prefix); ok {
-		return q.(queries)
-	}
-	q, _ := loaded.LoadOrStore(prefix, loadQueries(prefix))
-	return q.(queries)
-}
+// queriesFor returns the statements of a table prefix, loaded once in this
+// process.
+var queriesFor = sqlkit.PerPrefix(loadQueries)
 
 // queries are the driver's statements, read from queries/*.sql with the
-// table prefix and the fragments below filled in. {{ids}}, {{types}} and
-// {{ordered}} stay, for the call to fill (withList, withLists), as does the
-// VALUES row of an INSERT of many rows (withRows).
+// table prefix and the fragments below filled in. {{ids}}, {{types}},
+// {{cases}} and {{ordered}} stay, for the call to fill (withList,
+// withLists), as does the VALUES row of an INSERT of many rows (withRows).
 type queries struct {
 	insert, insertScheduled, ownedTypes                                   string
 	savepoint, savepointRollback, savepointRelease                        string
@@ -65,12 +56,18 @@ type queries struct {
 //     and those run outside a write transaction of the driver's;
 //   - {{doubt}}, the test of a row in doubt (doubtCond);
 //   - {{sched}}, the test of a scheduled row (schedCond);
-//   - {{jobcols}}, the columns an outbox row is read as (jobCols).
+//   - {{jobcols}}, the columns an outbox row is read as (jobCols);
+//   - {{doubt_now}} and {{sched_now}}, the same tests at the statement's
+//     own clock ({{now}}), for the reads outside a transaction, which so
+//     read the clock in the statement instead of a round trip of its own.
 //
 // {{doubt}}, {{sched}} and {{jobcols}} each take now as one argument, in
-// the place they stand in the statement.
+// the place they stand in the statement. Every {{now}} of one statement
+// is the same time: MariaDB and MySQL read UTC_TIMESTAMP once, when the
+// statement starts.
 func fragments(prefix string) *strings.Replacer {
-	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{sched}}", schedCond, "{{jobcols}}", jobCols)
+	return strings.NewReplacer("{{p}}", prefix, "{{now}}", nowExpr, "{{doubt}}", doubtCond, "{{sched}}", schedCond, "{{jobcols}}", jobCols,
+		"{{doubt_now}}", sqlkit.DoubtAt(nowExpr), "{{sched_now}}", schedAt(nowExpr))
 }
 
 // loadQueries reads every statement, for tables prefixed with prefix.
@@ -180,25 +177,41 @@ func loadQueries(prefix string) queries {
 
 // jobCols are the columns scanJobs reads, a row in doubt read as
 // driver.StateInDoubt; its test (doubtCond) takes now as an argument.
-const jobCols = "id, message_id, type, `key`, payload, headers, CASE WHEN " + doubtCond + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+var jobCols = jobColsAt("?")
+
+// jobColsAt is jobCols with the test of a row in doubt at now, an
+// expression: "?" for an argument, nowExpr for the statement's own clock.
+func jobColsAt(now string) string {
+	return "id, message_id, type, `key`, payload, headers, CASE WHEN " + sqlkit.DoubtAt(now) + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+}
 
 // doubtCond is true of a row in doubt at now (its one argument): pending,
 // marked by an at-most-once attempt (queries/mark.sql), not under a live
 // lease.
-const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?))"
+var doubtCond = sqlkit.DoubtAt("?")
 
 // schedCond is true of a scheduled row at now (its one argument): pending,
 // not due yet, never attempted and no error recorded (a retry's backoff
 // records one). A claim counts an attempt, so a leased row, whose
 // available_at the claim sets to its lease's end, is never one. Never
 // NULL, so that NOT of it is true of every other row.
-const schedCond = "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > ? AND attempts = 0 AND last_error IS NULL, 0)"
+var schedCond = schedAt("?")
+
+// schedAt is schedCond at now, an expression (as jobColsAt's).
+func schedAt(now string) string {
+	return "COALESCE(state = 'pending' AND attempted_at IS NULL AND available_at > " + now + " AND attempts = 0 AND last_error IS NULL, 0)"
+}
 
 // withList puts n placeholders where the statement has {{ids}} or
-// {{types}}.
+// {{types}}, and n "WHEN ? THEN ?" pairs where it has {{cases}}, the
+// arms of a CASE that gives each of n rows a value of its own.
 func withList(q string, n int) string {
 	m := sqlkit.Marks(n)
-	return strings.ReplaceAll(strings.ReplaceAll(q, "{{ids}}", m), "{{types}}", m)
+	q = strings.ReplaceAll(strings.ReplaceAll(q, "{{ids}}", m), "{{types}}", m)
+	if strings.Contains(q, "{{cases}}") {
+		q = strings.ReplaceAll(q, "{{cases}}", strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", n), " "))
+	}
+	return q
 }
 
 // withLists puts n placeholders for {{types}} and m for {{ordered}}.
@@ -212,24 +225,4 @@ func withRows(q string, n int) string {
 	i := strings.LastIndex(q, "VALUES ")
 	head, row := q[:i+len("VALUES ")], strings.TrimSuffix(strings.TrimSpace(q[i+len("VALUES "):]), ";")
 	return head + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
-}
-
-// int64Args is ids as statement arguments, after the args given.
-func int64Args(ids []int64, before ...any) []any {
-	out := make([]any, 0, len(before)+len(ids))
-	out = append(out, before...)
-	for _, id := range ids {
-		out = append(out, id)
-	}
-	return out
-}
-
-// stringArgs is s as statement arguments, after the args given.
-func stringArgs(s []string, before ...any) []any {
-	out := make([]any, 0, len(before)+len(s))
-	out = append(out, before...)
-	for _, v := range s {
-		out = append(out, v)
-	}
-	return out
 }

@@ -1,47 +1,20 @@
 package mysql
 
 import (
-	"io/fs"
-	"reflect"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // Every file of queries/ is a statement the driver loads, and every
 // statement it loads has every fragment filled in but the lists a call
-// fills: a file no field holds is a statement nothing runs, and a "{{"
-// left over is a name the server would refuse only when the statement
-// first runs.
+// fills (sqlkit.CheckQueries).
 func TestEveryQueryFileIsLoaded(t *testing.T) {
 	const prefix = "mensageria_"
-	names, err := fs.Glob(queryFS, "queries/*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var loaded []string
-	q := reflect.ValueOf(loadQueries(prefix))
-	for i := range q.NumField() {
-		text := q.Field(i).String()
-		if filled := withLists(withList(text, 2), 2, 2); strings.Contains(filled, "{{") {
-			t.Errorf("queries.%s keeps a fragment unfilled:\n%s", q.Type().Field(i).Name, filled)
-		}
-		loaded = append(loaded, text)
-	}
-	for _, name := range names {
-		b, err := queryFS.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Contains(loaded, fragments(prefix).Replace(string(b))) {
-			t.Errorf("%s is loaded into no field of queries", name)
-		}
-		if !strings.HasPrefix(string(b), "-- ") {
-			t.Errorf("%s does not start with a comment saying what it does", name)
-		}
-	}
-	if len(names) != q.NumField() {
-		t.Errorf("%d files in queries/, %d fields in queries", len(names), q.NumField())
+	lists := func(q string) string { return withLists(withList(q, 2), 2, 2) }
+	if err := sqlkit.CheckQueries(queryFS, "queries", fragments(prefix), loadQueries(prefix), lists); err != nil {
+		t.Error(err)
 	}
 }
 

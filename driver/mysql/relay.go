@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -45,19 +44,16 @@ func (d *Driver) fenced(ctx context.Context, w writer, f *driver.Fence) (bool, e
 // costs nothing (queries/claim.sql, claim_ordered.sql, claim_many.sql),
 // then leased (claim_lease.sql) and read back (claimed_rows.sql).
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := sqlkit.Dedupe(p.Types)
-	if len(types) == 0 || p.Limit <= 0 {
-		return nil, nil
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mensageria/mysql: claim: lease must be positive, got %s", p.Lease)
+	types, err := sqlkit.ClaimTypes(p.Types, p.Limit, p.Lease)
+	if len(types) == 0 || err != nil {
+		return nil, wrap("claim", err)
 	}
 	ordered := map[string]bool{}
 	for _, t := range p.OrderedTypes {
 		ordered[t] = true
 	}
 	var jobs []driver.Job
-	err := d.write(ctx, func(w writer, now int64) error {
+	err = d.write(ctx, func(w writer, now int64) error {
 		jobs = nil
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return err
@@ -67,7 +63,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 			return err
 		}
 		until := now + p.Lease.Microseconds()
-		if _, err := w.ExecContext(ctx, withList(d.q.claimLease, len(ids)), int64Args(ids, p.Token, until, until)...); err != nil {
+		if _, err := w.ExecContext(ctx, withList(d.q.claimLease, len(ids)), sqlkit.Args(ids, p.Token, until, until)...); err != nil {
 			return wrap("claim", err)
 		}
 		jobs, err = d.jobsByID(ctx, w, ids, now)
@@ -119,7 +115,7 @@ func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, o
 				plain = append(plain, t)
 			}
 		}
-		args := append(stringArgs(ord, stringArgs(plain, now)...), limit)
+		args := append(sqlkit.Args(ord, sqlkit.Args(plain, now)...), limit)
 		if err := scan(withLists(d.q.claimMany, len(plain), len(ord)), args...); err != nil {
 			return nil, err
 		}
@@ -141,7 +137,7 @@ func (d *Driver) due(ctx context.Context, w writer, limit int, types []string, o
 
 // jobsByID reads the rows of ids in id order (queries/claimed_rows.sql).
 func (d *Driver) jobsByID(ctx context.Context, w writer, ids []int64, now int64) ([]driver.Job, error) {
-	rows, err := w.QueryContext(ctx, withList(d.q.claimedRows, len(ids)), int64Args(ids, now)...)
+	rows, err := w.QueryContext(ctx, withList(d.q.claimedRows, len(ids)), sqlkit.Args(ids, now)...)
 	if err != nil {
 		return nil, wrap("claim", err)
 	}
@@ -162,7 +158,17 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		var err error
-		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
+		res, err = sqlkit.Settle(all, sqlkit.SettleSteps{
+			Change: func(s *sqlkit.Settlement) error {
+				return (&settlement{d: d, ctx: ctx, w: w, now: now, p: p, s: s}).change()
+			},
+			Count: func(perType map[string]int64) error {
+				return sqlkit.CountDelivered(ctx, w, d.q.deliveredCount, perType, now)
+			},
+			Expired: func(rest []int64) (*sql.Rows, error) {
+				return w.QueryContext(ctx, withList(d.q.settleSort, len(rest)), append(sqlkit.Args(rest), p.Token, now)...)
+			},
+		}, wrap)
 		return err
 	})
 	if err != nil {
@@ -171,120 +177,155 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	return res, nil
 }
 
-// settlement is one Settle's transaction; kept holds the rows it changed
-// so far, and how many of them were delivered, per type.
+// settlement is one Settle's transaction; s is the bookkeeping of the
+// rows it changed so far.
 type settlement struct {
-	d    *Driver
-	ctx  context.Context
-	w    writer
-	now  int64
-	p    driver.SettleParams
-	kept *sqlkit.Settlement
+	d   *Driver
+	ctx context.Context
+	w   writer
+	now int64
+	p   driver.SettleParams
+	s   *sqlkit.Settlement
 }
 
-// change locks the rows of ids still leased to the token under a live
-// lease (queries/settle_lock.sql) and runs q, a statement on {{ids}}
-// whose other arguments are setArgs, on them; MySQL has no UPDATE …
-// RETURNING, so the lock tells which rows take the outcome.
-func (st *settlement) change(q string, setArgs []any, ids []int64, count bool) error {
-	for len(ids) > 0 {
-		n := min(len(ids), chunk)
-		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, n), append(int64Args(ids[:n]), st.p.Token, st.now)...)
-		if err != nil {
-			return wrap("settle", err)
-		}
-		found, err := st.kept.Read(rows, count)
-		if err != nil {
-			return wrap("settle", err)
-		}
-		if len(found) > 0 {
-			if _, err := st.w.ExecContext(st.ctx, withList(q, len(found)), int64Args(found, setArgs...)...); err != nil {
-				return wrap("settle", err)
-			}
-		}
-		ids = ids[n:]
-	}
-	return nil
-}
-
-// Delivered deletes (or, kept, marks) the delivered rows and counts them
-// per type and minute, so Stats knows the recent deliveries without the
-// rows.
-func (st *settlement) Delivered() error {
-	if st.p.KeepDelivered {
-		if err := st.change(st.d.q.settleDeliveredKept, []any{st.now}, st.p.Delivered, true); err != nil {
+// change records p's outcomes in the order of SettleParams.IDs, so that a
+// row listed twice takes its first outcome (the first leaves it no longer
+// leased to the token): delivered rows are deleted (or, kept, marked),
+// then the retries, the dead and the rows left in doubt, and released
+// rows get their attempt back. An empty route is stored as none, so a row
+// never shows the route of an older attempt next to a newer error.
+func (st *settlement) change() error {
+	now, p := st.now, st.p
+	if p.KeepDelivered {
+		if err := st.lockAndRun(st.d.q.settleDeliveredKept, []any{now}, p.Delivered, true); err != nil {
 			return err
 		}
-	} else if err := st.change(st.d.q.settleDelivered, nil, st.p.Delivered, true); err != nil {
+	} else if err := st.lockAndRun(st.d.q.settleDelivered, nil, p.Delivered, true); err != nil {
 		return err
 	}
-	return wrap("settle counts", sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now))
+	if err := st.failed(); err != nil {
+		return err
+	}
+	// A release also clears an at-most-once mark: the relay releases only
+	// rows it did not send.
+	return st.lockAndRun(st.d.q.settleRelease, []any{now}, p.Release, false)
 }
 
-// Released gives a released row its attempt back: it was not attempted.
-// A release also clears an at-most-once mark: the relay releases only
-// rows it did not send.
-func (st *settlement) Released() error {
-	return st.change(st.d.q.settleRelease, []any{st.now}, st.p.Release, false)
-}
-
-// Failed records the retries, the dead and the rows left in doubt. An
-// empty route is stored as none, so a row never shows the route of an
-// older attempt next to a newer error.
-func (st *settlement) Failed() error {
+// failed records the retries, the dead and the rows left in doubt: one
+// lock of them all, chunk of them a statement, then one statement an
+// outcome on the rows it found, each row's own time, error and route in
+// CASE lists (queries/settle_retry.sql, settle_dead.sql,
+// settle_in_doubt.sql), so that a batch of failures costs a few
+// statements, not two a row. A row named twice takes the first outcome
+// it is named with, as a change one outcome at a time would leave it.
+func (st *settlement) failed() error {
 	now, p := st.now, st.p
+	type failure struct {
+		outcome int   // index in outcomes
+		values  []any // one a CASE list of the outcome's statement
+	}
+	outcomes := []struct {
+		q      string
+		before []any // the arguments before the CASE lists
+	}{
+		{st.d.q.settleRetry, nil},
+		{st.d.q.settleDead, []any{now}},
+		// Left in doubt: the mark kept (set now when there was none), and
+		// a probe may take the row after ProbeAfter.
+		{st.d.q.settleInDoubt, []any{now}},
+	}
+	of := map[int64]failure{}
+	var ids []int64
+	add := func(id int64, outcome int, values ...any) {
+		if _, ok := of[id]; !ok {
+			of[id] = failure{outcome, values}
+			ids = append(ids, id)
+		}
+	}
 	for _, r := range p.Retry {
-		delay := max(r.Delay, 0)
 		back := 0
 		if r.Uncounted {
 			back = 1 // failed on its destination, not on its own
 		}
-		// A retry says the request never reached the receiver, so an
-		// at-most-once mark is cleared.
-		if err := st.change(st.d.q.settleRetry, []any{now + delay.Microseconds(), back, r.Error, r.Route}, []int64{r.ID}, false); err != nil {
-			return err
-		}
+		add(r.ID, 0, now+max(r.Delay, 0).Microseconds(), back, r.Error, r.Route)
 	}
 	for _, f := range p.Dead {
-		if err := st.change(st.d.q.settleDead, []any{now, f.Error, f.Route}, []int64{f.ID}, false); err != nil {
+		add(f.ID, 1, f.Error, f.Route)
+	}
+	for _, f := range p.InDoubt {
+		add(f.ID, 2, now+max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route)
+	}
+	return st.lockThen(ids, false, func(found []int64) error {
+		for i, o := range outcomes {
+			var rows []int64
+			for _, id := range found {
+				if of[id].outcome == i {
+					rows = append(rows, id)
+				}
+			}
+			if len(rows) == 0 {
+				continue
+			}
+			args := append([]any(nil), o.before...)
+			for c := range of[rows[0]].values {
+				for _, id := range rows {
+					args = append(args, id, of[id].values[c])
+				}
+			}
+			if _, err := st.w.ExecContext(st.ctx, withList(o.q, len(rows)), sqlkit.Args(rows, args...)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// lockAndRun locks the rows of ids still leased to the token under a live
+// lease and runs q, a statement on {{ids}} whose other arguments are
+// setArgs, on them (lockThen).
+func (st *settlement) lockAndRun(q string, setArgs []any, ids []int64, delivered bool) error {
+	return st.lockThen(ids, delivered, func(found []int64) error {
+		_, err := st.w.ExecContext(st.ctx, withList(q, len(found)), sqlkit.Args(found, setArgs...)...)
+		return err
+	})
+}
+
+// lockThen locks the rows of ids still leased to the token under a live
+// lease (queries/settle_lock.sql), chunk of them a statement, records them
+// (as delivered when delivered) and runs change on those found in each
+// chunk; MySQL has no UPDATE … RETURNING, so the lock tells which rows
+// take the outcome.
+func (st *settlement) lockThen(ids []int64, delivered bool, change func(found []int64) error) error {
+	for part := range slices.Chunk(ids, chunk) {
+		rows, err := st.w.QueryContext(st.ctx, withList(st.d.q.settleLock, len(part)), append(sqlkit.Args(part), st.p.Token, st.now)...)
+		if err != nil {
 			return err
 		}
-	}
-	// Left in doubt: the lease given up, the mark kept (set now when there
-	// was none), and a probe may take the row after ProbeAfter.
-	for _, f := range p.InDoubt {
-		if err := st.change(st.d.q.settleInDoubt, []any{now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, []int64{f.ID}, false); err != nil {
+		found, err := st.s.Read(rows, delivered)
+		if err != nil {
 			return err
+		}
+		if len(found) > 0 {
+			if err := change(found); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
-}
-
-// Sort tells the rows this settlement changed from those it could not:
-// still ours but past the lease (Expired), or gone or leased to another
-// token (Fenced).
-func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
-	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
-		return st.w.QueryContext(st.ctx, withList(st.d.q.settleSort, len(rest)), append(int64Args(rest), st.p.Token, st.now)...)
-	})
-	return res, wrap("settle", err)
 }
 
 var _ driver.DueReporter = (*Driver)(nil)
 
 // NextDue reports how long until the earliest pending row of types that is
 // not due yet comes due, on the database clock: a scheduled row or one
-// waiting for a retry (queries/next_due.sql).
+// waiting for a retry (queries/next_due.sql, which reads the clock too).
 func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
 	if len(types) == 0 {
 		return 0, false, nil
 	}
-	now, err := d.now(ctx)
-	if err != nil {
-		return 0, false, err
-	}
 	var next sql.NullInt64
-	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), append(stringArgs(types), now, now)...).Scan(&next); err != nil {
+	var now int64
+	if err := d.db.QueryRowContext(ctx, withList(d.q.nextDue, len(types)), sqlkit.Args(types)...).Scan(&next, &now); err != nil {
 		return 0, false, wrap("next due", err)
 	}
 	if !next.Valid {

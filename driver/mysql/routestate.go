@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/driver/sqlkit"
 )
 
 // SetRouteStates records route states, one row per type
@@ -34,7 +35,7 @@ func (d *Driver) SetRouteStates(ctx context.Context, p driver.RouteStatesParams)
 		if p.Replace {
 			// With no type the list is NULL, and the statement clears
 			// the app's rows (queries/route_state_prune.sql).
-			if _, err := w.ExecContext(ctx, withList(d.q.routeStatePrune, len(types)), stringArgs(types, p.App)...); err != nil {
+			if _, err := w.ExecContext(ctx, withList(d.q.routeStatePrune, len(types)), sqlkit.Args(types, p.App)...); err != nil {
 				return wrap("route states", err)
 			}
 		}

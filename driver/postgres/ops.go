@@ -36,17 +36,13 @@ func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]drive
 	if f.AfterID > 0 {
 		where = append(where, "id > "+arg(f.AfterID))
 	}
-	limit := f.Limit
-	if limit <= 0 || limit > 10000 {
-		limit = 100
-	}
 	// The owner is one primary-key lookup in the catalog per row listed.
 	q := "SELECT id, message_id, type, key, payload, headers, CASE WHEN " + doubt + " THEN 'in_doubt' ELSE state END, attempts, attempted_at, created_at, available_at, delivered_at, coalesce(last_error, ''), coalesce(last_route, ''), " +
 		"coalesce((SELECT w.app FROM " + d.table("owners") + " w WHERE w.kind = 'type' AND w.name = o.type), '') FROM " + d.table("outbox") + " o"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY id LIMIT " + arg(limit)
+	q += " ORDER BY id LIMIT " + arg(f.EffectiveLimit())
 	rows, err := d.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("mensageria/postgres: list: %w", err)

@@ -84,15 +84,12 @@ func (d *Driver) writeDurable(ctx context.Context, fn func(w writer, now int64) 
 // without counting an attempt, for a reconcile probe. The fence is the
 // claim's.
 func (d *Driver) ClaimInDoubt(ctx context.Context, p driver.InDoubtClaimParams) ([]driver.Job, error) {
-	types := sqlkit.Dedupe(p.Types)
-	if len(types) == 0 || p.Limit <= 0 {
-		return nil, nil
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mensageria/sqlite: claim in doubt: lease must be positive, got %s", p.Lease)
+	types, err := sqlkit.ClaimTypes(p.Types, p.Limit, p.Lease)
+	if len(types) == 0 || err != nil {
+		return nil, wrap("claim in doubt", err)
 	}
 	var jobs []driver.Job
-	err := d.write(ctx, func(w writer, now int64) error {
+	err = d.write(ctx, func(w writer, now int64) error {
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return wrap("claim in doubt fence", err) // deposed: claim nothing
 		}

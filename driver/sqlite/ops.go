@@ -20,7 +20,7 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqlkit.CollectStats(ctx, d.db, now, d.q.stats, []any{now, now - time.Hour.Microseconds()}, d.q.statsOwners, wrap)
+	return sqlkit.CollectStats(ctx, d.db, d.q.stats, []any{now, now - time.Hour.Microseconds()}, d.q.statsOwners, wrap)
 }
 
 // ListMessages pages through outbox rows in id order.
@@ -30,6 +30,9 @@ func (d *Driver) Stats(ctx context.Context) ([]driver.TypeStats, error) {
 // the listing on the index of what is given (the rowid for ids, a state's
 // partial index) instead of one plan for every combination.
 func (d *Driver) ListMessages(ctx context.Context, f driver.ListFilter) ([]driver.Job, error) {
+	// now is read first, not in the statement (as NextDue's is): SQLite
+	// keeps julianday('now') one time only within one step of a
+	// statement, and a listing returns its rows in many.
 	now, err := d.now(ctx)
 	if err != nil {
 		return nil, err

@@ -12,8 +12,9 @@ import (
 // The relay's statements keep to their indexes, whatever the outbox
 // holds: the claim walks each type's range of outbox_claim (and, for an
 // ordered type, looks a key's head up on outbox_key), the settles and the
-// mark find their rows by the primary key, and none of them reads the
-// whole outbox. Pinned on an empty outbox, as the planner first sees one,
+// mark find their rows by the primary key, the idle relay's next-due read
+// walks each type's range of outbox_claim from the statement's own clock,
+// and none of them reads the whole outbox. Pinned on an empty outbox, as the planner first sees one,
 // and again after ANALYZE of an outbox whose rows are mostly other types'
 // and delivered ones kept, where a scan could look cheap.
 func TestRelayStatementsKeepToTheirIndexes(t *testing.T) {
@@ -45,6 +46,7 @@ func TestRelayStatementsKeepToTheirIndexes(t *testing.T) {
 		{"settle_dead", d.q.settleDead, []any{1, token, now, "e", "r"}, "USING INTEGER PRIMARY KEY (rowid=?)"},
 		{"settle_in_doubt", d.q.settleInDoubt, []any{1, token, now, now, "e", "r"}, "USING INTEGER PRIMARY KEY (rowid=?)"},
 		{"settle_sort", d.q.settleSort, []any{ids, token, now}, "USING INTEGER PRIMARY KEY (rowid=?)"},
+		{"next_due", d.q.nextDue, []any{`["a", "b"]`}, "USING INDEX " + p + "outbox_claim (type=? AND available_at>?)"},
 		{"purge_outbox", d.q.purgeOutbox, []any{`["a", "b"]`, now, 100}, "INDEX " + p + "outbox_delivered (type=? AND delivered_at<?)"},
 	}
 	check := func(phase string) {

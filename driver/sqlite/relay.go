@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -19,12 +18,9 @@ import (
 // merged, so a large backlog of other types costs nothing. See
 // queries/claim.sql.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job, error) {
-	types := sqlkit.Dedupe(p.Types)
-	if len(types) == 0 || p.Limit <= 0 {
-		return nil, nil
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mensageria/sqlite: claim: lease must be positive, got %s", p.Lease)
+	types, err := sqlkit.ClaimTypes(p.Types, p.Limit, p.Lease)
+	if len(types) == 0 || err != nil {
+		return nil, wrap("claim", err)
 	}
 	ordered := make(map[string]bool, len(types))
 	for _, t := range types {
@@ -37,7 +33,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Job,
 	}
 	byType, _ := json.Marshal(ordered) // strings and booleans always marshal
 	var jobs []driver.Job
-	err := d.write(ctx, func(w writer, now int64) error {
+	err = d.write(ctx, func(w writer, now int64) error {
 		if ok, err := d.fenced(ctx, w, p.Fence); !ok || err != nil {
 			return wrap("claim fence", err) // deposed: claim nothing
 		}
@@ -89,7 +85,15 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	var res driver.SettleResult
 	err := d.write(ctx, func(w writer, now int64) error {
 		var err error
-		res, err = sqlkit.Settle(&settlement{d: d, ctx: ctx, w: w, now: now, p: p, kept: sqlkit.NewSettlement()}, all)
+		res, err = sqlkit.Settle(all, sqlkit.SettleSteps{
+			Change: func(s *sqlkit.Settlement) error { return d.settle(ctx, w, now, p, s) },
+			Count: func(perType map[string]int64) error {
+				return sqlkit.CountDelivered(ctx, w, d.q.deliveredCount, perType, now)
+			},
+			Expired: func(rest []int64) (*sql.Rows, error) {
+				return w.QueryContext(ctx, d.q.settleSort, int64sJSON(rest), p.Token, now)
+			},
+		}, wrap)
 		return err
 	})
 	if err != nil {
@@ -98,109 +102,69 @@ func (d *Driver) Settle(ctx context.Context, p driver.SettleParams) (driver.Sett
 	return res, nil
 }
 
-// settlement is one Settle's transaction; kept holds the rows it changed
-// so far, and how many of them were delivered, per type.
-type settlement struct {
-	d    *Driver
-	ctx  context.Context
-	w    writer
-	now  int64
-	p    driver.SettleParams
-	kept *sqlkit.Settlement
-}
-
-// returning runs one of the settle statements, each ending in RETURNING
-// id, type, and records what it changed.
-func (st *settlement) returning(q string, args []any, count bool) error {
-	rows, err := st.w.QueryContext(st.ctx, q, args...)
-	if err != nil {
-		return wrap("settle", err)
-	}
-	_, err = st.kept.Read(rows, count)
-	return wrap("settle", err)
-}
-
-// Delivered deletes (or, kept, marks) the delivered rows and counts them
-// per type and minute, so Stats knows the recent deliveries without the
-// rows.
-func (st *settlement) Delivered() error {
-	if len(st.p.Delivered) == 0 {
-		return nil
-	}
-	q := st.d.q.settleDelivered
-	if st.p.KeepDelivered {
-		q = st.d.q.settleDeliveredKept
-	}
-	if err := st.returning(q, []any{int64sJSON(st.p.Delivered), st.p.Token, st.now}, true); err != nil {
+// settle runs the statements of p's outcomes, each ending in RETURNING
+// id, type, and gives s what each changed, in the order of
+// SettleParams.IDs, so that a row listed twice takes its first outcome
+// (the first leaves it no longer leased to the token). Delivered rows are
+// deleted (or, kept, marked); the retries, the dead and the rows left in
+// doubt take one statement a row, each with its own time, error and
+// route; released rows get their attempt back (they were not attempted).
+func (d *Driver) settle(ctx context.Context, w writer, now int64, p driver.SettleParams, s *sqlkit.Settlement) error {
+	run := func(q string, delivered bool, args ...any) error {
+		rows, err := w.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		_, err = s.Read(rows, delivered)
 		return err
 	}
-	if err := sqlkit.CountDelivered(st.ctx, st.w, st.d.q.deliveredCount, st.kept.Delivered(), st.now); err != nil {
-		return wrap("settle counts", err)
+	if len(p.Delivered) > 0 {
+		q := d.q.settleDelivered
+		if p.KeepDelivered {
+			q = d.q.settleDeliveredKept
+		}
+		if err := run(q, true, int64sJSON(p.Delivered), p.Token, now); err != nil {
+			return err
+		}
 	}
-	return nil
-}
-
-// Released gives a released row its attempt back: it was not attempted.
-func (st *settlement) Released() error {
-	if len(st.p.Release) == 0 {
-		return nil
-	}
-	return st.returning(st.d.q.settleRelease, []any{int64sJSON(st.p.Release), st.p.Token, st.now}, false)
-}
-
-// Failed records the retries, the dead and the rows left in doubt, one
-// statement a row: each has its own time, error and route.
-func (st *settlement) Failed() error {
-	now, p := st.now, st.p
 	for _, r := range p.Retry {
 		back := 0
 		if r.Uncounted {
 			back = 1
 		}
-		if err := st.returning(st.d.q.settleRetry,
-			[]any{r.ID, p.Token, now, now + max(r.Delay, 0).Microseconds(), back, r.Error, r.Route}, false); err != nil {
+		if err := run(d.q.settleRetry, false, r.ID, p.Token, now, now+max(r.Delay, 0).Microseconds(), back, r.Error, r.Route); err != nil {
 			return err
 		}
 	}
 	for _, f := range p.Dead {
-		if err := st.returning(st.d.q.settleDead, []any{f.ID, p.Token, now, f.Error, f.Route}, false); err != nil {
+		if err := run(d.q.settleDead, false, f.ID, p.Token, now, f.Error, f.Route); err != nil {
 			return err
 		}
 	}
 	for _, f := range p.InDoubt {
-		if err := st.returning(st.d.q.settleInDoubt,
-			[]any{f.ID, p.Token, now, now + max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route}, false); err != nil {
+		if err := run(d.q.settleInDoubt, false, f.ID, p.Token, now, now+max(f.ProbeAfter, 0).Microseconds(), f.Error, f.Route); err != nil {
 			return err
 		}
 	}
+	if len(p.Release) > 0 {
+		return run(d.q.settleRelease, false, int64sJSON(p.Release), p.Token, now)
+	}
 	return nil
-}
-
-// Sort tells the rows of all this settlement changed from those it could
-// not: still ours but past the lease (Expired), or gone or leased to
-// another token (Fenced).
-func (st *settlement) Sort(all []int64) (driver.SettleResult, error) {
-	res, err := st.kept.Sort(all, func(rest []int64) (*sql.Rows, error) {
-		return st.w.QueryContext(st.ctx, st.d.q.settleSort, int64sJSON(rest), st.p.Token, st.now)
-	})
-	return res, wrap("settle", err)
 }
 
 var _ driver.DueReporter = (*Driver)(nil)
 
 // NextDue reports how long until the earliest pending row of types that is
-// not due yet comes due, on the database clock (queries/next_due.sql).
+// not due yet comes due, on the database clock (queries/next_due.sql,
+// which reads the clock too).
 func (d *Driver) NextDue(ctx context.Context, types []string) (time.Duration, bool, error) {
 	types = sqlkit.Dedupe(types)
 	if len(types) == 0 {
 		return 0, false, nil
 	}
-	now, err := d.now(ctx)
-	if err != nil {
-		return 0, false, err
-	}
 	var next sql.NullInt64
-	if err := d.db.QueryRowContext(ctx, d.q.nextDue, now, stringsJSON(types)).Scan(&next); err != nil {
+	var now int64
+	if err := d.db.QueryRowContext(ctx, d.q.nextDue, stringsJSON(types)).Scan(&next, &now); err != nil {
 		return 0, false, wrap("next due", err)
 	}
 	if !next.Valid {

@@ -205,19 +205,9 @@ func newDriver(db *sql.DB, cfg *Config) (*Driver, error) {
 	return &Driver{db: db, prefix: p, q: queriesFor(p), gate: gate, listeners: map[*listener]struct{}{}}, nil
 }
 
-// loaded holds the statements of each prefix a driver was opened with in
-// this process: they depend on nothing else, and reading and filling
-// every file again for each driver shows in a program (or a test) that
-// opens many.
-var loaded sync.Map // prefix -> queries
-
-func queriesFor(prefix string) queries {
-	if q, ok := loaded.Load(prefix); ok {
-		return q.(queries)
-	}
-	q, _ := loaded.LoadOrStore(prefix, loadQueries(prefix))
-	return q.(queries)
-}
+// queriesFor returns the statements of a table prefix, loaded once in this
+// process.
+var queriesFor = sqlkit.PerPrefix(loadQueries)
 
 // queries are the driver's statements, read from queries/*.sql with the
 // table prefix and the fragments below filled in.
@@ -336,11 +326,11 @@ func loadQueries(prefix string) queries {
 // jobCols are the columns an outbox row is read as (scanJobs). A row in
 // doubt is stored pending and read as in doubt (driver.StateInDoubt); ?1
 // of a statement that reads them is the database's now.
-const jobCols = "id, message_id, type, key, payload, headers, CASE WHEN " + doubtCond + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
+var jobCols = "id, message_id, type, key, payload, headers, CASE WHEN " + doubtCond + " THEN 'in_doubt' ELSE state END, attempts, created_at, available_at, delivered_at, last_error, last_route, attempted_at"
 
 // doubtCond is true of a row in doubt: pending, marked by an at-most-once
 // attempt (queries/mark.sql), not under a live lease (?1 is now).
-const doubtCond = "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?1))"
+var doubtCond = sqlkit.DoubtAt("?1")
 
 // schedCond is true of a scheduled row: pending, not due yet (?1 is now),
 // never attempted and no error recorded (a retry's backoff records one).

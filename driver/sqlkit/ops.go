@@ -8,19 +8,12 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// Default and largest page of ListMessages.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 10000
-)
-
-// ListLimit is the page size of a ListFilter's Limit: DefaultListLimit
-// when not given, at most MaxListLimit.
-func ListLimit(n int) int {
-	if n <= 0 {
-		n = DefaultListLimit
-	}
-	return min(n, MaxListLimit)
+// DoubtAt is the test of a row in doubt (driver.StateInDoubt) at now, an
+// expression: a placeholder, or the database's clock. Such a row is
+// stored pending, marked by an at-most-once attempt, and not under a live
+// lease.
+func DoubtAt(now string) string {
+	return "(state = 'pending' AND attempted_at IS NOT NULL AND (lease_until IS NULL OR lease_until <= " + now + "))"
 }
 
 // In writes a condition that col is one of n values, and the arguments it
@@ -42,8 +35,8 @@ type List struct {
 	IDs   In[int64]
 }
 
-// Query returns the statement of one page of f, in id order, and its
-// arguments. Its WHERE holds only the filters f gives, so that the
+// Query returns the statement of one page of f (f.EffectiveLimit rows),
+// in id order, and its arguments. Its WHERE holds only the filters f gives, so that the
 // database plans the listing on the index of what is given instead of one
 // plan for every combination.
 func (l List) Query(f driver.ListFilter) (string, []any) {
@@ -77,7 +70,7 @@ func (l List) Query(f driver.ListFilter) (string, []any) {
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return q + " ORDER BY id LIMIT ?", append(args, ListLimit(f.Limit))
+	return q + " ORDER BY id LIMIT ?", append(args, f.EffectiveLimit())
 }
 
 // Revive moves the dead rows of the outbox (prefix+"outbox") p selects
@@ -132,9 +125,15 @@ func Revive(ctx context.Context, w Execer, prefix string, p driver.ReviveParams,
 // InMarks is an In of one placeholder a value: col IN (?, ?, …), or
 // col IN (NULL), which matches nothing, for no values.
 func InMarks[T any](col string, values []T) (string, []any) {
-	args := make([]any, len(values))
-	for i, v := range values {
-		args[i] = v
+	return col + " IN (" + Marks(len(values)) + ")", Args(values)
+}
+
+// Args is values as statement arguments, after the arguments before.
+func Args[T any](values []T, before ...any) []any {
+	out := make([]any, 0, len(before)+len(values))
+	out = append(out, before...)
+	for _, v := range values {
+		out = append(out, v)
 	}
-	return col + " IN (" + Marks(len(values)) + ")", args
+	return out
 }

@@ -10,17 +10,13 @@ import (
 	"github.com/xadm/mensageria/driver"
 )
 
-// Settlement is the bookkeeping of one Settle's transaction: the rows it
-// changed so far, and how many of them were delivered, per type. The
-// statements are the driver's; a Settlement reads what they return.
+// Settlement is the bookkeeping of one Settle's transaction: the rows its
+// statements changed so far, and how many of them were delivered, per
+// type. The statements are the driver's; a Settlement reads what they
+// return.
 type Settlement struct {
 	settled   map[int64]bool
 	delivered map[string]int64
-}
-
-// NewSettlement returns an empty Settlement.
-func NewSettlement() *Settlement {
-	return &Settlement{settled: map[int64]bool{}, delivered: map[string]int64{}}
 }
 
 // Read records the rows of id and type that one settle statement changed
@@ -44,15 +40,52 @@ func (s *Settlement) Read(rows *sql.Rows, delivered bool) ([]int64, error) {
 	return ids, rows.Err()
 }
 
-// Delivered returns the rows recorded as delivered, per type.
-func (s *Settlement) Delivered() map[string]int64 { return s.delivered }
+// SettleSteps are a driver's statements of one Settle, which Settle runs
+// in the driver's transaction.
+type SettleSteps struct {
+	// Change records the outcomes on the rows still leased to the token
+	// under a live lease, in the order of driver.SettleParams.IDs
+	// (delivered, retried, dead, left in doubt, released), giving s the
+	// rows of each statement that changed them (or locked them to
+	// change).
+	Change func(s *Settlement) error
+	// Count adds the rows delivered, per type, to the minute's counts
+	// (CountDelivered with the driver's statement). It is called only when
+	// some were.
+	Count func(perType map[string]int64) error
+	// Expired returns the ids, one a row, of those of rest, the rows
+	// Change did not change, still leased to the token but past the
+	// lease; the others are gone or leased to another token. It is called
+	// only when some rows were not changed.
+	Expired func(rest []int64) (*sql.Rows, error)
+}
 
-// Sort tells the rows of all this settlement changed (Settled) from those
+// Settle runs st in order (the changes, the count of the deliveries, then
+// the sorting of the rows of all not changed) and stops at the first
+// error. The rows changed are Settled; of the others, those Expired
+// returns are Expired and the rest Fenced. Errors are named "settle" and
+// "settle counts" with wrap.
+func Settle(all []int64, st SettleSteps, wrap Wrap) (driver.SettleResult, error) {
+	s := &Settlement{settled: map[int64]bool{}, delivered: map[string]int64{}}
+	if err := st.Change(s); err != nil {
+		return driver.SettleResult{}, wrap("settle", err)
+	}
+	if len(s.delivered) > 0 {
+		if err := st.Count(s.delivered); err != nil {
+			return driver.SettleResult{}, wrap("settle counts", err)
+		}
+	}
+	res, err := s.sort(all, st.Expired)
+	if err != nil {
+		return driver.SettleResult{}, wrap("settle", err)
+	}
+	return res, nil
+}
+
+// sort tells the rows of all this settlement changed (Settled) from those
 // it could not: still ours but past the lease (Expired), or gone or
-// leased to another token (Fenced). expired, called only when some rows
-// were not changed, runs the driver's statement that returns the ids of
-// those of rest still leased to the token.
-func (s *Settlement) Sort(all []int64, expired func(rest []int64) (*sql.Rows, error)) (driver.SettleResult, error) {
+// leased to another token (Fenced).
+func (s *Settlement) sort(all []int64, expired func(rest []int64) (*sql.Rows, error)) (driver.SettleResult, error) {
 	var res driver.SettleResult
 	var rest []int64
 	for _, id := range all {
@@ -103,31 +136,4 @@ func CountDelivered(ctx context.Context, w Execer, q string, perType map[string]
 		}
 	}
 	return nil
-}
-
-// SettleSteps are a driver's statements of one Settle, run in its
-// transaction; each records what it changed in the driver's Settlement.
-type SettleSteps interface {
-	// Delivered deletes (or, kept, marks) the delivered rows and adds them
-	// to the minute's counts.
-	Delivered() error
-	// Released gives the released rows their attempt back.
-	Released() error
-	// Failed records the retries, the dead and the rows left in doubt.
-	Failed() error
-	// Sort tells the rows of all the steps changed from the Expired and
-	// the Fenced (Settlement.Sort with the driver's statement).
-	Sort(all []int64) (driver.SettleResult, error)
-}
-
-// Settle runs the steps of one Settle in their order (delivered,
-// released, failed, then the sorting of every row of all) and stops at
-// the first error.
-func Settle(st SettleSteps, all []int64) (driver.SettleResult, error) {
-	for _, step := range []func() error{st.Delivered, st.Released, st.Failed} {
-		if err := step(); err != nil {
-			return driver.SettleResult{}, err
-		}
-	}
-	return st.Sort(all)
 }

@@ -5,18 +5,24 @@
 // wording; what it gets here is what is the same whatever the SQL:
 //
 //   - Loader, reading the named statements of an embedded queries/ folder
-//     and filling in the driver's fragments;
+//     and filling in the driver's fragments, PerPrefix, keeping them for
+//     each table prefix, and CheckQueries, which the
+//     drivers' tests run to hold the folder and the statements to one set;
 //   - CollectStats and AgeOf, turning the rows of a stats statement and of
 //     its owners statement into driver.TypeStats;
 //   - List.Query and Revive, building the statements of ListMessages and
 //     Revive with a WHERE of only the filters given, each list written the
 //     driver's own way (an In: InMarks, or the driver's, such as SQLite's
-//     one JSON array), and ListLimit, the page size;
-//   - Settle, running a driver's SettleSteps in their order, and
-//     Settlement, the bookkeeping of one Settle: the rows it changed, the
+//     one JSON array);
+//   - Settle, running a driver's SettleSteps (its changes, its count of
+//     the deliveries, its read of the rows past their lease) with the
+//     bookkeeping of one Settle, a Settlement: the rows it changed, the
 //     deliveries per type, and the sorting of the others into Expired and
 //     Fenced; CountDelivered, adding the deliveries to the minute's counts;
-//   - Dedupe and Marks, two small helpers every statement on a list uses.
+//   - DoubtAt, the test of a row in doubt; ClaimTypes, the check of a
+//     claim's types, limit and lease;
+//   - Dedupe, Marks and Args, small helpers every statement on a list
+//     uses.
 //
 // Where the drivers differ on purpose it has nothing: the clock (SQLite's
 // julianday('now') in milliseconds, MariaDB's UTC_TIMESTAMP(6)), the
@@ -41,11 +47,15 @@ package sqlkit
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xadm/mensageria/driver"
@@ -82,6 +92,82 @@ func Loader(fsys fs.FS, dir string, fill *strings.Replacer) func(name string) st
 		}
 		return fill.Replace(string(b))
 	}
+}
+
+// PerPrefix returns load with its result kept for each prefix: a driver's
+// statements depend on its table prefix only, and reading and filling
+// every file again for each driver opened shows in a program (or a test)
+// that opens many.
+func PerPrefix[Q any](load func(prefix string) Q) func(prefix string) Q {
+	var loaded sync.Map // prefix -> Q
+	return func(prefix string) Q {
+		if q, ok := loaded.Load(prefix); ok {
+			return q.(Q)
+		}
+		q, _ := loaded.LoadOrStore(prefix, load(prefix))
+		return q.(Q)
+	}
+}
+
+// CheckQueries tells whether the files of dir in fsys and a driver's
+// statements, the string fields of a struct (as Loader read them with
+// fill), are one set: a file whose text is no statement is one nothing
+// runs, and a statement with a "{{" left once lists fills the lists a call
+// fills (nil for none) is a name the database would refuse only when it
+// first runs. A file must also start with a comment ("-- ") saying what it
+// does. It returns every discrepancy, joined, or nil. The drivers' tests
+// run it.
+func CheckQueries(fsys fs.FS, dir string, fill *strings.Replacer, statements any, lists func(string) string) error {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
+	if err != nil {
+		return err
+	}
+	v := reflect.ValueOf(statements)
+	if v.Kind() != reflect.Struct {
+		return fmt.Errorf("statements is a %s, not a struct", v.Kind())
+	}
+	var errs []error
+	texts := map[string]bool{}
+	for i := range v.NumField() {
+		name, text := v.Type().Field(i).Name, v.Field(i).String()
+		texts[text] = true
+		if lists != nil {
+			text = lists(text)
+		}
+		if strings.Contains(text, "{{") {
+			errs = append(errs, fmt.Errorf("%s keeps a fragment unfilled:\n%s", name, text))
+		}
+	}
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return err
+		}
+		if !texts[fill.Replace(string(b))] {
+			errs = append(errs, fmt.Errorf("%s is loaded into no statement", name))
+		}
+		if !strings.HasPrefix(string(b), "-- ") {
+			errs = append(errs, fmt.Errorf("%s does not start with a comment saying what it does", name))
+		}
+	}
+	if len(names) != v.NumField() {
+		errs = append(errs, fmt.Errorf("%d files in %s, %d statements", len(names), dir, v.NumField()))
+	}
+	return errors.Join(errs...)
+}
+
+// ClaimTypes checks a claim's types, limit and lease: it returns the
+// types without repeats, none when there is nothing to claim (no type, or
+// a limit below 1), and an error for a lease below 1ns when there is.
+func ClaimTypes(types []string, limit int, lease time.Duration) ([]string, error) {
+	types = Dedupe(types)
+	if len(types) == 0 || limit <= 0 {
+		return nil, nil
+	}
+	if lease <= 0 {
+		return nil, fmt.Errorf("lease must be positive, got %s", lease)
+	}
+	return types, nil
 }
 
 // Dedupe is s without empty or repeated strings, in first-seen order.
@@ -121,11 +207,13 @@ func AgeOf(us sql.NullInt64, now int64) time.Duration {
 // CollectStats runs stats (with args) and owners on q and returns one
 // driver.TypeStats a type, sorted by type. stats returns rows of type,
 // pending, in flight, dead, delivered in the last hour, oldest pending
-// (unix microseconds or NULL), in doubt, oldest in doubt, scheduled; the
-// rows of one type (one from each branch of a UNION) are added up. owners
-// returns rows of type and owning app. Errors are named "stats" and
-// "stats owners" with wrap.
-func CollectStats(ctx context.Context, q Querier, now int64, stats string, args []any, owners string, wrap Wrap) ([]driver.TypeStats, error) {
+// (unix microseconds or NULL), in doubt, oldest in doubt, scheduled, and
+// the clock the counts were taken at (unix microseconds), which the ages
+// are taken at: a statement that reads the clock itself needs no round
+// trip for it. The rows of one type (one from each branch of a UNION) are
+// added up. owners returns rows of type and owning app. Errors are named
+// "stats" and "stats owners" with wrap.
+func CollectStats(ctx context.Context, q Querier, stats string, args []any, owners string, wrap Wrap) ([]driver.TypeStats, error) {
 	rows, err := q.QueryContext(ctx, stats, args...)
 	if err != nil {
 		return nil, wrap("stats", err)
@@ -135,7 +223,8 @@ func CollectStats(ctx context.Context, q Querier, now int64, stats string, args 
 	for rows.Next() {
 		var s driver.TypeStats
 		var oldest, oldestDoubt sql.NullInt64
-		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled); err != nil {
+		var now int64
+		if err := rows.Scan(&s.Type, &s.Pending, &s.InFlight, &s.Dead, &s.DeliveredLastHr, &oldest, &s.InDoubt, &oldestDoubt, &s.Scheduled, &now); err != nil {
 			return nil, wrap("stats", err)
 		}
 		s.OldestPending = AgeOf(oldest, now)

@@ -82,14 +82,6 @@ func TestAgeOf(t *testing.T) {
 	}
 }
 
-func TestListLimit(t *testing.T) {
-	for in, want := range map[int]int{-1: 100, 0: 100, 7: 7, 10000: 10000, 10001: 10000} {
-		if got := sqlkit.ListLimit(in); got != want {
-			t.Errorf("ListLimit(%d) = %d, want %d", in, got, want)
-		}
-	}
-}
-
 // inJSON stands for a driver's other way of writing a list.
 func inJSON[T any](col string, values []T) (string, []any) {
 	return col + " IN (SELECT value FROM json_each(?))", []any{fmt.Sprint(values)}
@@ -165,17 +157,17 @@ func v(vals ...any) []sqldriver.Value {
 
 func TestCollectStatsAddsUpBranchesAndNamesOwners(t *testing.T) {
 	const now = int64(100_000_000)
-	statsCols := []string{"type", "pending", "in_flight", "dead", "delivered", "oldest", "in_doubt", "oldest_doubt", "scheduled"}
+	statsCols := []string{"type", "pending", "in_flight", "dead", "delivered", "oldest", "in_doubt", "oldest_doubt", "scheduled", "now"}
 	f := &fakeDB{results: map[string]fakeResult{
 		"stats": {cols: statsCols, rows: [][]sqldriver.Value{
-			v("b", int64(1), int64(0), int64(0), int64(0), nil, int64(0), nil, int64(0)),
-			v("a", int64(2), int64(1), int64(3), int64(4), now-2_000_000, int64(1), now-1_000_000, int64(5)),
-			v("a", int64(1), int64(1), int64(1), int64(1), now-5_000_000, int64(1), nil, int64(1)),
+			v("b", int64(1), int64(0), int64(0), int64(0), nil, int64(0), nil, int64(0), now),
+			v("a", int64(2), int64(1), int64(3), int64(4), now-2_000_000, int64(1), now-1_000_000, int64(5), now),
+			v("a", int64(1), int64(1), int64(1), int64(1), now-5_000_000, int64(1), nil, int64(1), now),
 		}},
 		"owners": {cols: []string{"type", "app"}, rows: [][]sqldriver.Value{v("a", "billing"), v("zzz", "other")}},
 	}}
 	db := openFake(t, f)
-	got, err := sqlkit.CollectStats(context.Background(), db, now, "stats", []any{now}, "owners", wrap)
+	got, err := sqlkit.CollectStats(context.Background(), db, "stats", []any{now}, "owners", wrap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,16 +184,16 @@ func TestCollectStatsAddsUpBranchesAndNamesOwners(t *testing.T) {
 
 	boom := errors.New("boom")
 	f.results["owners"] = fakeResult{err: boom}
-	if _, err := sqlkit.CollectStats(context.Background(), db, now, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats owners: ") {
+	if _, err := sqlkit.CollectStats(context.Background(), db, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats owners: ") {
 		t.Fatalf("owners failing: err = %v", err)
 	}
 	f.results["stats"] = fakeResult{err: boom}
-	if _, err := sqlkit.CollectStats(context.Background(), db, now, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats: ") {
+	if _, err := sqlkit.CollectStats(context.Background(), db, "stats", nil, "owners", wrap); !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "test: stats: ") {
 		t.Fatalf("stats failing: err = %v", err)
 	}
 }
 
-func TestSettlementSortsTheRowsItDidNotChange(t *testing.T) {
+func TestSettleSortsTheRowsItDidNotChange(t *testing.T) {
 	ctx := context.Background()
 	f := &fakeDB{results: map[string]fakeResult{
 		"delivered": {cols: []string{"id", "type"}, rows: [][]sqldriver.Value{v(int64(1), "a"), v(int64(2), "b"), v(int64(3), "a")}},
@@ -209,50 +201,65 @@ func TestSettlementSortsTheRowsItDidNotChange(t *testing.T) {
 		"sort":      {cols: []string{"id"}, rows: [][]sqldriver.Value{v(int64(6))}},
 	}}
 	db := openFake(t, f)
-	s := sqlkit.NewSettlement()
-	for _, c := range []struct {
-		q         string
-		delivered bool
-		want      []int64
-	}{{"delivered", true, []int64{1, 2, 3}}, {"released", false, []int64{4}}} {
-		rows, err := db.QueryContext(ctx, c.q)
-		if err != nil {
-			t.Fatal(err)
+	change := func(s *sqlkit.Settlement) error {
+		for _, c := range []struct {
+			q         string
+			delivered bool
+			want      []int64
+		}{{"delivered", true, []int64{1, 2, 3}}, {"released", false, []int64{4}}} {
+			rows, err := db.QueryContext(ctx, c.q)
+			if err != nil {
+				return err
+			}
+			ids, err := s.Read(rows, c.delivered)
+			if err != nil || !reflect.DeepEqual(ids, c.want) {
+				t.Fatalf("Read(%s) = %v, %v; want %v", c.q, ids, err, c.want)
+			}
 		}
-		ids, err := s.Read(rows, c.delivered)
-		if err != nil || !reflect.DeepEqual(ids, c.want) {
-			t.Fatalf("Read(%s) = %v, %v; want %v", c.q, ids, err, c.want)
-		}
+		return nil
 	}
-	if got, want := s.Delivered(), map[string]int64{"a": 2, "b": 1}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("Delivered = %v, want %v", got, want)
-	}
+	var counted map[string]int64
 	var asked []int64
-	res, err := s.Sort([]int64{1, 5, 2, 6, 3, 4, 7}, func(rest []int64) (*sql.Rows, error) {
-		asked = rest
-		return db.QueryContext(ctx, "sort")
-	})
+	res, err := sqlkit.Settle([]int64{1, 5, 2, 6, 3, 4, 7}, sqlkit.SettleSteps{
+		Change: change,
+		Count:  func(perType map[string]int64) error { counted = perType; return nil },
+		Expired: func(rest []int64) (*sql.Rows, error) {
+			asked = rest
+			return db.QueryContext(ctx, "sort")
+		},
+	}, wrap)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := map[string]int64{"a": 2, "b": 1}; !reflect.DeepEqual(counted, want) {
+		t.Fatalf("counted %v, want %v", counted, want)
+	}
 	if !reflect.DeepEqual(asked, []int64{5, 6, 7}) {
-		t.Fatalf("Sort asked about %v, want [5 6 7]", asked)
+		t.Fatalf("Expired asked about %v, want [5 6 7]", asked)
 	}
 	want := driver.SettleResult{Settled: []int64{1, 2, 3, 4}, Expired: []int64{6}, Fenced: []int64{5, 7}}
 	if !reflect.DeepEqual(res, want) {
-		t.Fatalf("Sort = %+v, want %+v", res, want)
+		t.Fatalf("Settle = %+v, want %+v", res, want)
 	}
 
-	res, err = s.Sort([]int64{4, 1}, func([]int64) (*sql.Rows, error) {
-		t.Fatal("Sort read the rows with every row settled")
-		return nil, nil
-	})
-	if err != nil || !reflect.DeepEqual(res, driver.SettleResult{Settled: []int64{4, 1}}) {
-		t.Fatalf("Sort of settled rows = %+v, %v", res, err)
-	}
-	boom := errors.New("boom")
-	if _, err := s.Sort([]int64{9}, func([]int64) (*sql.Rows, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("Sort with a failing read: err = %v", err)
+	// Every row changed: no read of the rest; nothing delivered: no count.
+	res, err = sqlkit.Settle([]int64{4}, sqlkit.SettleSteps{
+		Change: func(s *sqlkit.Settlement) error {
+			rows, err := db.QueryContext(ctx, "released")
+			if err != nil {
+				return err
+			}
+			_, err = s.Read(rows, false)
+			return err
+		},
+		Count: func(map[string]int64) error { t.Fatal("Count with nothing delivered"); return nil },
+		Expired: func([]int64) (*sql.Rows, error) {
+			t.Fatal("Expired read the rows with every row settled")
+			return nil, nil
+		},
+	}, wrap)
+	if err != nil || !reflect.DeepEqual(res, driver.SettleResult{Settled: []int64{4}}) {
+		t.Fatalf("Settle of settled rows = %+v, %v", res, err)
 	}
 }
 
@@ -274,42 +281,113 @@ func TestCountDeliveredAddsToTheMinuteInOneOrder(t *testing.T) {
 	}
 }
 
-// steps records the order Settle runs them in, failing at fail.
-type steps struct {
-	ran  []string
-	fail string
+// Settle stops at the first step that fails, names it, and returns no
+// result.
+func TestSettleStopsAtAnError(t *testing.T) {
+	ctx := context.Background()
+	db := openFake(t, &fakeDB{results: map[string]fakeResult{
+		"delivered": {cols: []string{"id", "type"}, rows: [][]sqldriver.Value{v(int64(1), "a")}},
+	}})
+	boom := errors.New("boom")
+	deliver := func(s *sqlkit.Settlement) error {
+		rows, err := db.QueryContext(ctx, "delivered")
+		if err != nil {
+			return err
+		}
+		_, err = s.Read(rows, true)
+		return err
+	}
+	for _, c := range []struct {
+		name  string
+		steps sqlkit.SettleSteps
+		want  string
+	}{
+		{"change", sqlkit.SettleSteps{
+			Change: func(*sqlkit.Settlement) error { return boom },
+			Count:  func(map[string]int64) error { t.Fatal("Count after a failed change"); return nil },
+		}, "test: settle: boom"},
+		{"count", sqlkit.SettleSteps{
+			Change:  deliver,
+			Count:   func(map[string]int64) error { return boom },
+			Expired: func([]int64) (*sql.Rows, error) { t.Fatal("Expired after a failed count"); return nil, nil },
+		}, "test: settle counts: boom"},
+		{"expired", sqlkit.SettleSteps{
+			Change:  deliver,
+			Count:   func(map[string]int64) error { return nil },
+			Expired: func([]int64) (*sql.Rows, error) { return nil, boom },
+		}, "test: settle: boom"},
+	} {
+		res, err := sqlkit.Settle([]int64{1, 2}, c.steps, wrap)
+		if !errors.Is(err, boom) || err.Error() != c.want || !reflect.DeepEqual(res, driver.SettleResult{}) {
+			t.Fatalf("%s failing: %+v, %v; want no result and %q", c.name, res, err, c.want)
+		}
+	}
 }
 
-func (s *steps) step(name string) error {
-	s.ran = append(s.ran, name)
-	if name == s.fail {
-		return errors.New(name + " failed")
+// CheckQueries names a file no statement holds, a statement with a
+// fragment left, a file without its comment, and a count that differs.
+func TestCheckQueries(t *testing.T) {
+	fsys := fstest.MapFS{
+		"queries/a.sql": {Data: []byte("-- a\nSELECT * FROM {{p}}a WHERE id IN ({{ids}})")},
+		"queries/b.sql": {Data: []byte("SELECT 1")},
+		"queries/c.sql": {Data: []byte("-- c\nSELECT {{x}}")},
 	}
-	return nil
+	fill := strings.NewReplacer("{{p}}", "x_")
+	lists := func(q string) string { return strings.ReplaceAll(q, "{{ids}}", "?") }
+	type good struct{ a, b, c string }
+	if err := sqlkit.CheckQueries(fsys, "queries", fill, good{
+		a: "-- a\nSELECT * FROM x_a WHERE id IN ({{ids}})", b: "SELECT 1", c: "-- c\nSELECT {{x}}",
+	}, lists); err == nil {
+		t.Fatal("no error for b without a comment and c's {{x}}")
+	} else if got := err.Error(); !strings.Contains(got, "queries/b.sql does not start with a comment") ||
+		!strings.Contains(got, "c keeps a fragment unfilled") || strings.Contains(got, "a keeps") || strings.Contains(got, "loaded into no") {
+		t.Fatalf("err = %v", err)
+	}
+	type missing struct{ a string }
+	err := sqlkit.CheckQueries(fsys, "queries", fill, missing{a: "-- a\nSELECT * FROM x_a WHERE id IN ({{ids}})"}, lists)
+	if err == nil || !strings.Contains(err.Error(), "queries/c.sql is loaded into no statement") || !strings.Contains(err.Error(), "3 files in queries, 1 statements") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := sqlkit.CheckQueries(fstest.MapFS{"queries/a.sql": {Data: []byte("-- a\nSELECT 1")}}, "queries", fill, struct{ a string }{"-- a\nSELECT 1"}, nil); err != nil {
+		t.Fatalf("one file, one statement: %v", err)
+	}
 }
 
-func (s *steps) Delivered() error { return s.step("delivered") }
-func (s *steps) Released() error  { return s.step("released") }
-func (s *steps) Failed() error    { return s.step("failed") }
-func (s *steps) Sort(all []int64) (driver.SettleResult, error) {
-	return driver.SettleResult{Settled: all}, s.step("sort")
+// PerPrefix loads each prefix's statements once, and apart from the
+// others'.
+func TestPerPrefixLoadsEachPrefixOnce(t *testing.T) {
+	var loads []string
+	q := sqlkit.PerPrefix(func(prefix string) string { loads = append(loads, prefix); return "SELECT * FROM " + prefix + "t" })
+	for _, p := range []string{"a_", "b_", "a_"} {
+		if got, want := q(p), "SELECT * FROM "+p+"t"; got != want {
+			t.Fatalf("q(%s) = %q, want %q", p, got, want)
+		}
+	}
+	if !reflect.DeepEqual(loads, []string{"a_", "b_"}) {
+		t.Fatalf("loaded %v, want each prefix once", loads)
+	}
 }
 
-func TestSettleRunsTheStepsInOrderAndStopsAtAnError(t *testing.T) {
-	s := &steps{}
-	res, err := sqlkit.Settle(s, []int64{1, 2})
-	if err != nil || !reflect.DeepEqual(res.Settled, []int64{1, 2}) {
-		t.Fatalf("Settle = %+v, %v", res, err)
-	}
-	if want := []string{"delivered", "released", "failed", "sort"}; !reflect.DeepEqual(s.ran, want) {
-		t.Fatalf("ran %v, want %v", s.ran, want)
-	}
-	s = &steps{fail: "released"}
-	res, err = sqlkit.Settle(s, []int64{1})
-	if err == nil || !reflect.DeepEqual(res, driver.SettleResult{}) {
-		t.Fatalf("Settle with a failing step = %+v, %v", res, err)
-	}
-	if want := []string{"delivered", "released"}; !reflect.DeepEqual(s.ran, want) {
-		t.Fatalf("ran %v, want %v", s.ran, want)
+// ClaimTypes: nothing to claim is no error, whatever the lease; a claim
+// with something to claim needs a lease.
+func TestClaimTypes(t *testing.T) {
+	for _, c := range []struct {
+		types []string
+		limit int
+		lease time.Duration
+		want  []string
+		err   bool
+	}{
+		{[]string{"a", "", "b", "a"}, 1, time.Second, []string{"a", "b"}, false},
+		{nil, 1, 0, nil, false},
+		{[]string{""}, 1, 0, nil, false},
+		{[]string{"a"}, 0, 0, nil, false},
+		{[]string{"a"}, 1, 0, nil, true},
+		{[]string{"a"}, 1, -time.Second, nil, true},
+	} {
+		got, err := sqlkit.ClaimTypes(c.types, c.limit, c.lease)
+		if !reflect.DeepEqual(got, c.want) || (err != nil) != c.err {
+			t.Errorf("ClaimTypes(%q, %d, %s) = %q, %v", c.types, c.limit, c.lease, got, err)
+		}
 	}
 }
