@@ -96,6 +96,10 @@ func resolutionsOf(recs []driver.ResolutionRecord) []Resolution {
 	return out
 }
 
+// MaxLimit is the largest ListParams.Limit: the drivers' own bound,
+// driver.MaxListLimit, for a caller that speaks only to ops.
+const MaxLimit = driver.MaxListLimit
+
 // ListParams selects one page of a list.
 type ListParams struct {
 	// Types narrows the list to these types, each of which must be the
@@ -104,8 +108,7 @@ type ListParams struct {
 	// After lists only ids after this one: the NextAfter of the page
 	// before.
 	After int64
-	// Limit is the page's size, 1 to driver.MaxListLimit (the drivers'
-	// own bound); more is paged with After.
+	// Limit is the page's size, 1 to MaxLimit; more is paged with After.
 	Limit int
 }
 

@@ -132,13 +132,9 @@ type listOptions struct {
 	all   bool
 }
 
-// maxListLimit is the largest page a list command prints; more is paged
-// with --after.
-const maxListLimit = 10000
-
 func (o *listOptions) bind(list *cobra.Command, allAppsHelp string) {
 	list.Flags().StringSliceVarP(&o.types, "type", "t", nil, "only these types (repeatable)")
-	list.Flags().IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many (1 to %d; page on with --after)", maxListLimit))
+	list.Flags().IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many (1 to %d; page on with --after)", ops.MaxLimit))
 	list.Flags().Int64Var(&o.after, "after", 0, "only ids after this one (paging)")
 	list.Flags().BoolVar(&o.json, "json", false, "print JSON")
 	list.Flags().BoolVar(&o.all, "all-apps", false, allAppsHelp)
@@ -147,8 +143,8 @@ func (o *listOptions) bind(list *cobra.Command, allAppsHelp string) {
 // check refuses a --limit out of range: the driver would quietly list
 // 100 instead.
 func (o *listOptions) check() error {
-	if o.limit < 1 || o.limit > maxListLimit {
-		return daemon.Usage("--limit must be between 1 and %d, got %d (page on with --after ID)", maxListLimit, o.limit)
+	if o.limit < 1 || o.limit > ops.MaxLimit {
+		return daemon.Usage("--limit must be between 1 and %d, got %d (page on with --after ID)", ops.MaxLimit, o.limit)
 	}
 	return nil
 }
