@@ -1,5 +1,6 @@
 // Package ops is the operator's API over a driver.Driver: the read model
-// of the outbox's status, the dead letters (list, show, retry, discard),
+// of the outbox's status, the messages of every state (list), the dead
+// letters (list, show, retry, discard),
 // the messages in doubt of at-most-once routes (list, show, resolve) and
 // the ownership catalog (list, register, transfer, release).
 //
