@@ -82,7 +82,7 @@ func newReceiver(t *testing.T) *receiver {
 			return
 		}
 		if r.delay > 0 {
-			time.Sleep(r.delay)
+			time.Sleep(r.delay) // a slow receiver, the scenario of the test that sets delay
 		}
 		r.mu.Lock()
 		accept := r.accept
