@@ -16,6 +16,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 // BenchmarkPickupAtPacedRate: 8 producers commit 800 single-message
@@ -91,20 +92,15 @@ func BenchmarkPickupAtPacedRate(b *testing.B) {
 				}
 				wg.Wait()
 				// The last messages' deliveries, before the figures.
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					mu.Lock()
-					n := len(first)
-					mu.Unlock()
-					total := 0
-					for _, m := range committed {
-						total += len(m)
-					}
-					if n >= total || time.Now().After(deadline) {
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
+				total := 0
+				for _, m := range committed {
+					total += len(m)
 				}
+				testsignal.Eventually(b, 10*time.Second, func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(first) >= total
+				}, "the %d committed messages delivered", total)
 				var lat []time.Duration
 				mu.Lock()
 				for _, m := range committed {

@@ -404,6 +404,8 @@ func TestListenInProcess(t *testing.T) {
 		}
 		claimed <- len(jobs)
 	}()
+	// Let the woken claim reach the write lock before the commit: a claim
+	// waiting on SQLite's busy handler shows no state to wait on.
 	time.Sleep(100 * time.Millisecond)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)

@@ -562,7 +562,10 @@ func TestTransactionalSameRowsOnTwoLanes(t *testing.T) {
 	go func() { errc <- s.SendBatch(testCtx(t), b) }()
 	<-entered
 	go func() { errc <- s.SendBatch(testCtx(t), b) }()
-	time.Sleep(100 * time.Millisecond) // the twin is now waiting on the first
+	// The twin is now waiting on the first, most likely: a goroutine blocked
+	// in the sender shows no state to wait on, and a twin that arrives
+	// after the commit gets the same answer from the position record.
+	time.Sleep(100 * time.Millisecond)
 	close(release)
 	for range 2 {
 		if errs := <-errc; errs != nil {
@@ -659,7 +662,7 @@ func TestTransactionalFencedLeaderHeals(t *testing.T) {
 		if errs := zombie.SendBatch(testCtx(t), b3); errs == nil || !errors.Is(errs[0], ErrFenced) {
 			t.Fatalf("the zombie, never elected, produced again: %v", errs)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // past healAfter: a zombie that healed would by now
 	}
 	assertExactlyOnce(t, consumeAll(t, c.ListenAddrs(), "orders", true), b1, b2)
 }

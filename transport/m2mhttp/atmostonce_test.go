@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria"
+	"github.com/xadm/mensageria/internal/testsignal"
 )
 
 func onceDelivery() *mensageria.Delivery {
@@ -44,7 +45,7 @@ func TestAtMostOnceSendSaysWhatWasNeverSent(t *testing.T) {
 			return
 		case "/slow":
 			effects.Add(1)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // a receiver slower than the Send's timeout
 		case "/cut":
 			effects.Add(1)
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -114,13 +115,11 @@ func TestAtMostOnceSlotWaitIsNotSent(t *testing.T) {
 	defer close(release)
 	s := newTestSender(t, srv.URL, SenderConfig{MaxConcurrent: 1, Timeout: 5 * time.Second})
 	go func() { _ = s.Send(context.Background(), onceDelivery()) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
 	// Once the first Send holds the only slot, this one waits for it until
 	// ctx ends: nothing of it was sent.
-	for len(s.sem) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testsignal.Eventually(t, 0, func() bool { return len(s.sem) > 0 }, "the first Send to hold the only slot")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
 	err := s.Send(ctx, onceDelivery())
 	if !mensageria.IsNotSent(err) {
 		t.Fatalf("waiting for a request slot: %v, want NotSent", err)

@@ -255,7 +255,7 @@ func TestSenderConcurrencyAndKeepAlive(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a request takes a while, so requests overlap
 		inflight.Add(-1)
 		_, _ = w.Write(bodyApplied)
 	}))

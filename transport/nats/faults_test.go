@@ -17,6 +17,7 @@ import (
 
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/transporttest"
 )
 
@@ -122,23 +123,24 @@ func (p *privateServer) start(bin string) {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var lastErr error
+	mensageriatest.Eventually(p.t, 20*time.Second, func() bool {
 		nc, err := natsgo.Connect(p.url(), natsgo.Timeout(time.Second))
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			_, err = js.AccountInfo(testCtx(p.t))
 			nc.Close()
-			if err == nil {
-				return
-			}
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("the private nats-server on %d did not start: %v", p.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		lastErr = err
+		return err == nil
+	}, "the private nats-server on %d to start: %s", p.port, later(func() string { return fmt.Sprint(lastErr) }))
 }
+
+// later is a part of a failure message read when the message is written,
+// so that it shows the last error a poll saw.
+type later func() string
+
+func (f later) String() string { return f() }
 
 func (p *privateServer) stop() {
 	if p.cmd == nil || p.cmd.Process == nil {

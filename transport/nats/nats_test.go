@@ -102,7 +102,7 @@ func TestRedeliveryOutsideWindowAbsorbedByInbox(t *testing.T) {
 	if err := s.Send(testCtx(t), d); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(window + 300*time.Millisecond)
+	time.Sleep(window + 300*time.Millisecond) // the server's duplicate window runs out on its clock
 	redelivery := *d
 	redelivery.Attempt = 2
 	if err := s.Send(testCtx(t), &redelivery); err != nil {
@@ -399,7 +399,16 @@ func TestSinkKilledMidBatchAppliesEachEffectOnce(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s3.Run(ctx3) }()
 	mensageriatest.Eventually(t, 30*time.Second, func() bool { _, tot := store.counts(t); return tot >= n }, "every effect applied")
-	time.Sleep(300 * time.Millisecond)
+	// Every message acknowledged: nothing left for the third sink to
+	// apply a second time before it stops.
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
+		cons, err := st.Consumer(testCtx(t), cfg3.Consumer)
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(testCtx(t))
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == n
+	}, "every message acknowledged")
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

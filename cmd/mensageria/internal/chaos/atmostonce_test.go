@@ -27,6 +27,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // The at-most-once suite: one relay of an at-most-once route, run as a
@@ -491,15 +492,9 @@ func TestAtMostOnceChaos(t *testing.T) {
 			}
 			r.fault(amoRefused)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the producer's pace, spreading enqueues over the faults
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for !r.settled() {
-		if time.Now().After(deadline) {
-			t.Fatal("phase 1 did not settle: messages still pending or in flight")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	mensageriatest.Eventually(t, 90*time.Second, r.settled, "phase 1 to settle: messages still pending or in flight")
 	phase1 := time.Since(start)
 	before, bad := r.check(keys)
 	for _, b := range bad {
@@ -520,7 +515,7 @@ func TestAtMostOnceChaos(t *testing.T) {
 	r.startRelay()
 	go r.killer(runCtx2)
 	var after amoOutcome
-	deadline = time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		after, bad = r.check(keys)
 		if after.applied1 == len(keys) && after.inDoubt == 0 && r.settled() {
@@ -538,6 +533,9 @@ func TestAtMostOnceChaos(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("phase 2 did not converge: %+v", after)
 		}
+		// A loop of its own, not Eventually: each round is a full audit
+		// (every row, the doubt command, Stats) run while the killer is
+		// still at work, at the pace the run was tuned with.
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, b := range bad {

@@ -390,7 +390,7 @@ func (h *harness) produce(p int, clients map[string]*mensageria.Client, deadline
 	start := time.Now()
 	for {
 		for h.backlog.Load() > int64(h.p.backlog) {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // throttled: the producer's pace, not a wait for a test state
 		}
 		k := int64(1 + rng.IntN(h.p.perTx))
 		last := h.nextN.Add(k)
@@ -489,7 +489,7 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 					if qerr == nil {
 						return v == committedSoFar+1, nil
 					}
-					time.Sleep(500 * time.Millisecond)
+					time.Sleep(500 * time.Millisecond) // the database may be down for the fault; retry the read
 				}
 				return false, fmt.Errorf("commit: %v; and its outcome stayed unknown", err)
 			}
@@ -502,6 +502,7 @@ func (h *harness) businessTx(p int, clients map[string]*mensageria.Client, byApp
 		}
 		// The transaction failed before commit (a busy server, no free
 		// connection slot, a server restarting): nothing was written.
+		// Back off before the retry, as an app would.
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -656,6 +657,10 @@ func (h *harness) heal() {
 	}
 }
 
+// converge polls at its own pace rather than through Eventually: not
+// converging is a finding the run reports with its history, not a test
+// failure at that point, and the poll shares the database with the
+// relays being measured.
 func (h *harness) converge(deadline time.Time) error {
 	var pending int64 = -1
 	for time.Now().Before(deadline) {

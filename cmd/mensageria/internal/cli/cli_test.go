@@ -82,7 +82,7 @@ func newReceiver(t *testing.T) *receiver {
 			return
 		}
 		if r.delay > 0 {
-			time.Sleep(r.delay)
+			time.Sleep(r.delay) // a slow receiver, the scenario of the test that sets delay
 		}
 		r.mu.Lock()
 		accept := r.accept
@@ -468,21 +468,27 @@ var addrLog = regexp.MustCompile(`"msg":"serving health and metrics","addr":"([^
 
 func waitAddr(t *testing.T, log interface{ String() string }, done <-chan int) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var addr string
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		if m := addrLog.FindStringSubmatch(log.String()); m != nil && strings.Contains(log.String(), "relay started") {
-			return m[1]
+			addr = m[1]
+			return true
 		}
 		select {
 		case code := <-done:
 			t.Fatalf("relay exited %d: %s", code, log.String())
 		default:
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("relay did not start: %s", log.String())
-	return ""
+		return false
+	}, "the relay to start: %s", log)
+	return addr
 }
+
+// later is a part of a failure message read when the message is written,
+// so that it shows the last state a poll saw.
+type later func() string
+
+func (f later) String() string { return f() }
 
 func (s *Status) typ(name string) StatusType {
 	for _, t := range s.Types {

@@ -57,18 +57,16 @@ func startNATS(t *testing.T, conf string, admin ...natsgo.Option) (*natsServer, 
 		_ = cmd.Wait()
 	})
 	s := &natsServer{URL: fmt.Sprintf("tls://127.0.0.1:%d", port)}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		nc, err := natsgo.Connect(s.URL, append(admin, natsgo.Timeout(time.Second))...)
-		if err == nil {
-			t.Cleanup(nc.Close)
-			return s, nc
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server did not come up: %v\n%s", err, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var (
+		nc      *natsgo.Conn
+		lastErr error
+	)
+	mensageriatest.Eventually(t, 20*time.Second, func() bool {
+		nc, lastErr = natsgo.Connect(s.URL, append(admin, natsgo.Timeout(time.Second))...)
+		return lastErr == nil
+	}, "nats-server to come up: %s\n%s", later(func() string { return fmt.Sprint(lastErr) }), &out)
+	t.Cleanup(nc.Close)
+	return s, nc
 }
 
 // The built relay publishes to a nats-server over TLS (a private CA) with

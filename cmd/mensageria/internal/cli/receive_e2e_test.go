@@ -35,20 +35,20 @@ var receivingBin = regexp.MustCompile(`"msg":"receiving","addr":"([^"]+)"`)
 // waitReceiving waits until a receive process listens.
 func waitReceiving(t *testing.T, p *proc) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var addr string
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		if m := receivingBin.FindStringSubmatch(p.stderr.String()); m != nil {
-			return m[1]
+			addr = m[1]
+			return true
 		}
 		select {
 		case code := <-p.done:
 			t.Fatalf("receive exited %d:\n%s", code, p.stderr.String())
 		default:
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("receive did not start:\n%s", p.stderr.String())
-	return ""
+		return false
+	}, "receive to start:\n%s", p.stderr)
+	return addr
 }
 
 // applier applies the inbox queue by psql, one transaction a round as
@@ -84,6 +84,8 @@ COMMIT;`, schema)
 					failures = append(failures, fmt.Sprintf("%v: %s", err, out))
 				}
 				mu.Unlock()
+				// An applier polls the queue at its own pace, as an
+				// app's job does; no state is awaited here.
 				time.Sleep(10 * time.Millisecond)
 			}
 		})

@@ -24,6 +24,7 @@ import (
 	"github.com/xadm/mensageria/driver/sqlite"
 	"github.com/xadm/mensageria/internal/m2mattack"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/transport/m2mhttp"
 )
 
@@ -183,11 +184,10 @@ func startReceive(t *testing.T, config string, env map[string]string, args ...st
 			t.Error("receive did not stop")
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		if m := receivingLog.FindStringSubmatch(d.logs.String()); m != nil {
 			d.addr, d.url = m[1], m[2]
-			return d
+			return true
 		}
 		select {
 		case code := <-d.done:
@@ -195,10 +195,9 @@ func startReceive(t *testing.T, config string, env map[string]string, args ...st
 			t.Fatalf("receive exited %d:\n%s", code, d.logs.String())
 		default:
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("receive did not start:\n%s", d.logs.String())
-	return nil
+		return false
+	}, "receive to start:\n%s", d.logs)
+	return d
 }
 
 // stop ends the daemon as SIGTERM does and returns its exit code.

@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/postgres"
 	"github.com/xadm/mensageria/internal/testdb"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -156,31 +157,24 @@ func TestBrowserOperatorJourney(t *testing.T) {
 	// A type of an app whose relay is not running: its rows stay pending.
 	own(t, d, "billing", "invoice.issued")
 
-	deadline := time.Now().Add(30 * time.Second)
 	var dead []driver.Job
-	for len(dead) < 2 {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		if dead, err = d.ListMessages(ctx, driver.ListFilter{State: driver.StateDead, Types: []string{"order.placed"}}); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the refused messages never went dead: %+v", dead)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(dead) >= 2
+	}, "the refused messages to go dead, last %+v", &dead)
 	byKey := map[string]int64{}
 	for _, j := range dead {
 		byKey[j.Key] = j.ID
 	}
 	var doubtful []driver.Job
-	for len(doubtful) < 1 {
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		if doubtful, err = d.ListMessages(ctx, driver.ListFilter{State: driver.StateInDoubt, Types: []string{"payment.captured"}}); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the timed-out payment never went in doubt: %+v", doubtful)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(doubtful) >= 1
+	}, "the timed-out payment to go in doubt, last %+v", &doubtful)
 	payID := doubtful[0].ID
 
 	c, err := New(Options{Ops: ops.New(d, ops.AllApps()), Auth: Auth{Token: testToken}, MinRefresh: 100 * time.Millisecond})

@@ -19,6 +19,7 @@ import (
 	"github.com/xadm/mensageria"
 	"github.com/xadm/mensageria/driver"
 	"github.com/xadm/mensageria/driver/sqlite"
+	"github.com/xadm/mensageria/mensageriatest"
 	"github.com/xadm/mensageria/ops"
 )
 
@@ -487,21 +488,18 @@ func TestCountsFollowEnqueuesAndActions(t *testing.T) {
 	cl, csrf := h.client(true)
 	pending := func(want int64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var ov Overview
+		var ov Overview
+		mensageriatest.Eventually(t, 10*time.Second, func() bool {
+			ov = Overview{}
 			res := h.do(cl, "GET", "/api/overview", "", nil)
 			_ = json.NewDecoder(res.Body).Decode(&ov)
 			for _, v := range ov.Types {
 				if v.Type == "order.placed" && v.Pending == want {
-					return
+					return true
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pending never became %d: %+v", want, ov.Types)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return false
+		}, "pending to become %d, last %+v", want, &ov.Types)
 	}
 	pending(0)
 	insert(t, d, "order.placed", "a", "b")
@@ -668,18 +666,14 @@ func TestSessionCookie(t *testing.T) {
 	}
 	// The cookie is Secure, so the jar keeps it off plain HTTP: send it by
 	// hand, until the session's millisecond has passed.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
 		r := h.do(cl, "GET", "/api/session", "", map[string]string{"Cookie": cookieName + "=" + ck.Value})
-		if r.StatusCode == 401 {
-			wantProblem(t, r, 401, "unauthorized")
-			break
+		if r.StatusCode != 401 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the session outlived its TTL: %d", r.StatusCode)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		wantProblem(t, r, 401, "unauthorized")
+		return true
+	}, "the session to end with its TTL")
 }
 
 // countingDriver counts the calls of Stats, the one statement that reads
@@ -722,18 +716,12 @@ func TestPageLoadsDoNotCount(t *testing.T) {
 	wantStatus(t, h.do(cl, "POST", "/api/dead/retry", `{"type":"order.placed","all":true}`, map[string]string{csrfHeader: csrf}), 200)
 	// The next look starts one recount and answers with the kept counts;
 	// the recount lands for a later look.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var ov Overview
+	var ov Overview
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
+		ov = Overview{}
 		_ = json.NewDecoder(h.do(cl, "GET", "/api/overview", "", nil).Body).Decode(&ov)
-		if len(ov.Types) == 1 && ov.Types[0].Pending == 1 && ov.Types[0].Dead == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the retry never showed: %+v", ov.Types)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(ov.Types) == 1 && ov.Types[0].Pending == 1 && ov.Types[0].Dead == 0
+	}, "the retry to show, last %+v", &ov.Types)
 	for range 10 {
 		wantStatus(t, h.do(cl, "GET", "/api/overview", "", nil), 200)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xadm/mensageria/driver"
+	"github.com/xadm/mensageria/mensageriatest"
 )
 
 // leaveInDoubt claims every due row of typ, marks the attempt (as an
@@ -74,13 +75,11 @@ func TestMessagesInDoubtAreShownAndResolved(t *testing.T) {
 
 	// The age is the database clock's, at millisecond resolution on
 	// SQLite: a count in the first millisecond says 0.
-	deadline := time.Now().Add(10 * time.Second)
-	for v := overviewOf(t, h, cl)["order.placed"]; v.InDoubt != 3 || v.OldestInDoubtSec <= 0 || v.Pending != 0 || v.InFlight != 0; v = overviewOf(t, h, cl)["order.placed"] {
-		if time.Now().After(deadline) {
-			t.Fatalf("overview line %+v, want 3 in doubt with an age and none pending", v)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var v TypeView
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
+		v = overviewOf(t, h, cl)["order.placed"]
+		return v.InDoubt == 3 && v.OldestInDoubtSec > 0 && v.Pending == 0 && v.InFlight == 0
+	}, "an overview line of 3 in doubt with an age and none pending, last %+v", &v)
 	var page DeadPage
 	res := h.do(cl, "GET", "/api/doubt?type=order.placed&limit=2", "", nil)
 	if res.StatusCode != 200 || json.NewDecoder(res.Body).Decode(&page) != nil || len(page.Letters) != 2 || page.NextAfter != page.Letters[1].ID {
@@ -133,13 +132,10 @@ func TestMessagesInDoubtAreShownAndResolved(t *testing.T) {
 			t.Fatalf("recorded %+v", r)
 		}
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for overviewOf(t, h, cl)["order.placed"].InDoubt != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the overview still counts messages in doubt: %+v", overviewOf(t, h, cl)["order.placed"])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	mensageriatest.Eventually(t, 10*time.Second, func() bool {
+		v = overviewOf(t, h, cl)["order.placed"]
+		return v.InDoubt == 0
+	}, "the overview to count no message in doubt, last %+v", &v)
 }
 
 // Resolving is an action like retry and discard: refused without the CSRF

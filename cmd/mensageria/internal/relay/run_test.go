@@ -18,7 +18,14 @@ import (
 	"github.com/xadm/mensageria/cmd/mensageria/internal/config"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon"
 	"github.com/xadm/mensageria/cmd/mensageria/internal/daemon/daemontest"
+	"github.com/xadm/mensageria/mensageriatest"
 )
+
+// later is a part of a failure message read when the message is written,
+// so that it shows the last answer a poll saw.
+type later func() string
+
+func (f later) String() string { return f() }
 
 // sqliteConfig is a relay config of the app pedidos on a fresh SQLite
 // file, whose route sends pedido.criado to url.
@@ -142,17 +149,12 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var readyz string
+	mensageriatest.Eventually(t, 30*time.Second, func() bool {
 		code, body := get("/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz: %d %s", code, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		readyz = fmt.Sprintf("%d %s", code, body)
+		return code == http.StatusOK
+	}, "/readyz to answer 200, last %s", later(func() string { return readyz }))
 	if code, body := get("/metrics"); code != http.StatusOK ||
 		!strings.Contains(body, `mensageria_route_state{app="pedidos",route=`) ||
 		!strings.Contains(body, `mensageria_relay_leader{app="pedidos"} 1`) {
