@@ -18,7 +18,8 @@ type TB interface {
 // row a relay of another process wrote, a message a broker holds, an
 // effect a receiver applied. A test waits for the state itself, never for
 // a fixed time. msgAndArgs say what was awaited: a string, or a format and
-// its arguments.
+// its arguments; an argument that is a func() string is called when the
+// wait fails, so the message shows the last thing the poll saw.
 //
 // The poll starts at a millisecond and doubles up to 50 ms, so a state
 // reached at once costs nothing and a slow one does not spin.

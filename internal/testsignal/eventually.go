@@ -10,7 +10,8 @@ import (
 // reports, such as a row a relay of another process wrote or a span an
 // exporter received: a test waits for the state itself, never for a fixed
 // time. msgAndArgs say what was awaited: a string, or a format and its
-// arguments.
+// arguments; an argument that is a func() string is called when the wait
+// fails, so the message shows the last thing the poll saw.
 //
 // The poll starts at a millisecond and doubles up to 50 ms, so a state
 // reached at once costs nothing and a slow one does not spin.
@@ -48,6 +49,12 @@ func Receive[T any](tb TB, ch <-chan T) T {
 }
 
 func describe(msgAndArgs []any) string {
+	msgAndArgs = append([]any(nil), msgAndArgs...)
+	for i, a := range msgAndArgs {
+		if f, ok := a.(func() string); ok {
+			msgAndArgs[i] = f()
+		}
+	}
 	switch {
 	case len(msgAndArgs) == 0:
 		return "the condition"

@@ -42,6 +42,17 @@ func TestEventuallyFailsWithItsMessageAfterTheTimeout(t *testing.T) {
 	}
 }
 
+// A func() string argument is read when the wait fails: the message shows
+// the last state the poll saw, not the one when the wait began.
+func TestEventuallyReadsAFuncArgumentWhenItFails(t *testing.T) {
+	tb := &fakeTB{}
+	last := "nothing yet"
+	Eventually(tb, 20*time.Millisecond, func() bool { last = "503"; return false }, "ready, last %s", func() string { return last })
+	if !strings.Contains(tb.failed, "ready, last 503") {
+		t.Fatalf("failure %q; want the state the poll saw last", tb.failed)
+	}
+}
+
 func TestReceiveReturnsTheValueSent(t *testing.T) {
 	ch := make(chan int, 1)
 	ch <- 42

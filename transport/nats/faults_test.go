@@ -133,14 +133,8 @@ func (p *privateServer) start(bin string) {
 		}
 		lastErr = err
 		return err == nil
-	}, "the private nats-server on %d to start: %s", p.port, later(func() string { return fmt.Sprint(lastErr) }))
+	}, "the private nats-server on %d to start: %s", p.port, func() string { return fmt.Sprint(lastErr) })
 }
-
-// later is a part of a failure message read when the message is written,
-// so that it shows the last error a poll saw.
-type later func() string
-
-func (f later) String() string { return f() }
 
 func (p *privateServer) stop() {
 	if p.cmd == nil || p.cmd.Process == nil {

@@ -484,12 +484,6 @@ func waitAddr(t *testing.T, log interface{ String() string }, done <-chan int) s
 	return addr
 }
 
-// later is a part of a failure message read when the message is written,
-// so that it shows the last state a poll saw.
-type later func() string
-
-func (f later) String() string { return f() }
-
 func (s *Status) typ(name string) StatusType {
 	for _, t := range s.Types {
 		if t.Type == name {

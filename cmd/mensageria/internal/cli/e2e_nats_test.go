@@ -64,7 +64,7 @@ func startNATS(t *testing.T, conf string, admin ...natsgo.Option) (*natsServer, 
 	mensageriatest.Eventually(t, 20*time.Second, func() bool {
 		nc, lastErr = natsgo.Connect(s.URL, append(admin, natsgo.Timeout(time.Second))...)
 		return lastErr == nil
-	}, "nats-server to come up: %s\n%s", later(func() string { return fmt.Sprint(lastErr) }), &out)
+	}, "nats-server to come up: %s\n%s", func() string { return fmt.Sprint(lastErr) }, &out)
 	t.Cleanup(nc.Close)
 	return s, nc
 }

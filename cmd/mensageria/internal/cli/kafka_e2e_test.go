@@ -160,7 +160,7 @@ relay: {batch: 50, lease: 2s, poll_interval: 50ms}
 	}
 	total := 400 + backlog
 	mensageriatest.Eventually(t, 90*time.Second, func() bool { return distinct() >= total },
-		"the second replica to take over: %s of %d delivered\n%s", later(func() string { return fmt.Sprint(distinct()) }), total, second.stderr)
+		"the second replica to take over: %s of %d delivered\n%s", func() string { return fmt.Sprint(distinct()) }, total, second.stderr)
 
 	// Every record is in Kafka once the dead leader's last batch is, but
 	// its rows stay pending until their lease runs out and the new leader

@@ -21,12 +21,6 @@ import (
 	"github.com/xadm/mensageria/mensageriatest"
 )
 
-// later is a part of a failure message read when the message is written,
-// so that it shows the last answer a poll saw.
-type later func() string
-
-func (f later) String() string { return f() }
-
 // sqliteConfig is a relay config of the app pedidos on a fresh SQLite
 // file, whose route sends pedido.criado to url.
 func sqliteConfig(t *testing.T, url string) (*config.Config, string) {
@@ -154,7 +148,7 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 		code, body := get("/readyz")
 		readyz = fmt.Sprintf("%d %s", code, body)
 		return code == http.StatusOK
-	}, "/readyz to answer 200, last %s", later(func() string { return readyz }))
+	}, "/readyz to answer 200, last %s", func() string { return readyz })
 	if code, body := get("/metrics"); code != http.StatusOK ||
 		!strings.Contains(body, `mensageria_route_state{app="pedidos",route=`) ||
 		!strings.Contains(body, `mensageria_relay_leader{app="pedidos"} 1`) {
